@@ -1,0 +1,81 @@
+"""Calibration Lab web app.
+
+Until the full UI lands this page lists the finished evaluation runs (from ``runs/``) and what
+the lab can evaluate, and says how to start an evaluation from the command line.
+
+The server listens on 127.0.0.1. Listening on any other address exposes it to a network, so
+it then requires a login, given as ``CALIBRATION_LAB_AUTH=user:password``.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import sys
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from lab.data import dataset_names
+from lab.templates import TEMPLATES
+
+RUNS = Path(os.environ.get("CALIBRATION_LAB_RUNS", "runs"))
+COLUMNS = ["run", "model", "dataset", "scoring", "n", "accuracy", "ece", "cw_ece", "brier", "nll", "trust"]
+
+
+def runs_table(root: Path = RUNS) -> pd.DataFrame:
+    """One row per run directory under ``root`` that holds a metrics.json, newest first."""
+    rows = []
+    for path in sorted(root.glob("*/metrics.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            m = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # a run being written or a damaged file must not take the page down
+        rows.append({"run": path.parent.name, **{k: m.get(k) for k in COLUMNS[1:]}})
+    return pd.DataFrame(rows, columns=COLUMNS).round(4)
+
+
+def catalogue() -> str:
+    templates = "\n".join(f"- `{t}` ({TEMPLATES.get(t).kind}): {TEMPLATES.get(t).description}" for t in TEMPLATES)
+    return f"**Datasets:** {', '.join(f'`{d}`' for d in dataset_names())}\n\n**Templates:**\n{templates}"
+
+
+def build() -> gr.Blocks:
+    with gr.Blocks(title="Calibration Lab") as demo:
+        gr.Markdown("# Calibration Lab\nHow accurate is a model, and how honest is its confidence?")
+        gr.Markdown(
+            "Start an evaluation from a terminal:\n\n"
+            "```\npython -m lab evaluate --model bundled --dataset arc_challenge "
+            "--data-files path/to/test.jsonl --limit 200 --scoring cloze --out runs/arc-cloze\n```"
+        )
+        table = gr.Dataframe(value=runs_table, label="Evaluation runs (runs/)", elem_id="runs-table", interactive=False)
+        gr.Button("Refresh", elem_id="refresh").click(runs_table, outputs=table)
+        gr.Markdown(catalogue())
+    return demo
+
+
+def _auth(host: str) -> tuple[str, str] | None:
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if loopback:
+        return None
+    user, sep, password = os.environ.get("CALIBRATION_LAB_AUTH", "").partition(":")
+    if not (sep and user and password):
+        sys.exit(f"Refusing to listen on {host} without a login: set CALIBRATION_LAB_AUTH=user:password")
+    return user, password
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Calibration Lab web app")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    parser.add_argument("--port", type=int, default=7860)
+    args = parser.parse_args()
+    build().launch(server_name=args.host, server_port=args.port, auth=_auth(args.host))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""The dataset registry and :func:`load_records`, the one way the lab reads multiple-choice data.
+
+Each dataset is described by a :class:`DatasetSpec` — where it lives on the Hugging Face hub, how
+to read its original files, how to read a hub row — and registered by name in ``DATASETS``, as
+lm-evaluation-harness registers tasks. ``load_records`` reads local files when ``data_files`` are
+given and the hub otherwise; every error a user can cause (a missing file, a bad row, no network)
+is a :class:`DataError` whose message says what was expected, what arrived and what to do.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
+
+from ..hub import hub_offline_mode, hub_reachable
+from ..registry import Registry
+from .record import DataError, MCQRecord, RowProblem
+from .rows import NO_ANSWER, BadRow, Row
+from .split import canonical_split, carve, parse_split
+
+MAX_LISTED_PROBLEMS = 5
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """How to read one dataset, from its original files or from the hub."""
+
+    name: str
+    description: str
+    hub_path: str | None  # for datasets.load_dataset; None = local files only
+    hub_config: str | None
+    hub_splits: dict[str, str]  # our canonical split name -> the hub's split name
+    local_format: str  # one line on the original file format, quoted in errors
+    read_file: Callable[[Path], Iterator[Row]]  # one original-format file -> records / problems
+    # (hub row, default id) -> record; raises BadRow
+    from_hub: Callable[[Mapping[str, Any], str], MCQRecord] | None
+    extensions: tuple[str, ...] = (".jsonl", ".json")  # what a directory in data_files expands to
+    # Datasets split into subjects by file (MMLU's <subject>_<split>.csv): the subject of a file.
+    # `subject=` then picks files locally and is the hub config.
+    subject_of_file: Callable[[Path], str] | None = None
+    own_splits: tuple[str, ...] = field(init=False)  # alias names this dataset keeps as real splits
+
+    def __post_init__(self) -> None:
+        own = tuple(name for name in ("dev", "val") if name in self.hub_splits)
+        object.__setattr__(self, "own_splits", own)
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+
+
+def register(spec: DatasetSpec) -> DatasetSpec:
+    DATASETS.add(spec.name, spec)
+    return spec
+
+
+def dataset_names() -> list[str]:
+    """The registered dataset names, sorted (for dropdowns and --help)."""
+    return DATASETS.names()
+
+
+@dataclass
+class LoadResult:
+    """The usable records, the rows that were skipped and why, and where they came from."""
+
+    records: list[MCQRecord]
+    problems: list[RowProblem]
+    source: str  # e.g. "arc_challenge test from /data/test.jsonl (1172 rows, 0 skipped)"
+
+
+def load_records(
+    name: str,
+    split: str = "test",
+    data_files: Sequence[str | os.PathLike[str]] | None = None,
+    *,
+    subject: str | None = None,
+    on_bad_rows: Literal["skip", "error"] = "skip",
+    seed: int = 0,
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    limit: int | None = None,
+) -> LoadResult:
+    """Load one split of dataset ``name`` as :class:`MCQRecord`\\ s.
+
+    ``data_files``: paths in the dataset's original format (``DATASETS.get(name).local_format``).
+    An entry is a file, a directory (its files with the dataset's extensions, sorted), a glob, or
+    ``split=path`` to say which split the path holds. Plain entries are the data of the split
+    asked for (of SOURCE, for ``SOURCE:PART``). Without ``data_files`` the hub copy is loaded.
+
+    ``split``: a split name or ``SOURCE:PART`` (see :mod:`lab.data.split`); the carve uses
+    ``fractions`` and ``seed``. ``subject`` picks MMLU subjects. Rows that cannot be used are
+    skipped and listed in ``problems`` (``on_bad_rows="skip"``) or raise (``"error"``).
+    ``limit`` keeps the first N records after the split is taken.
+    """
+    spec = DATASETS.get(name)
+    if on_bad_rows not in ("skip", "error"):
+        raise DataError(f"Expected on_bad_rows to be 'skip' or 'error', but got {on_bad_rows!r}.")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise DataError(f"Expected limit to be a positive integer or None, but got {limit!r}.")
+    if subject is not None and spec.subject_of_file is None:
+        with_subjects = [n for n in DATASETS if DATASETS.get(n).subject_of_file is not None]
+        raise DataError(f"{name} has no subjects; subject= applies to: {', '.join(with_subjects)}.")
+    subject = subject.strip().lower().replace(" ", "_") if subject is not None else None
+    request = parse_split(split, spec.own_splits)
+
+    if data_files:
+        files = _files_for(spec, data_files, request.source, subject)
+        where = f"{name} {split} from {_describe(files)}"
+        rows = _read_files(spec, files)
+    else:
+        where, rows = _from_hub(spec, split, request.source, subject)
+    records, problems = _collect(rows)
+    _check(spec, where, records, problems, on_bad_rows, local=bool(data_files))
+    where += f" ({len(records)} rows, {len(problems)} skipped)"
+
+    if request.part is not None:
+        records = carve(records, fractions, seed)[request.part]
+        carve_name = f"a seed-{seed} {'/'.join(f'{f:g}' for f in fractions)} carve"
+        if not records:
+            raise DataError(f"{where}: the {request.part} part of {carve_name} is empty. Use more "
+                            "rows or a larger fraction for that part.")
+        where += f", the {request.part} part of {carve_name}: {len(records)} rows"
+    if limit is not None and limit < len(records):
+        records = records[:limit]
+        where += f", first {limit}"
+    return LoadResult(records, problems, where)
+
+
+# ---------------------------------------------------------------- local files
+
+# `split=path`: a bare word before "=", so that paths that merely contain "=" stay paths.
+_NAMED_ENTRY = re.compile(r"([A-Za-z]\w*)=(.+)")
+
+
+def _files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], source: str,
+               subject: str | None) -> list[Path]:
+    """The files holding split ``source``, expanded and (for ``subject``) filtered."""
+    if isinstance(data_files, (str, os.PathLike)):  # one path given where a list was meant
+        data_files = [data_files]
+    by_split: dict[str | None, list[str]] = {}
+    for entry in map(os.fspath, data_files):
+        m = _NAMED_ENTRY.fullmatch(entry)
+        if m and not os.path.exists(entry):
+            key = canonical_split(m[1], spec.own_splits, f" in data file entry {entry!r}")
+            by_split.setdefault(key, []).append(m[2])
+        else:
+            by_split.setdefault(None, []).append(entry)
+    entries = by_split.get(None, []) + by_split.get(source, [])
+    if not entries:
+        given = ", ".join(sorted(k for k in by_split if k is not None))
+        raise DataError(f"No data files for split {source!r}: the files given are for {given}. "
+                        f"Pass {source}=PATH as well, or ask for one of those splits.")
+    files = [path for entry in entries for path in _expand(entry, spec.extensions)]
+    if subject is None:
+        return files
+    assert spec.subject_of_file is not None  # load_records checked
+    kept = [f for f in files if spec.subject_of_file(f) == subject]
+    if not kept:
+        found = sorted({spec.subject_of_file(f) for f in files})
+        raise DataError(f"No {spec.name} file for subject {subject!r} among {len(files)} files. "
+                        f"Subjects found: {', '.join(found)}.")
+    return kept
+
+
+def _expand(entry: str, extensions: tuple[str, ...]) -> list[Path]:
+    """A file, a directory (its files ending in ``extensions``, sorted) or a glob, as files."""
+    if glob.has_magic(entry):
+        matches = sorted(glob.glob(os.path.expanduser(entry), recursive=True))
+        if not matches:
+            raise DataError(f"No files match the pattern {entry!r}.")
+        return [f for m in matches for f in (_expand(m, extensions) if os.path.isdir(m) else [Path(m)])]
+    path = Path(entry).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(extensions))
+        if not files:
+            subdirs = sorted(p.name for p in path.iterdir() if p.is_dir())
+            hint = f" It has the folders {', '.join(subdirs)}: pass one of them." if subdirs else ""
+            raise DataError(f"The folder {entry!r} has no {' or '.join(extensions)} files.{hint}")
+        return files
+    if not path.is_file():
+        raise DataError(f"Data file not found: {entry!r} (looked for {path.resolve()}).")
+    return [path]
+
+
+def _describe(files: list[Path]) -> str:
+    if len(files) == 1:
+        return str(files[0])
+    return f"{len(files)} files in {os.path.commonpath([str(f.parent) for f in files])}"
+
+
+def _read_files(spec: DatasetSpec, files: Iterable[Path]) -> Iterator[Row]:
+    for path in files:
+        try:
+            yield from spec.read_file(path)
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). "
+                            "Save it as UTF-8 and try again.") from None
+        except OSError as e:
+            raise DataError(f"Cannot read {path}: {e.strerror or e}.") from None
+
+
+# ---------------------------------------------------------------- the hub
+
+
+def _from_hub(spec: DatasetSpec, split: str, source: str,
+              subject: str | None) -> tuple[str, Iterator[Row]]:
+    """Load split ``source`` with ``datasets.load_dataset``; any failure becomes one DataError."""
+    how = f"pass its files with --data-files (data_files= in Python) in this format: {spec.local_format}."
+    if spec.hub_path is None or spec.from_hub is None:
+        raise DataError(f"{spec.name} has no copy on the Hugging Face hub: {how}")
+    if source not in spec.hub_splits:
+        available = ", ".join(spec.hub_splits)
+        raise DataError(f"{spec.name} has no {source!r} split on the hub ({spec.hub_path}); it has: "
+                        f"{available}. Ask for one of those, carve one (e.g. 'validation:test'), "
+                        f"or {how}")
+    hub_split = spec.hub_splits[source]
+    config = subject or spec.hub_config
+    hub_name = f"{spec.hub_path}, config {config or 'default'}, split {hub_split}"
+    where = f"{spec.name} {split} from the Hugging Face hub ({hub_name})"
+    if not hub_reachable() and not hub_offline_mode():
+        # Fail at once rather than let load_dataset retry an unreachable hub for ~25 s. A user who
+        # set HF_HUB_OFFLINE=1 asked for the local Hugging Face cache, which load_dataset reads.
+        raise DataError(f"The Hugging Face hub cannot be reached to load {spec.name} ({hub_name}). {how[0].upper()}{how[1:]} "
+                        "Or set HF_HUB_OFFLINE=1 to use a copy already in the local Hugging Face cache.")
+    import datasets  # lazily: importing it takes seconds, and local files never need it
+
+    try:
+        table = datasets.load_dataset(spec.hub_path, config, split=hub_split)
+    except Exception as e:  # offline, unknown config, cache trouble: all mean "use local files"
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise DataError(f"Could not load {spec.name} from the Hugging Face hub ({hub_name}): {reason}. "
+                        f"If this machine is offline, {how}") from e
+    return where, _hub_rows(spec.from_hub, table, hub_split)
+
+
+def _hub_rows(convert: Callable[[Mapping[str, Any], str], MCQRecord], table: Iterable[Mapping[str, Any]],
+              hub_split: str) -> Iterator[Row]:
+    """Hub problems are located by split name and 0-based row index (``table[index]``)."""
+    for index, row in enumerate(table):
+        try:
+            yield convert(row, f"{hub_split}-{index}")
+        except BadRow as e:
+            yield RowProblem(hub_split, index, str(e))
+
+
+# ---------------------------------------------------------------- bad rows
+
+
+def _collect(rows: Iterable[Row]) -> tuple[list[MCQRecord], list[RowProblem]]:
+    records: list[MCQRecord] = []
+    problems: list[RowProblem] = []
+    for row in rows:
+        (records if isinstance(row, MCQRecord) else problems).append(row)  # type: ignore[arg-type]
+    return records, problems
+
+
+def _check(spec: DatasetSpec, where: str, records: list[MCQRecord], problems: list[RowProblem],
+           on_bad_rows: str, local: bool) -> None:
+    """Refuse data with no usable row, and bad rows under ``on_bad_rows="error"``."""
+    expected = f" Expected {spec.local_format}." if local else ""
+    if not records and not problems:
+        raise DataError(f"No rows in {where}: it is empty.{expected}")
+    if not records:
+        if all(p.reason.startswith(NO_ANSWER) for p in problems):
+            raise DataError(
+                f"No usable rows in {where}: none of its {len(problems)} rows has an answer, so this "
+                f"split is unlabelled (published without answers) and cannot be scored. The first: "
+                f"{problems[0]}. Use a labelled split instead; for a test set, carve one from a "
+                f"labelled split, e.g. split='dev:test'.",
+                tuple(problems))
+        raise DataError(f"No usable rows in {where}: all {len(problems)} rows were rejected. The "
+                        f"first: {problems[0]}.{expected}", tuple(problems))
+    if problems and on_bad_rows == "error":
+        listed = "\n".join(f"  {p}" for p in problems[:MAX_LISTED_PROBLEMS])
+        unlisted = len(problems) - MAX_LISTED_PROBLEMS
+        more = f"\n  ... and {unlisted} more" if unlisted > 0 else ""
+        raise DataError(f"{len(problems)} bad rows in {where} ({len(records)} usable):\n{listed}{more}\n"
+                        "Fix them, or pass on_bad_rows='skip' to skip them (they are then listed in "
+                        "LoadResult.problems).", tuple(problems))

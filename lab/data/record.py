@@ -1,0 +1,54 @@
+"""The one record type every dataset is normalised to, and the errors bad rows produce."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class MCQRecord:
+    """One multiple-choice (or yes/no) question.
+
+    ``answer`` is a 0-based index into ``choices``; ``labels`` keeps the dataset's own option
+    labels (ARC uses "1".."4" for some questions) so a prediction can be shown as the user's
+    dataset names it, while prompts always letter the options A, B, C, ... by position.
+    """
+
+    id: str
+    question: str
+    choices: tuple[str, ...]
+    answer: int
+    source: str
+    passage: Optional[str] = None
+    labels: tuple[str, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.choices:
+            raise ValueError(f"record {self.id!r}: no choices")
+        if not 0 <= self.answer < len(self.choices):
+            raise ValueError(
+                f"record {self.id!r}: answer index {self.answer} is outside 0..{len(self.choices) - 1}"
+            )
+        if self.labels and len(self.labels) != len(self.choices):
+            raise ValueError(f"record {self.id!r}: {len(self.labels)} labels for {len(self.choices)} choices")
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """A row that could not be turned into a record: where it is and why."""
+
+    file: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+class DataError(ValueError):
+    """Bad input data. The message is meant for the user: what is wrong, where, what to do."""
+
+    def __init__(self, message: str, problems: tuple[RowProblem, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems

@@ -1,0 +1,173 @@
+"""Reading rows with their exact file and line, and the small checks every row converter shares.
+
+Local files are read with plain ``json`` / ``csv`` rather than ``datasets``: a user with a broken
+row needs ``file:line`` to fix it, and ``datasets`` reports neither (it fails the whole file, or
+silently casts). Line numbers are 1-based physical lines, as an editor shows them; a CSV row whose
+quoted cell spans several lines is reported at the line where it starts.
+
+A converter turns one parsed row into an :class:`MCQRecord` or raises :class:`BadRow`; the
+readers here turn ``BadRow`` into a :class:`RowProblem` so that one bad row never stops a file.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Union
+
+from .record import DataError, MCQRecord, RowProblem
+
+Row = Union[MCQRecord, RowProblem]
+Convert = Callable[[Any, str], MCQRecord]  # (parsed row, default id) -> record; raises BadRow
+
+# Every "this row has no answer" reason starts with this, so that a file in which *every* row
+# lacks an answer can be reported as an unlabelled split rather than as a pile of bad rows.
+NO_ANSWER = "no answer"
+
+
+class BadRow(Exception):
+    """Raised by a converter for a row it cannot use; the message is the reason shown to the user."""
+
+
+# ---------------------------------------------------------------- readers
+
+
+def read_json(path: Path, convert: Convert) -> Iterator[Row]:
+    """Records and problems from JSON Lines, or from a file holding one JSON list.
+
+    Decided by the content, not the name: MedMCQA's own ``dev.json`` is JSON Lines.
+    """
+    with path.open(encoding="utf-8-sig") as f:
+        is_list = f.read(1024).lstrip().startswith("[")
+    return convert_rows(path, json_array_rows(path) if is_list else jsonl_rows(path), convert)
+
+
+def read_csv(path: Path, convert: Convert) -> Iterator[Row]:
+    """Records and problems from a headerless CSV file; ``convert`` receives the list of cells."""
+    return convert_rows(path, csv_rows(path), convert)
+
+
+def convert_rows(path: Path, rows: Iterable[tuple[int, Any]], convert: Convert) -> Iterator[Row]:
+    """Apply ``convert`` to ``(line, row)`` pairs; a row given as a ``BadRow`` is already a problem."""
+    for line, row in rows:
+        try:
+            if isinstance(row, BadRow):
+                raise row
+            yield convert(row, f"{path.stem}-{line}")
+        except BadRow as e:
+            yield RowProblem(str(path), line, str(e))
+
+
+def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line, parsed value)`` per non-blank line; a line that is not JSON comes as a ``BadRow``."""
+    with path.open(encoding="utf-8-sig") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield line_no, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield line_no, BadRow(f"invalid JSON: {e.msg} at column {e.colno}")
+
+
+def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """``(first physical line, cells)`` per CSV row; blank lines are skipped.
+
+    A CSV error (an unterminated quote, a NUL byte) leaves the reader nowhere to resume, so it
+    stops the file with a DataError at that line instead of becoming a row problem.
+    """
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f)
+        start = 1
+        try:
+            for cells in reader:
+                if cells:
+                    yield start, cells
+                start = reader.line_num + 1
+        except csv.Error as e:
+            raise DataError(f"{path}:{start}: this CSV cannot be parsed ({e}). Check the quoting "
+                            "around that line: a cell that contains commas or line breaks must be "
+                            'wrapped in double quotes, and a quote inside it doubled ("").') from None
+
+
+_WS = re.compile(r"\s*")
+
+
+def json_array_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line, element)`` for each element of a file that starts with ``[``.
+
+    Decoded element by element (``raw_decode``) so that each element keeps the line it starts on.
+    A syntax error ends the list, so it is a DataError for the file rather than a row problem.
+    """
+    text = path.read_text(encoding="utf-8-sig")
+    decoder = json.JSONDecoder()
+    pos = _WS.match(text).end() + 1  # past the "["
+    line, counted = 1, 0
+    while True:
+        pos = _WS.match(text, pos).end()
+        if text.startswith("]", pos):
+            return
+        line += text.count("\n", counted, pos)
+        counted = pos
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg}). A .json file must hold one "
+                            "JSON list of objects, or one object per line (JSON Lines).") from None
+        yield line, value
+        pos = _WS.match(text, pos).end()
+        if text.startswith(",", pos):
+            pos += 1
+        elif not text.startswith("]", pos):
+            lineno = text.count("\n", 0, pos) + 1
+            raise DataError(f"{path}:{lineno}: expected ',' or ']' after a list element. A .json "
+                            "file must hold one JSON list of objects, or one object per line.")
+
+
+# ---------------------------------------------------------------- field checks
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a value's type, for messages about wrong types."""
+    for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"),
+                       (list, "a list"), (dict, "an object")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+def as_object(value: Any, what: str = "row") -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise BadRow(f"{what} should be a JSON object, got {json_type(value)}")
+    return value
+
+
+def present(row: Mapping[str, Any], key: str, what: str | None = None) -> Any:
+    """``row[key]``, which must exist and not be null."""
+    if row.get(key) is None:
+        raise BadRow(f"missing {what or key!r}")
+    return row[key]
+
+
+def text_field(row: Mapping[str, Any], key: str, what: str | None = None, *,
+               allow_empty: bool = False) -> str:
+    """A string field; empty (or blank) is refused unless ``allow_empty``."""
+    value = present(row, key, what)
+    if not isinstance(value, str):
+        raise BadRow(f"{what or key!r} should be a string, got {json_type(value)}")
+    if not allow_empty and not value.strip():
+        raise BadRow(f"empty {what or key!r}")
+    return value
+
+
+def string_list(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadRow(f"{what} should be a list of strings, got {json_type(value)}")
+    return value
+
+
+def row_id(row: Mapping[str, Any], default: str) -> str:
+    """The row's own ``id`` if it has one, else the default (file stem and line, or split and index)."""
+    value = row.get("id")
+    return default if value is None or value == "" else str(value)

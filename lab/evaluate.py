@@ -1,0 +1,188 @@
+"""Evaluate a model on a multiple-choice dataset: accuracy and calibration, written to a run dir.
+
+A run directory holds ``config.yaml`` (the resolved config: rerunning it reproduces the run),
+``metrics.json`` and ``predictions.jsonl`` (one question per line, with every probability the
+metrics were computed from, so any number can be recomputed without the model).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+import numpy as np
+import yaml
+
+from lab import metrics
+from lab.data import load_records
+from lab.data.record import MCQRecord
+from lab.templates import get_template, template_names, default_template
+
+Scoring = Literal["letter", "cloze"]
+CONFIDENCE = {
+    "letter": "softmax over the option tokens' logits at the answer position (renormalised over the options)",
+    "cloze": "softmax over the options' summed log-likelihoods",
+}
+
+
+@dataclass
+class EvalConfig:
+    """Everything that defines an evaluation; defaults in one place, unknown keys refused."""
+
+    model: str = field(default="bundled", metadata={"help": "'bundled', a local directory or a hub id"})
+    adapter: Optional[str] = field(default=None, metadata={"help": "PEFT (LoRA) adapter directory"})
+    dataset: str = field(default="arc_challenge", metadata={"help": "registered dataset name"})
+    data_files: list[str] = field(default_factory=list, metadata={"help": "local files: PATH or SPLIT=PATH"})
+    split: str = field(default="test", metadata={"help": "split name, or SOURCE:PART for a seeded carve"})
+    subject: Optional[str] = field(default=None, metadata={"help": "MMLU subject"})
+    limit: Optional[int] = field(default=None, metadata={"help": "first N questions only"})
+    scoring: Scoring = field(default="letter", metadata={"help": "letter (option tokens) or cloze (option texts)"})
+    template: Optional[str] = field(default=None, metadata={"help": "prompt template; default depends on dataset"})
+    bins: int = field(default=10, metadata={"help": "equal-width bins for ECE"})
+    batch_size: int = field(default=16, metadata={"help": "questions per forward pass"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda, cuda:N"})
+    dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), float32, bfloat16"})
+    on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata={"help": "skip or reject malformed rows"})
+    seed: int = field(default=0, metadata={"help": "seed for split carving and the ECE bootstrap"})
+    bootstrap: int = field(default=1000, metadata={"help": "bootstrap replicates for the ECE interval (0: none)"})
+
+    def __post_init__(self) -> None:
+        if self.scoring not in CONFIDENCE:
+            raise ValueError(f"Expected `scoring` to be 'letter' or 'cloze', but got {self.scoring!r}")
+        if self.on_bad_rows not in ("skip", "error"):
+            raise ValueError(f"Expected `on_bad_rows` to be 'skip' or 'error', but got {self.on_bad_rows!r}")
+        for name in ("bins", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"Expected `{name}` to be an integer larger than 0, but got {value!r}")
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
+            raise ValueError(f"Expected `limit` to be a positive integer or unset, but got {self.limit!r}")
+        if self.bootstrap < 0:
+            raise ValueError(f"Expected `bootstrap` to be 0 or more, but got {self.bootstrap}")
+        if self.template is None:
+            self.template = default_template(self.dataset, self.scoring)
+        kind = get_template(self.template).kind
+        if kind != self.scoring:
+            raise ValueError(
+                f"Template {self.template!r} is a {kind} template; for {self.scoring} scoring use one of: "
+                f"{', '.join(template_names(self.scoring))}"
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "EvalConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"Unknown evaluate option(s) {unknown}; valid ones: {sorted(known)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _pad(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Stack per-question option vectors of different lengths into (n, K_max) plus a presence mask."""
+    width = max(len(r) for r in rows)
+    out = np.zeros((len(rows), width))
+    mask = np.zeros((len(rows), width), dtype=bool)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+        mask[i, : len(r)] = True
+    return out, mask
+
+
+def _prediction_row(record: MCQRecord, probs: np.ndarray) -> dict[str, Any]:
+    pred = int(np.argmax(probs))
+    row: dict[str, Any] = {
+        "id": record.id, "question": record.question, "choices": list(record.choices),
+        "answer": record.answer, "probs": [float(p) for p in probs], "pred": pred,
+        "confidence": float(probs[pred]), "correct": pred == record.answer,
+    }
+    if record.labels:
+        row["labels"] = list(record.labels)
+    if record.meta:
+        row["meta"] = record.meta
+    return row
+
+
+def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: Optional[Callable[[int], None]] = None):
+    """Score ``records`` with an already-loaded model; returns (prediction rows, extra metrics)."""
+    from lab.scoring import score_cloze, score_letter
+
+    template = get_template(cfg.template)
+    prompts = [template.render(r, loaded.tokenizer) for r in records]
+    scorer = score_letter if cfg.scoring == "letter" else score_cloze
+    scores = scorer(loaded.model, loaded.tokenizer, prompts, batch_size=cfg.batch_size, progress=progress)
+    rows = [_prediction_row(r, s.probs) for r, s in zip(records, scores)]
+    extra: dict[str, Any] = {}
+    if cfg.scoring == "letter":
+        for row, s in zip(rows, scores):
+            row["option_vocab_probs"] = [float(p) for p in s.vocab_probs]
+            row["top_tokens"] = [{"token": t, "prob": p} for t, p in s.top_tokens]
+        # The FIRST authors' definition: confidence = full-vocabulary probability of the answer token.
+        vocab, mask = _pad([s.vocab_probs for s in scores])
+        conf = vocab[np.arange(len(rows)), [r["pred"] for r in rows]]
+        correct = np.array([r["correct"] for r in rows])
+        extra["option_mass_mean"] = float(vocab.sum(axis=1).mean())
+        extra["ece_full_vocab"] = metrics.ece(conf, correct, n_bins=cfg.bins)
+    else:
+        for row, s in zip(rows, scores):
+            row["logliks"] = [float(x) for x in s.logliks]
+            row["norm_logliks"] = [float(x) for x in s.norm_logliks]
+            row["pred_norm"] = int(np.argmax(s.norm_logliks))
+        extra["accuracy_norm"] = float(np.mean([r["pred_norm"] == r["answer"] for r in rows]))
+    return rows, extra
+
+
+def compute_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: int) -> dict[str, Any]:
+    """Metrics from prediction rows alone: what ``metrics.json`` holds, recomputable from the file."""
+    probs, mask = _pad([np.asarray(r["probs"]) for r in rows])
+    labels = np.array([r["answer"] for r in rows])
+    return metrics.summarize(probs, labels, n_bins=n_bins, mask=mask, n_boot=n_boot, seed=seed)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run one evaluation end to end and write the run directory ``out``.
+
+    ``progress_factory(total)`` returns a callable advanced by the number of questions scored.
+    """
+    from lab.models import load_model
+
+    out.mkdir(parents=True, exist_ok=True)
+    _write_atomic(out / "config.yaml", yaml.safe_dump({"kind": "evaluate", **cfg.to_dict()}, sort_keys=False))
+    data = load_records(
+        cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject,
+        on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
+    )
+    for problem in data.problems[:5]:
+        log(f"skipped {problem}")
+    if len(data.problems) > 5:
+        log(f"... and {len(data.problems) - 5} more skipped rows")
+    loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype)
+    log(f"scoring {len(data.records)} questions from {data.source} with {cfg.model} ({cfg.scoring}, template {cfg.template})")
+    start = time.perf_counter()
+    progress = progress_factory(len(data.records)) if progress_factory else None
+    rows, extra = score_records(cfg, loaded, data.records, progress)
+    elapsed = time.perf_counter() - start
+    result = {
+        **compute_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed),
+        **extra,
+        "scoring": cfg.scoring, "confidence": CONFIDENCE[cfg.scoring], "template": cfg.template,
+        "model": cfg.model, "adapter": cfg.adapter, "dataset": cfg.dataset, "split": cfg.split,
+        "data_source": data.source, "n_skipped_rows": len(data.problems),
+        "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."),
+        "seconds": round(elapsed, 3), "questions_per_second": round(len(rows) / elapsed, 3) if elapsed else None,
+    }
+    _write_atomic(out / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    _write_atomic(out / "metrics.json", json.dumps(result, indent=2, allow_nan=False) + "\n")
+    return result

@@ -1,0 +1,420 @@
+"""Calibration metrics for multiple-choice answers, as plain numpy functions.
+
+Inputs, everywhere in this module:
+
+- ``probs`` (n, K) float: option probabilities per question. Questions may have different numbers
+  of options; absent options are padded and marked False in ``mask`` (n, K) bool (default: all
+  present). Padded entries are ignored. Rows are *not* required to sum to 1, because the
+  full-vocabulary probability of the answer tokens (the FIRST authors' evaluation) does not.
+- ``labels`` (n,) int: index of the correct option, which must be present.
+- ``conf`` (n,) float in [0, 1] and ``correct`` (n,) bool or 0/1: the confidence of the predicted
+  option and whether it was right (see :func:`predictions`).
+
+Every public function follows the torchmetrics order: argument checks, input checks, compute. All
+binned metrics share one core, :func:`_bin_sums`, so ECE, MCE, the reliability table, the bootstrap
+and cw-ECE cannot drift apart. References: Guo et al. 2017 (ECE), Kull et al. 2019 (cw-ECE),
+Brier 1950, Błasiok & Nakkiran 2023 (smECE); see ``shared/REFERENCE.md`` §1.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+
+Strategy = Literal["width", "mass"]
+STRATEGIES: tuple[str, ...] = ("width", "mass")
+PROB_TOL = 1e-6  # probabilities this far outside [0, 1] are float error and are clipped
+CI_LEVEL = 0.95  # level of the bootstrap interval reported by summarize
+_BOOT_CHUNK = 2**22  # indices drawn per bootstrap chunk: bounds memory at ~100 MB for any n
+
+
+# ---------------------------------------------------------------- argument checks
+def _check_n_bins(n_bins: int) -> None:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise ValueError(f"Expected `n_bins` to be an integer larger than 0, but got {n_bins!r}.")
+
+
+def _check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"Expected `strategy` to be one of {STRATEGIES}, but got {strategy!r}.")
+
+
+def _check_n_boot(n_boot: int, smallest: int) -> None:
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < smallest:
+        raise ValueError(
+            f"Expected `n_boot` to be an integer of at least {smallest}, but got {n_boot!r}."
+        )
+
+
+# ------------------------------------------------------------------- input checks
+def _check_unit_interval(name: str, x: np.ndarray) -> np.ndarray:
+    """Finite values in [0, 1] up to ``PROB_TOL``; returns them clipped into [0, 1]."""
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"Expected `{name}` to contain only finite values, but got NaN or inf.")
+    if x.size and (x.min() < -PROB_TOL or x.max() > 1 + PROB_TOL):
+        raise ValueError(
+            f"Expected `{name}` to be probabilities in [0, 1], but got values from {x.min()} to "
+            f"{x.max()}. Pass probabilities (e.g. a softmax), not logits or percentages."
+        )
+    return np.clip(x, 0.0, 1.0)
+
+
+def _check_conf(conf: Any) -> np.ndarray:
+    """Returns ``conf`` (n,) float64 clipped to [0, 1]."""
+    conf = np.asarray(conf, dtype=np.float64)
+    if conf.ndim != 1 or conf.shape[0] < 1:
+        raise ValueError(f"Expected `conf` to have shape (n,) with n >= 1, but got {conf.shape}.")
+    return _check_unit_interval("conf", conf)
+
+
+def _check_conf_correct(conf: Any, correct: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Returns ``conf`` (n,) float64 clipped to [0, 1] and ``correct`` (n,) float64 of 0/1."""
+    conf, correct = _check_conf(conf), np.asarray(correct)
+    if correct.shape != conf.shape:
+        raise ValueError(
+            f"Expected `correct` to have the shape of `conf` {conf.shape}, but got {correct.shape}."
+        )
+    if correct.dtype.kind not in "biuf" or not np.all((correct == 0) | (correct == 1)):
+        raise ValueError("Expected `correct` to hold booleans or 0/1 values, but got other values.")
+    return conf, correct.astype(np.float64)
+
+
+def _check_probs(probs: Any, mask: Any | None) -> tuple[np.ndarray, np.ndarray]:
+    """Returns ``probs`` (n, K) float64 (padding zeroed, rest clipped) and ``mask`` (n, K) bool."""
+    probs = np.asarray(probs, dtype=np.float64)
+    if probs.ndim != 2 or probs.shape[0] < 1 or probs.shape[1] < 1:
+        raise ValueError(
+            f"Expected `probs` to have shape (n, K) with n, K >= 1, but got {probs.shape}."
+        )
+    mask = np.ones(probs.shape, dtype=bool) if mask is None else np.asarray(mask)
+    if mask.shape != probs.shape or mask.dtype != bool:
+        raise ValueError(
+            f"Expected `mask` to be a bool array of shape {probs.shape}, "
+            f"but got {mask.dtype} {mask.shape}."
+        )
+    empty = np.flatnonzero(~mask.any(axis=1))
+    if empty.size:
+        raise ValueError(
+            f"Expected every question to have a present option, "
+            f"but row {empty[0]} of `mask` is all False."
+        )
+    out = np.zeros_like(probs)
+    out[mask] = _check_unit_interval("probs", probs[mask])
+    return out, mask
+
+
+def _check_labels(labels: Any, mask: np.ndarray) -> np.ndarray:
+    labels = np.asarray(labels)
+    n, k = mask.shape
+    if labels.shape != (n,) or labels.dtype.kind not in "iu":
+        raise ValueError(
+            f"Expected `labels` to be integers of shape ({n},), "
+            f"but got {labels.dtype} {labels.shape}."
+        )
+    bad = np.flatnonzero((labels < 0) | (labels >= k))
+    if bad.size:
+        raise ValueError(
+            f"Expected `labels` in [0, {k - 1}], but got {labels[bad[0]]} at index {bad[0]}."
+        )
+    absent = np.flatnonzero(~mask[np.arange(n), labels])
+    if absent.size:
+        i = absent[0]
+        raise ValueError(
+            f"Expected `labels` to point at present options, "
+            f"but option {labels[i]} of row {i} is masked out."
+        )
+    return labels.astype(np.int64)
+
+
+# ---------------------------------------------------------------------- the core
+def _assign_bins(conf: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
+    """Bin index (n,) of each confidence; see :func:`bin_indices`."""
+    if strategy == "width":
+        edges = np.linspace(0.0, 1.0, n_bins + 1)
+        return np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, n_bins - 1)
+    order = np.argsort(conf, kind="stable")
+    sizes = [len(part) for part in np.array_split(order, n_bins)]
+    bins = np.empty(conf.shape[0], dtype=np.int64)
+    bins[order] = np.repeat(np.arange(n_bins), sizes)
+    return bins
+
+
+def _bin_sums(
+    bins: np.ndarray, conf: np.ndarray, target: np.ndarray, n_bins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-bin count, Σ conf and Σ target for every row of a batch of binnings.
+
+    ``bins`` (..., n) int in [0, n_bins); ``conf`` and ``target`` broadcast to it. Returns three
+    arrays (..., n_bins). Each row is offset by ``row * n_bins`` so one ``bincount`` serves all rows
+    at once: bootstrap replicates and cw-ECE classes need no Python loop.
+    """
+    lead = bins.shape[:-1]
+    rows = math.prod(lead)
+    flat = (bins.reshape(rows, -1) + n_bins * np.arange(rows)[:, None]).ravel()
+
+    def total(weights: np.ndarray | None) -> np.ndarray:
+        w = None if weights is None else np.broadcast_to(weights, bins.shape).ravel()
+        return np.bincount(flat, weights=w, minlength=rows * n_bins).reshape(*lead, n_bins)
+
+    return total(None), total(conf), total(target)
+
+
+def _predict(probs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Argmax (n,) over the present options; the first index wins ties."""
+    return np.where(mask, probs, -np.inf).argmax(axis=1)
+
+
+def _l1_gap(sum_conf: np.ndarray, sum_target: np.ndarray, n: np.ndarray | int) -> np.ndarray:
+    """``Σ_m |B_m|/n · |acc_m − conf_m|`` as ``Σ_m |Σ target − Σ conf| / n``: empty bins add 0."""
+    return np.abs(sum_target - sum_conf).sum(axis=-1) / n
+
+
+# ----------------------------------------------------------------- public metrics
+def predictions(probs: Any, mask: Any | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted option (n,) = argmax over present options (first on ties), and its probability."""
+    probs, mask = _check_probs(probs, mask)
+    pred = _predict(probs, mask)
+    return pred, probs[np.arange(probs.shape[0]), pred]
+
+
+def bin_indices(conf: Any, n_bins: int = 10, strategy: Strategy = "width") -> np.ndarray:
+    """Bin index in [0, n_bins) of each confidence (n,).
+
+    ``"width"``: edges ``np.linspace(0, 1, n_bins + 1)``, bins ``[e_m, e_{m+1})`` with the last bin
+    closed, so a confidence of exactly 1.0 is in bin M-1 (numpy.histogram's convention; torchmetrics
+    instead opens an extra bin for it). Being the linspace floats, an edge such as 0.3 is stored as
+    0.30000000000000004, and a confidence of exactly 0.3 falls in the bin below, as in numpy.
+    ``"mass"``: equal-mass (adaptive) bins: stable sort by confidence and ``np.array_split`` into
+    M groups of as-equal-as-possible size; tied confidences may straddle two bins, and with n < M
+    the last bins are empty.
+    """
+    _check_n_bins(n_bins)
+    _check_strategy(strategy)
+    return _assign_bins(_check_conf(conf), n_bins, strategy)
+
+
+def reliability_table(
+    conf: Any, correct: Any, n_bins: int = 10, strategy: Strategy = "width"
+) -> dict[str, np.ndarray]:
+    """Per-bin rows of a reliability diagram: ``lo, hi, count, conf, acc, gap`` (each (n_bins,)).
+
+    ``gap = conf − acc``: positive means over-confident. Empty bins have count 0 and NaN for
+    conf/acc/gap. For ``"width"`` lo/hi are the bin edges; for ``"mass"`` they are the smallest and
+    largest confidence in the bin (NaN when empty), since those bins have no fixed edges.
+    """
+    _check_n_bins(n_bins)
+    _check_strategy(strategy)
+    conf, correct = _check_conf_correct(conf, correct)
+    bins = _assign_bins(conf, n_bins, strategy)
+    count, sum_conf, sum_acc = _bin_sums(bins, conf, correct, n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_conf, acc = sum_conf / count, sum_acc / count
+    if strategy == "width":
+        edges = np.linspace(0.0, 1.0, n_bins + 1)
+        lo, hi = edges[:-1], edges[1:]
+    else:
+        lo, hi = np.full(n_bins, np.nan), np.full(n_bins, np.nan)
+        np.fmin.at(lo, bins, conf)  # fmin/fmax ignore the NaN start value
+        np.fmax.at(hi, bins, conf)
+    gap = mean_conf - acc
+    return {"lo": lo, "hi": hi, "count": count, "conf": mean_conf, "acc": acc, "gap": gap}
+
+
+def ece(conf: Any, correct: Any, n_bins: int = 10, strategy: Strategy = "width") -> float:
+    """Expected calibration error (Guo et al. 2017): ``Σ_m |B_m|/n · |acc(B_m) − conf(B_m)|``.
+
+    ``strategy="mass"`` uses equal-mass bins (the adaptive ECE), which keeps every bin populated
+    when confidences pile up near 1. Binned ECE is biased upward at small n: report n beside it,
+    or better :func:`ece_bootstrap`.
+
+    >>> ece([0.75, 0.75, 0.75, 0.75], [1, 1, 1, 0])
+    0.0
+    >>> ece([1.0, 1.0], [0, 0])
+    1.0
+    """
+    _check_n_bins(n_bins)
+    _check_strategy(strategy)
+    conf, correct = _check_conf_correct(conf, correct)
+    _, sum_conf, sum_acc = _bin_sums(_assign_bins(conf, n_bins, strategy), conf, correct, n_bins)
+    return float(_l1_gap(sum_conf, sum_acc, conf.shape[0]))
+
+
+def mce(conf: Any, correct: Any, n_bins: int = 10) -> float:
+    """Maximum calibration error: ``max_m |acc(B_m) − conf(B_m)|`` over non-empty width bins.
+
+    The worst bin, whatever its size: it matters where any error is costly, but is noisy at small n.
+    """
+    _check_n_bins(n_bins)
+    conf, correct = _check_conf_correct(conf, correct)
+    count, sum_conf, sum_acc = _bin_sums(_assign_bins(conf, n_bins, "width"), conf, correct, n_bins)
+    full = count > 0
+    return float(np.max(np.abs(sum_acc[full] - sum_conf[full]) / count[full]))
+
+
+def classwise_ece(probs: Any, labels: Any, n_bins: int = 10, mask: Any | None = None) -> float:
+    """Class-wise ECE (Kull et al. 2019), with equal-width bins of each class probability p_c.
+
+    ``cw-ECE = 1/|C| · Σ_c Σ_m |B_cm|/n_c · |freq(y = c in B_cm) − mean p_c in B_cm|``
+
+    where ``n_c`` is the number of questions in which option c is present and ``C`` the classes
+    present in at least one question. Normalising by ``n_c`` rather than n makes each class term a
+    proper ECE of its own binary problem, so a rarely offered option (say E in a mix of 4- and
+    5-option questions) is neither diluted nor ignored. With all K options always present,
+    ``n_c = n`` and this is the textbook ``Σ_c Σ_m |B_cm|/n · (…) / K``.
+    """
+    _check_n_bins(n_bins)
+    probs, mask = _check_probs(probs, mask)
+    labels = _check_labels(labels, mask)
+    k = probs.shape[1]
+    p = probs.T  # (K, n)
+    target = (np.arange(k)[:, None] == labels[None, :]).astype(np.float64)  # (K, n)
+    # absent options go to an extra bin n_bins, dropped below: one vectorised pass for all classes
+    bins = np.where(mask.T, _assign_bins(p.ravel(), n_bins, "width").reshape(p.shape), n_bins)
+    count, sum_p, sum_y = (a[:, :n_bins] for a in _bin_sums(bins, p, target, n_bins + 1))
+    n_c = count.sum(axis=1)
+    offered = n_c > 0
+    return float(np.mean(_l1_gap(sum_p[offered], sum_y[offered], n_c[offered])))
+
+
+def brier(probs: Any, labels: Any, mask: Any | None = None) -> float:
+    """Multi-class Brier score (Brier 1950): mean over questions of ``Σ_c (p_c − 1[c = y])²``.
+
+    Summed over the present options, so it ranges from 0 (certain and right) to 2 (certain and
+    wrong). This is the original definition; for K = 2 it is twice sklearn's binary
+    ``brier_score_loss``, which scores only the positive class.
+    """
+    probs, mask = _check_probs(probs, mask)
+    labels = _check_labels(labels, mask)
+    onehot = np.arange(probs.shape[1])[None, :] == labels[:, None]  # (n, K)
+    # padding is zeroed by _check_probs and never the label, so it adds nothing to the sum
+    return float(np.mean(np.sum((probs - onehot) ** 2, axis=1)))
+
+
+def nll(probs: Any, labels: Any, eps: float = 1e-12) -> float:
+    """Negative log-likelihood of the correct option: mean of ``−log(max(p_y, eps))``.
+
+    The clip keeps one question with p_y = 0 (possible after quantisation, top-k truncation or
+    underflow) from making the mean infinite; it then contributes ``−log(eps)`` ≈ 27.6 nats.
+    """
+    if not (isinstance(eps, (int, float)) and 0 < eps < 1):
+        raise ValueError(f"Expected `eps` to be a float in (0, 1), but got {eps!r}.")
+    probs, mask = _check_probs(probs, None)
+    labels = _check_labels(labels, mask)
+    p_y = probs[np.arange(probs.shape[0]), labels]
+    return float(np.mean(-np.log(np.maximum(p_y, eps))))
+
+
+def accuracy(probs: Any, labels: Any, mask: Any | None = None) -> float:
+    """Fraction of questions whose predicted option (see :func:`predictions`) is the correct one."""
+    probs, mask = _check_probs(probs, mask)
+    labels = _check_labels(labels, mask)
+    return float(np.mean(_predict(probs, mask) == labels))
+
+
+def trust(accuracy: float, ece: float) -> float:
+    """FIRST's trust score ``Acc − ECE``: rewards being right and knowing how right.
+
+    Pass both as fractions or both as percentages.
+    """
+    return float(accuracy) - float(ece)
+
+
+def smooth_ece(conf: Any, correct: Any) -> float:
+    """Smooth ECE (Błasiok & Nakkiran 2023) via ``relplot.smECE(f, y)``: a bin-free, consistent
+    calibration error that kernel-smooths the residual ``conf − correct`` with a bandwidth chosen
+    automatically (the fixed point σ = smECE_σ).
+    """
+    conf, correct = _check_conf_correct(conf, correct)
+    import relplot  # lazy: relplot imports matplotlib and seaborn, seconds of start-up
+
+    return float(relplot.smECE(conf, correct))
+
+
+def ece_bootstrap(
+    conf: Any,
+    correct: Any,
+    n_bins: int = 10,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int | None = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval ``(low, high)`` for the equal-width ECE.
+
+    Resamples the n (conf, correct) pairs with replacement ``n_boot`` times and takes the
+    ``(1 ∓ level)/2`` quantiles of the replicate ECEs. Each sample keeps its bin, so all
+    replicates of a chunk are binned by one offset ``bincount``; chunks bound memory for large n.
+    Deterministic for a given ``seed`` (``np.random.default_rng``). ECE is biased upward, and its
+    replicates more so (they add resampling noise to sampling noise, and |·| turns noise into
+    error), so for a well-calibrated model the interval can lie wholly above the point ECE: read
+    it as the sampling noise of the estimate, not as an interval for the true calibration error.
+    """
+    _check_n_bins(n_bins)
+    _check_n_boot(n_boot, 1)
+    if not (isinstance(level, (int, float)) and 0 < level < 1):
+        raise ValueError(f"Expected `level` to be a float in (0, 1), but got {level!r}.")
+    conf, correct = _check_conf_correct(conf, correct)
+    n = conf.shape[0]
+    bins = _assign_bins(conf, n_bins, "width")
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _BOOT_CHUNK // n)
+    replicates = []
+    for start in range(0, n_boot, chunk):
+        idx = rng.integers(0, n, size=(min(chunk, n_boot - start), n))  # (B, n)
+        _, sum_conf, sum_acc = _bin_sums(bins[idx], conf[idx], correct[idx], n_bins)
+        replicates.append(_l1_gap(sum_conf, sum_acc, n))  # (B,)
+    low, high = np.quantile(np.concatenate(replicates), [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def _json_float(x: float) -> float | None:
+    return None if not np.isfinite(x) else float(x)
+
+
+def summarize(
+    probs: Any,
+    labels: Any,
+    n_bins: int = 10,
+    mask: Any | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """All metrics of one evaluation as a JSON-ready dict (plain floats, ints, lists; NaN → None).
+
+    Keys: ``n, accuracy, ece, ece_equal_mass, mce, cw_ece, brier, nll, trust, smece, ece_ci_low,
+    ece_ci_high, ece_ci_level, n_bins, reliability`` (one dict per equal-width bin). With
+    ``n_boot=0`` the bootstrap is skipped and the three ``ece_ci_*`` values are None.
+    """
+    _check_n_bins(n_bins)
+    _check_n_boot(n_boot, 0)
+    probs, mask = _check_probs(probs, mask)
+    labels = _check_labels(labels, mask)
+    pred, conf = predictions(probs, mask)
+    correct = pred == labels
+    acc, err = float(np.mean(correct)), ece(conf, correct, n_bins)
+    low, high, level = None, None, None
+    if n_boot > 0:
+        low, high = ece_bootstrap(conf, correct, n_bins, n_boot, CI_LEVEL, seed)
+        level = CI_LEVEL
+    table = reliability_table(conf, correct, n_bins)
+    reliability = [
+        {key: int(col[m]) if key == "count" else _json_float(col[m]) for key, col in table.items()}
+        for m in range(n_bins)
+    ]
+    return {
+        "n": int(conf.shape[0]),
+        "accuracy": acc,
+        "ece": err,
+        "ece_equal_mass": ece(conf, correct, n_bins, "mass"),
+        "mce": mce(conf, correct, n_bins),
+        "cw_ece": classwise_ece(probs, labels, n_bins, mask),
+        "brier": brier(probs, labels, mask),
+        "nll": nll(probs, labels),
+        "trust": trust(acc, err),
+        "smece": smooth_ece(conf, correct),
+        "ece_ci_low": low,
+        "ece_ci_high": high,
+        "ece_ci_level": level,
+        "n_bins": int(n_bins),
+        "reliability": reliability,
+    }

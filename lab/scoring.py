@@ -1,0 +1,214 @@
+"""Score multiple-choice prompts with a causal LM: ``letter`` and ``cloze`` modes.
+
+``letter`` (REFERENCE.md §1): one forward pass per question; at the answer position take the
+logits of the option tokens (tokenised in context) and softmax over them. We also keep the
+full-vocabulary probability of each option token and the model's top-5 tokens there, since a
+renormalised confidence means little when the options hold 2 % of the mass.
+
+``cloze`` (lm-evaluation-harness's ``acc`` / ``acc_norm``): the sum of log-probabilities of each
+option's text after the context, and that sum divided by the option's length in characters. The
+context is run once per question; its KV cache is then shared by all of that question's options,
+so a question with K options costs one context pass plus K short continuation passes instead of K
+full passes.
+
+In both modes the language-model head (vocabulary × hidden, the largest matmul for small models)
+is applied only at the positions whose predictions we read (``logits_to_keep``), questions are
+batched longest-first to waste little padding, and results come back in the input order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from lab.templates import Prompt
+
+Progress = Optional[Callable[[int], None]]
+TOP_K = 5
+
+
+class ScoringError(ValueError):
+    """A prompt that cannot be scored as asked (e.g. two options share their first token)."""
+
+
+@dataclass
+class LetterScore:
+    probs: np.ndarray  # (K,) softmax over the option tokens' logits
+    vocab_probs: np.ndarray  # (K,) full-vocabulary probability of each option token
+    top_tokens: list[tuple[str, float]]  # model's TOP_K tokens at the answer position
+    option_token_ids: list[int]
+
+
+@dataclass
+class ClozeScore:
+    probs: np.ndarray  # (K,) softmax over the summed log-likelihoods (confidence for ``acc``)
+    logliks: np.ndarray  # (K,) Σ log p(option tokens | context)
+    norm_logliks: np.ndarray  # (K,) logliks / option length in characters (``acc_norm``)
+    n_tokens: np.ndarray  # (K,) option length in tokens
+
+
+def _encode(tokenizer, texts: list[str], chat: bool) -> list[list[int]]:
+    # A chat-rendered prompt already holds its special tokens; plain prompts get the
+    # tokenizer's own (e.g. Llama's BOS), as the model saw in training.
+    return tokenizer(texts, add_special_tokens=not chat)["input_ids"]
+
+
+def _split_pairs(tokenizer, prompt: Prompt, strict: bool = False) -> tuple[list[int], list[list[int]]]:
+    """Context ids and each option's continuation ids, tokenised in context.
+
+    As lm-evaluation-harness does: encode context + option whole and take what follows the
+    context's own tokens, so an option is split the way the model would see it after the prompt.
+    A trailing space of the context moves to the options (most tokenizers glue it to the next word);
+    a trailing newline stays, since it is its own token and moving it would make every option start
+    with it. ``strict`` refuses a split where the option's tokens merge into the context's last token,
+    which would score the wrong position (letter scoring needs the exact answer position).
+    """
+    text, options = prompt.text, list(prompt.options)
+    stripped = text.rstrip(" ")
+    if stripped != text:
+        options = [text[len(stripped):] + o for o in options]
+        text = stripped
+    context, *wholes = _encode(tokenizer, [text] + [text + o for o in options], prompt.chat)
+    continuations = []
+    for option, whole in zip(prompt.options, wholes):
+        cont = whole[len(context):]
+        if strict and whole[: len(context)] != context:
+            raise ScoringError(
+                f"option {option!r} merges with the end of the prompt {text[-40:]!r} when tokenised; "
+                "end the template's prompt where a new token starts (e.g. after '(' or ':')"
+            )
+        if not cont:
+            raise ScoringError(f"option {option!r} adds no token after the prompt {text[-40:]!r}")
+        continuations.append(cont)
+    return context, continuations
+
+
+def _order(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Index batches, longest first, so each batch pads to similar lengths."""
+    if batch_size < 1:
+        raise ValueError(f"Expected `batch_size` to be an integer larger than 0, but got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+def _left_padded(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B, T) ids, mask and position ids, padded on the left so every row ends at column T-1."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, s in enumerate(seqs):
+        ids[row, width - len(s) :] = torch.tensor(s)
+        mask[row, width - len(s) :] = 1
+    # Explicit positions: real tokens count from 0 whatever the padding (absolute-position models need it).
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.inference_mode()
+def score_letter(
+    model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None
+) -> list[LetterScore]:
+    """Score each prompt's options as the next token; one forward pass per question."""
+    encoded = [_split_pairs(tokenizer, p, strict=True) for p in prompts]
+    option_ids = []
+    for prompt, (_, conts) in zip(prompts, encoded):
+        first = [c[0] for c in conts]
+        if len(set(first)) != len(first):
+            raise ScoringError(
+                f"options {prompt.options} share a first token after the prompt; letter scoring needs "
+                "distinct option tokens (use cloze scoring for option texts)"
+            )
+        option_ids.append(first)
+    results: list[Optional[LetterScore]] = [None] * len(prompts)
+    device = _device(model)
+    for batch in _order([len(encoded[i][0]) for i in range(len(prompts))], batch_size):
+        ids, mask, pos = _left_padded([encoded[i][0] for i in batch], _pad_id(tokenizer), device)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=False).logits
+        logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (B, V)
+        top_lp, top_ids = logp.topk(TOP_K, dim=-1)  # (B, TOP_K)
+        for row, i in enumerate(batch):
+            cand = torch.tensor(option_ids[i], device=device)
+            opt_lp = logp[row, cand]  # (K,)
+            results[i] = LetterScore(
+                probs=torch.softmax(opt_lp, dim=-1).cpu().numpy(),
+                vocab_probs=opt_lp.exp().cpu().numpy(),
+                top_tokens=[
+                    (tokenizer.decode([t]), float(p)) for t, p in zip(top_ids[row].tolist(), top_lp[row].exp().tolist())
+                ],
+                option_token_ids=option_ids[i],
+            )
+        if progress:
+            progress(len(batch))
+    return results  # type: ignore[return-value]
+
+
+@torch.inference_mode()
+def score_cloze(
+    model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None
+) -> list[ClozeScore]:
+    """Log-likelihood of each option's text after the context; ``batch_size`` counts questions."""
+    encoded = [_split_pairs(tokenizer, p) for p in prompts]
+    results: list[Optional[ClozeScore]] = [None] * len(prompts)
+    device = _device(model)
+    pad = _pad_id(tokenizer)
+    lengths = [len(ctx) + max(len(c) for c in conts) for ctx, conts in encoded]
+    for batch in _order(lengths, batch_size):
+        contexts = [encoded[i][0] for i in batch]
+        ids, mask, pos = _left_padded(contexts, pad, device)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=True)
+        first_lp = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)  # (B, V): predicts each option's 1st token
+        # One row per (question, option): the option's tokens after the first, fed on the shared cache.
+        rows = [(b, cont) for b, i in enumerate(batch) for cont in encoded[i][1]]
+        owner = torch.tensor([b for b, _ in rows], device=device)
+        lls = [float(first_lp[b, cont[0]]) for b, cont in rows]
+        width = max(len(cont) for _, cont in rows) - 1
+        if width > 0:
+            cache = out.past_key_values
+            cache.batch_select_indices(owner)  # (B, …) → (R, …): each option row gets its question's context
+            inp = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
+            keep = torch.zeros((len(rows), width), dtype=torch.bool, device=device)
+            for r, (_, cont) in enumerate(rows):
+                inp[r, : len(cont) - 1] = torch.tensor(cont[:-1], device=device)
+                keep[r, : len(cont) - 1] = True
+            ctx_len = mask.sum(-1)[owner]  # (R,)
+            step_mask = torch.cat([mask[owner], keep.long()], dim=1)
+            step_pos = ctx_len[:, None] + torch.arange(width, device=device)[None, :]
+            logits = model(
+                input_ids=inp, attention_mask=step_mask, position_ids=step_pos,
+                past_key_values=cache, logits_to_keep=keep, use_cache=True,
+            ).logits  # (Σ kept positions, V), row-major over `keep`
+            logp = torch.log_softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)
+            targets = torch.cat([torch.tensor(cont[1:], device=device) for _, cont in rows if len(cont) > 1])
+            token_lp = logp.gather(1, targets[:, None]).squeeze(1).tolist()
+            cursor = 0
+            for r, (_, cont) in enumerate(rows):
+                lls[r] += sum(token_lp[cursor : cursor + len(cont) - 1])
+                cursor += len(cont) - 1
+        r = 0
+        for i in batch:
+            k = len(prompts[i].options)
+            ll = np.array(lls[r : r + k])
+            r += k
+            chars = np.array([max(len(o.removeprefix(" ")), 1) for o in prompts[i].options], dtype=float)
+            results[i] = ClozeScore(
+                probs=_softmax(ll), logliks=ll, norm_logliks=ll / chars,
+                n_tokens=np.array([len(c) for c in encoded[i][1]]),
+            )
+        if progress:
+            progress(len(batch))
+    return results  # type: ignore[return-value]
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = np.exp(x - x.max())
+    return z / z.sum()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install PyTorch into the given interpreter's environment without dragging in CUDA wheels
+# on a machine that has no NVIDIA GPU (an unpinned `pip install torch` pulls several GB).
+set -euo pipefail
+py="$1"
+version="${TORCH_VERSION:-2.13.0}"
+if "$py" -c "import torch" 2>/dev/null; then
+  exit 0
+fi
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  "$py" -m pip install -qq "torch==$version"
+elif ! "$py" -m pip install -qq "torch==$version+cpu" 2>/dev/null; then
+  # No local CPU wheel: PyTorch's own CPU-only index.
+  "$py" -m pip install -qq "torch==$version+cpu" --index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+fi

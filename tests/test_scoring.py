@@ -1,0 +1,77 @@
+"""Scoring against a naive reference: one unpadded, uncached, full-logit forward per sequence."""
+import numpy as np
+import pytest
+import torch
+
+from lab.data.record import MCQRecord
+from lab.scoring import ScoringError, _split_pairs, score_cloze, score_letter
+from lab.templates import Prompt, get_template
+
+
+def _naive_logprobs(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)  # (T, V)
+
+
+@pytest.mark.parametrize("template", ["first", "cft_chat", "mmlu"])
+def test_letter_matches_naive_forward_and_is_batch_invariant(bundled, arc_records, template):
+    prompts = [get_template(template).render(r, bundled.tokenizer) for r in arc_records]
+    batched = score_letter(bundled.model, bundled.tokenizer, prompts, batch_size=4)
+    single = score_letter(bundled.model, bundled.tokenizer, prompts, batch_size=1)
+    for prompt, b, s in zip(prompts, batched, single):
+        np.testing.assert_allclose(b.probs, s.probs, atol=1e-4)
+        context, conts = _split_pairs(bundled.tokenizer, prompt, strict=True)
+        logp = _naive_logprobs(bundled.model, context)[-1]  # (V,)
+        ids = [c[0] for c in conts]
+        np.testing.assert_allclose(b.vocab_probs, logp[ids].exp().numpy(), atol=1e-4)
+        np.testing.assert_allclose(b.probs, torch.softmax(logp[ids], -1).numpy(), atol=1e-4)
+        assert b.probs.sum() == pytest.approx(1.0, abs=1e-6)
+        top_p = [p for _, p in b.top_tokens]
+        assert len(top_p) == 5 and top_p == sorted(top_p, reverse=True)
+        assert top_p[0] == pytest.approx(logp.exp().max().item(), abs=1e-4)
+
+
+def test_letter_tokens_are_taken_in_context(bundled):
+    record = MCQRecord("q", "Pick one.", ("x", "y"), 0, "custom")
+    paren = score_letter(bundled.model, bundled.tokenizer, [get_template("first").render(record, None)])[0]
+    colon = score_letter(bundled.model, bundled.tokenizer, [get_template("mmlu").render(record, None)])[0]
+    tok = bundled.tokenizer
+    assert paren.option_token_ids == [tok.convert_tokens_to_ids("A"), tok.convert_tokens_to_ids("B")]
+    assert colon.option_token_ids == tok(" A B")["input_ids"]  # " A" after "Answer:", not "A"
+    assert paren.option_token_ids != colon.option_token_ids
+
+
+def test_cloze_matches_naive_full_sequence_loglik(bundled, arc_records):
+    prompts = [get_template("cloze_qa").render(r, None) for r in arc_records]
+    scores = score_cloze(bundled.model, bundled.tokenizer, prompts, batch_size=3)
+    for prompt, score in zip(prompts, scores):
+        context, conts = _split_pairs(bundled.tokenizer, prompt)
+        for k, cont in enumerate(conts):
+            logp = _naive_logprobs(bundled.model, context + cont)
+            ref = sum(logp[len(context) - 1 + j, t].item() for j, t in enumerate(cont))
+            assert score.logliks[k] == pytest.approx(ref, abs=2e-3)
+            assert score.norm_logliks[k] == pytest.approx(ref / len(prompt.options[k].removeprefix(" ")), abs=1e-4)
+            assert score.n_tokens[k] == len(cont)
+        np.testing.assert_allclose(score.probs, torch.softmax(torch.tensor(score.logliks), 0).numpy(), atol=1e-6)
+    single = score_cloze(bundled.model, bundled.tokenizer, prompts, batch_size=1)
+    for a, b in zip(scores, single):
+        np.testing.assert_allclose(a.logliks, b.logliks, atol=2e-3)
+
+
+def test_cloze_handles_single_token_options(bundled):
+    prompt = Prompt("The sky is", (" blue", " green"))
+    score = score_cloze(bundled.model, bundled.tokenizer, [prompt])[0]
+    logp = _naive_logprobs(bundled.model, bundled.tokenizer("The sky is")["input_ids"])[-1]
+    expected = [logp[bundled.tokenizer(w)["input_ids"][0]].item() for w in (" blue", " green")]
+    np.testing.assert_allclose(score.logliks, expected, atol=1e-4)
+    assert score.probs[0] > score.probs[1]
+
+
+def test_letter_refuses_options_sharing_a_first_token(bundled):
+    with pytest.raises(ScoringError, match="share a first token"):
+        score_letter(bundled.model, bundled.tokenizer, [Prompt("Answer:", (" yes indeed", " yes no"))])
+
+
+def test_batch_size_must_be_positive(bundled):
+    with pytest.raises(ValueError, match="batch_size"):
+        score_letter(bundled.model, bundled.tokenizer, [Prompt("Q (", ("A", "B"))], batch_size=0)
