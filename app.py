@@ -9,6 +9,7 @@ it then requires a login, given as ``CALIBRATION_LAB_AUTH=user:password``.
 from __future__ import annotations
 
 import argparse
+import html
 import ipaddress
 import json
 import os
@@ -38,7 +39,9 @@ def runs_table(root: Path = RUNS) -> pd.DataFrame:
 
 
 def catalogue() -> str:
-    templates = "\n".join(f"- `{t}` ({TEMPLATES.get(t).kind}): {TEMPLATES.get(t).description}" for t in TEMPLATES)
+    templates = "\n".join(
+        f"- `{t}` ({TEMPLATES.get(t).kind}): {html.escape(TEMPLATES.get(t).description)}" for t in TEMPLATES
+    )
     return f"**Datasets:** {', '.join(f'`{d}`' for d in dataset_names())}\n\n**Templates:**\n{templates}"
 
 

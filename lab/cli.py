@@ -2,7 +2,8 @@
 
 Flags are generated from ``EvalConfig``'s fields so the defaults and help live in one place.
 Bad input (unknown dataset or model, malformed file, wrong option) ends with one line on stderr
-and exit code 2; only a bug in the lab itself shows a traceback.
+and exit code 2, running out of memory with exit code 3; only a bug in the lab itself shows a
+traceback.
 """
 from __future__ import annotations
 
@@ -58,7 +59,9 @@ def _progress_bar(total: int):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = vars(build_parser().parse_args(argv))
-    command, out = args.pop("command"), args.pop("out")
+    args.pop("command")  # "evaluate", the one command so far
+    out = args.pop("out")
+    import torch
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # ours is the one progress bar on stderr
@@ -69,14 +72,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except MemoryError:
-        print("error: out of memory; lower --batch-size or --limit", file=sys.stderr)
+    except (MemoryError, torch.OutOfMemoryError):
+        print(f"error: out of memory at --batch-size {args['batch_size']}; lower it (or use a smaller "
+              "--dtype such as bfloat16 on a GPU)", file=sys.stderr)
         return 3
-    except Exception as e:  # noqa: BLE001 - a CUDA OOM is a RuntimeError subclass in torch
-        if type(e).__name__ == "OutOfMemoryError":
-            print(f"error: GPU out of memory at --batch-size {args['batch_size']}; lower it", file=sys.stderr)
-            return 3
-        raise
     keys = ("n", "accuracy", "ece", "cw_ece", "mce", "brier", "nll", "trust")
     print(" ".join(f"{k}={result[k]:.4f}" if isinstance(result[k], float) else f"{k}={result[k]}" for k in keys))
     print(f"wrote {out}/metrics.json and {out}/predictions.jsonl", file=sys.stderr)

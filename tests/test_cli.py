@@ -1,12 +1,15 @@
 """``python -m lab evaluate`` end to end on the bundled model, and its bad-input paths."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
-import numpy as np
 import pytest
 
 from lab.cli import main
 from lab.evaluate import EvalConfig
 
+REPO = Path(__file__).resolve().parents[1]
 REQUIRED = {"n", "accuracy", "ece", "cw_ece", "mce", "brier", "nll", "trust", "n_bins", "scoring", "model", "dataset"}
 
 
@@ -17,24 +20,6 @@ def _run(tmp_path, shared_data, *extra):
     return main(argv), out
 
 
-def _independent_metrics(rows, n_bins):
-    """Recompute from predictions.jsonl with torchmetrics and explicit formulas."""
-    import torch
-    from torchmetrics.functional.classification import multiclass_calibration_error
-
-    width = max(len(r["probs"]) for r in rows)
-    probs = np.array([r["probs"] + [0.0] * (width - len(r["probs"])) for r in rows])
-    y = np.array([r["answer"] for r in rows])
-    onehot = np.eye(width)[y]
-    return {
-        "accuracy": float(np.mean(probs.argmax(1) == y)),
-        "ece": float(multiclass_calibration_error(torch.tensor(probs), torch.tensor(y), num_classes=width,
-                                                  n_bins=n_bins, norm="l1")),
-        "brier": float(np.mean(((probs - onehot) ** 2).sum(1))),
-        "nll": float(np.mean(-np.log(probs[np.arange(len(y)), y]))),
-    }
-
-
 @pytest.mark.parametrize("scoring", ["letter", "cloze"])
 def test_evaluate_writes_metrics_that_match_an_independent_recomputation(tmp_path, shared_data, scoring, capsys):
     code, out = _run(tmp_path, shared_data, "--scoring", scoring, "--bins", "5")
@@ -43,8 +28,14 @@ def test_evaluate_writes_metrics_that_match_an_independent_recomputation(tmp_pat
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert REQUIRED <= set(metrics) and metrics["n"] == len(rows) == 8
     assert metrics["scoring"] == scoring and metrics["n_bins"] == 5 and metrics["dataset"] == "arc_challenge"
-    for key, value in _independent_metrics(rows, 5).items():
-        assert metrics[key] == pytest.approx(value, abs=1e-6), key
+    check = subprocess.run([sys.executable, str(REPO / "scripts" / "check_metrics.py"), str(out)],
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout.rstrip().endswith("agree"), check.stdout + check.stderr
+    metrics["brier"] += 1e-4  # the checker must notice a wrong figure
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    tampered = subprocess.run([sys.executable, str(REPO / "scripts" / "check_metrics.py"), str(out)],
+                              capture_output=True, text=True)
+    assert tampered.returncode == 1 and "DISAGREE" in tampered.stdout
     assert metrics["trust"] == pytest.approx(metrics["accuracy"] - metrics["ece"])
     for row in rows:
         assert {"id", "question", "choices", "answer", "probs", "pred", "confidence", "correct"} <= set(row)
@@ -87,3 +78,16 @@ def test_malformed_custom_file_is_rejected_with_file_and_line(tmp_path, capsys):
 def test_config_rejects_unknown_keys():
     with pytest.raises(ValueError, match="Unknown evaluate option"):
         EvalConfig.from_dict({"modle": "bundled"})
+
+
+def test_out_of_memory_is_reported_not_raised(tmp_path, monkeypatch, capsys):
+    import torch
+
+    import lab.cli
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(lab.cli, "evaluate", oom)
+    assert main(["evaluate", "--batch-size", "64", "--out", str(tmp_path / "run")]) == 3
+    assert "out of memory at --batch-size 64" in capsys.readouterr().err
