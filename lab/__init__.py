@@ -1,0 +1,1 @@
+"""Calibration Lab science library: models, data, templates, scoring, metrics, evaluation."""

@@ -124,7 +124,7 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
             row["option_vocab_probs"] = [float(p) for p in s.vocab_probs]
             row["top_tokens"] = [{"token": t, "prob": p} for t, p in s.top_tokens]
         # The FIRST authors' definition: confidence = full-vocabulary probability of the answer token.
-        vocab, mask = _pad([s.vocab_probs for s in scores])
+        vocab, _ = _pad([s.vocab_probs for s in scores])
         conf = vocab[np.arange(len(rows)), [r["pred"] for r in rows]]
         correct = np.array([r["correct"] for r in rows])
         extra["option_mass_mean"] = float(vocab.sum(axis=1).mean())
