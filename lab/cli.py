@@ -1,4 +1,4 @@
-"""``python -m lab evaluate …``: the command-line face of the lab.
+"""``python -m lab evaluate …`` and ``python -m lab run CONFIG.yaml``: the lab's command line.
 
 Flags are generated from ``EvalConfig``'s fields so the defaults and help live in one place.
 Bad input (unknown dataset or model, malformed file, wrong option) ends with one line on stderr
@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="accuracy and calibration of a model on a multiple-choice dataset")
     _add_config_flags(ev, EvalConfig)
     ev.add_argument("--out", type=Path, default=None, help="run directory (default: runs/evaluate-<time>)")
+    rn = sub.add_parser("run", help="run a job config (YAML with `kind` and its fields), as the job system does")
+    rn.add_argument("config", type=Path)
+    rn.add_argument("--run-dir", type=Path, default=None, help="default: the config's directory")
     return parser
 
 
@@ -59,12 +62,15 @@ def _progress_bar(total: int):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = vars(build_parser().parse_args(argv))
-    args.pop("command")  # "evaluate", the one command so far
-    out = args.pop("out")
     import torch
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # ours is the one progress bar on stderr
+    if args.pop("command") == "run":
+        from lab.run import run
+
+        return run(args["config"], args["run_dir"] or args["config"].resolve().parent)
+    out = args.pop("out")
     try:
         cfg = EvalConfig.from_dict(args)
         out = out or Path("runs") / f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 from lab import metrics
-from lab.data import load_records
+from lab.data import DATASETS, load_records
 from lab.data.record import MCQRecord
 from lab.templates import get_template, template_names, default_template
 
@@ -63,6 +63,7 @@ class EvalConfig:
             raise ValueError(f"Expected `limit` to be a positive integer or unset, but got {self.limit!r}")
         if self.bootstrap < 0:
             raise ValueError(f"Expected `bootstrap` to be 0 or more, but got {self.bootstrap}")
+        DATASETS.get(self.dataset)  # unknown names fail here, at submit time, with the valid ones listed
         if self.template is None:
             self.template = default_template(self.dataset, self.scoring)
         kind = get_template(self.template).kind

@@ -1,0 +1,160 @@
+"""``python -m jobs``: submit, list, show, cancel, follow logs, and serve the queue, headless.
+
+It works on the same store as the app (``--root``, default ``$CALIBRATION_LAB_RUNS`` or
+``runs``), so scripts and servers without a browser see and steer the same jobs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional, Sequence
+
+import yaml
+
+from lab.events import EVENTS_FILE, read_events
+from jobs import failures
+from jobs.scheduler import Scheduler, cancel
+from jobs.store import ConfigError, Job, JobStore
+
+DEFAULT_ROOT = Path(os.environ.get("CALIBRATION_LAB_RUNS", "runs"))
+
+
+def _when(t: Optional[float]) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+def _elapsed(job: Job) -> str:
+    if not job.started:
+        return "-"
+    return f"{(job.finished or time.time()) - job.started:.0f}s"
+
+
+def cmd_submit(store: JobStore, args) -> int:
+    try:
+        config = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
+        job = store.submit(config, gpus=args.gpus)
+    except (OSError, yaml.YAMLError, ConfigError) as e:
+        print(f"error: {args.config}: {e}", file=sys.stderr)
+        return 2
+    print(job.id)
+    return 0
+
+
+def cmd_list(store: JobStore, args) -> int:
+    print(f"{'id':>5}  {'kind':<10} {'status':<12} {'devices':<8} {'elapsed':>8}  {'created':<19}  error")
+    for job in store.list(tuple(args.status) if args.status else None):
+        print(f"{job.id:>5}  {job.kind:<10} {job.status:<12} {job.devices or '-':<8} {_elapsed(job):>8}  "
+              f"{_when(job.created):<19}  {job.error or ''}")
+    return 0
+
+
+def cmd_show(store: JobStore, args) -> int:
+    job = store.get(args.id)
+    for key in ("id", "kind", "status", "gpus", "devices", "pid", "run_dir", "error"):
+        print(f"{key:>10}: {getattr(job, key)}")
+    for key in ("created", "started", "finished"):
+        print(f"{key:>10}: {_when(getattr(job, key))}")
+    print("config:\n" + "\n".join("  " + line for line in job.config.splitlines()))
+    events, _ = read_events(Path(job.run_dir) / EVENTS_FILE)
+    print("last events:")
+    for event in events[-5:]:
+        print(f"  {event}")
+    if job.status == "failed":
+        print("log tail:\n" + failures.log_tail(Path(job.run_dir), 15))
+    return 0
+
+
+def cmd_cancel(store: JobStore, args) -> int:
+    job = cancel(store, args.id, grace=args.grace)
+    print(f"job {job.id}: {job.status}")
+    return 0
+
+
+def cmd_logs(store: JobStore, args) -> int:
+    path = Path(store.get(args.id).run_dir) / failures.LOG_FILE
+    offset = 0
+    while True:
+        if path.exists():
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            offset += len(chunk)
+            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+            sys.stdout.flush()
+        if not args.follow or store.get(args.id).status not in ("queued", "running"):
+            return 0
+        time.sleep(0.5)
+
+
+def cmd_clone(store: JobStore, args) -> int:
+    print(store.clone(args.id).id)
+    return 0
+
+
+def cmd_move(store: JobStore, args) -> int:
+    store.move(args.id, args.offset)
+    return 0
+
+
+def cmd_serve(store: JobStore, args) -> int:
+    gpus = [int(g) for g in args.gpus.split(",") if g] if args.gpus is not None else None
+    scheduler = Scheduler(store, gpus=gpus, cpu_slots=args.cpu_slots)
+    stop = threading.Event()
+    # Stopping the server leaves running jobs alone: they are their own sessions and keep going.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"serving {store.path}: GPUs {scheduler.gpus or 'none'}, {args.cpu_slots} CPU slot(s)", flush=True)
+    scheduler.run_forever(stop, interval=args.interval)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m jobs", description="Calibration Lab job queue")
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="store and run directories (%(default)s)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("submit", help="queue a job config (YAML with `kind`)")
+    p.add_argument("config")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs the job needs (0: a CPU job)")
+    p.set_defaults(fn=cmd_submit)
+    p = sub.add_parser("list", help="all jobs, queued first")
+    p.add_argument("--status", nargs="+", default=None)
+    p.set_defaults(fn=cmd_list)
+    for name, fn, text in (("show", cmd_show, "one job: fields, config, last events"),
+                           ("clone", cmd_clone, "queue the same config again")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("id", type=int)
+        p.set_defaults(fn=fn)
+    p = sub.add_parser("cancel", help="stop a job (cooperatively, then its whole process tree)")
+    p.add_argument("id", type=int)
+    p.add_argument("--grace", type=float, default=10.0, help="seconds per step before escalating")
+    p.set_defaults(fn=cmd_cancel)
+    p = sub.add_parser("logs", help="a job's log (stdout and stderr)")
+    p.add_argument("id", type=int)
+    p.add_argument("--follow", "-f", action="store_true")
+    p.set_defaults(fn=cmd_logs)
+    p = sub.add_parser("move", help="move a queued job OFFSET places towards the front")
+    p.add_argument("id", type=int)
+    p.add_argument("offset", type=int)
+    p.set_defaults(fn=cmd_move)
+    p = sub.add_parser("serve", help="run the scheduler until interrupted")
+    p.add_argument("--gpus", default=None, help="GPU indices to use, e.g. 0,1 (default: all visible)")
+    p.add_argument("--cpu-slots", type=int, default=1)
+    p.add_argument("--interval", type=float, default=1.0)
+    p.set_defaults(fn=cmd_serve)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    store = JobStore(args.root)
+    try:
+        return args.fn(store, args)
+    except (KeyError, ValueError) as e:
+        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2

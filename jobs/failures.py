@@ -1,0 +1,45 @@
+"""Turn a dead job's exit code and log tail into a one-line summary a user can act on."""
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+from typing import Optional
+
+LOG_FILE = "log.txt"
+TAIL_LINES = 40
+
+# (pattern in the log, summary); the first match wins, so the most specific come first.
+PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|DefaultCPUAllocator: can't allocate", re.I),
+     "out of memory: lower the batch size or sequence length, use LoRA or bf16, or ask for more GPUs"),
+    (re.compile(r"ModelLoadError|is not a local directory|Model directory .* does not exist|adapter_config\.json"),
+     "model not found: check the model name or path (offline machines need a local directory or 'bundled')"),
+    (re.compile(r"DataError|Data file not found|no usable rows|not among the choices|Unknown dataset"),
+     "data error: check the dataset name, files and format"),
+    (re.compile(r"NCCL|ProcessGroup|torch\.distributed"),
+     "distributed launch failed: check that every GPU is visible and the processes can reach each other"),
+]
+
+
+def log_tail(run_dir: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = (Path(run_dir) / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def classify(returncode: Optional[int], tail: str) -> str:
+    """One line: what happened and, where we can tell, what to do."""
+    for pattern, summary in PATTERNS:
+        if pattern.search(tail):
+            return summary
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name
+        if name == "SIGKILL":
+            return "killed (SIGKILL): by a user, or by the operating system when memory ran out"
+        return f"killed by {name}"
+    last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+    code = f"exit code {returncode}" if returncode is not None else "no exit code (not our child)"
+    return f"crashed ({code}): {last[:200]}" if last else f"crashed ({code}) with an empty log"

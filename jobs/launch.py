@@ -1,0 +1,112 @@
+"""How a job is started: which GPUs exist, and the command line for one device or many.
+
+One device: ``python -m lab run CONFIG --run-dir DIR``. Several GPUs, or several machines:
+the same module under ``accelerate launch`` (``--num_processes``, ``--num_machines``,
+``--machine_rank``, ``--main_process_ip``), never a launcher of our own; each rank runs the
+same config and only rank 0 writes events and results. ``slurm_script`` writes the batch file
+that runs the same config on a cluster, one ``accelerate launch`` per node, into a run directory
+on a shared file system that the lab then reads back like any other run.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices this server may hand out: ``CUDA_VISIBLE_DEVICES`` if set, else nvidia-smi's list.
+
+    Asked of nvidia-smi, not torch, so the server process never imports torch.
+    """
+    declared = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if declared is not None:
+        return [int(x) for x in declared.split(",") if x.strip().isdigit()]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [int(x) for x in out.split() if x.isdigit()]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where a job runs: its GPUs on this machine, and the machines of a multi-node run."""
+
+    gpus: tuple[int, ...] = ()
+    num_machines: int = 1
+    machine_rank: int = 0
+    main_process_ip: Optional[str] = None
+    main_process_port: int = 29500
+    mixed_precision: Optional[str] = None  # accelerate's: no, fp16, bf16
+
+    def __post_init__(self) -> None:
+        if self.num_machines < 1 or not 0 <= self.machine_rank < self.num_machines:
+            raise ValueError(f"Expected 0 <= machine_rank < num_machines, got {self.machine_rank} of {self.num_machines}")
+        if self.num_machines > 1 and not self.main_process_ip:
+            raise ValueError("A multi-node launch needs main_process_ip (the address of the rank-0 machine)")
+
+    @property
+    def distributed(self) -> bool:
+        return len(self.gpus) > 1 or self.num_machines > 1
+
+
+def build_command(config: Path, run_dir: Path, launch: Launch = Launch()) -> list[str]:
+    """The argv that runs ``config`` in ``run_dir``."""
+    worker = ["lab", "run", str(config), "--run-dir", str(run_dir)]
+    if not launch.distributed:
+        return [sys.executable, "-m", *worker]
+    per_machine = max(len(launch.gpus), 1)
+    argv = [sys.executable, "-m", "accelerate.commands.launch",
+            "--num_processes", str(per_machine * launch.num_machines),
+            "--num_machines", str(launch.num_machines)]
+    if len(launch.gpus) > 1:
+        argv += ["--multi_gpu", "--gpu_ids", ",".join(map(str, launch.gpus))]
+    if launch.num_machines > 1:
+        argv += ["--machine_rank", str(launch.machine_rank),
+                 "--main_process_ip", launch.main_process_ip, "--main_process_port", str(launch.main_process_port)]
+    if launch.mixed_precision:
+        argv += ["--mixed_precision", launch.mixed_precision]
+    return argv + ["--module", *worker]
+
+
+def job_env(gpus: tuple[int, ...], base: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """The worker's environment: only its own GPUs visible (none for a CPU job), unbuffered output."""
+    env = dict(os.environ if base is None else base)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    env["PYTHONUNBUFFERED"] = "1"  # the log file shows progress as it happens
+    return env
+
+
+def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int,
+                 partition: Optional[str] = None, hours: int = 24) -> str:
+    """An ``sbatch`` file running ``config`` on ``nodes`` × ``gpus_per_node`` GPUs.
+
+    Rank 0's hostname is the rendezvous address; ``srun`` starts one ``accelerate launch`` per
+    node with that node's rank. ``run_dir`` must be on a file system every node and the lab share.
+    """
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=calibration-lab-{Path(run_dir).name}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={gpus_per_node}",
+        f"#SBATCH --time={hours}:00:00",
+        f"#SBATCH --output={run_dir}/log.txt",
+    ]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    head = 'export MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+    launch = Launch(gpus=tuple(range(gpus_per_node)), num_machines=nodes, machine_rank=0, main_process_ip="MAIN_IP")
+    argv = [shlex.quote(a) for a in build_command(config, run_dir, launch)]
+    # Per node: its own rank and the shared rendezvous address, filled in by the shell on that node.
+    cmd = " ".join(argv).replace("--machine_rank 0", "--machine_rank $SLURM_NODEID").replace("MAIN_IP", "$MAIN_IP")
+    return "\n".join([*lines, "", head, f"srun bash -c '{cmd}'", ""])

@@ -1,0 +1,96 @@
+"""Before a GPU job starts: will the model fit? A rough estimate, said before the wait, not after.
+
+Parameters are counted from the safetensors headers (exact, and readable without torch or
+loading any weights); memory per parameter depends on what the job does with them:
+
+- inference: the weights, plus 20 % for activations and the KV cache;
+- full fine-tuning with AdamW: weights + gradients (job dtype) + two fp32 moments (8 bytes), plus 20 %;
+- LoRA: the frozen weights plus about 2 % trainable parameters with their own gradients and moments.
+
+Activations of long sequences and large batches come on top; the warning says so.
+"""
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any, Optional
+
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+HEADROOM = 1.2
+LORA_TRAINABLE = 0.02
+GIB = 1024**3
+
+
+def count_parameters(model_dir: Path) -> Optional[int]:
+    """Σ of tensor sizes in ``model_dir``'s safetensors files, or None when there are none."""
+    total, found = 0, False
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))  # safetensors: u64 header length, then JSON
+            header = json.loads(f.read(size))
+        for name, info in header.items():
+            if name != "__metadata__":
+                n = 1
+                for dim in info["shape"]:
+                    n *= dim
+                total += n
+        found = True
+    return total if found else None
+
+
+def estimate_bytes(n_params: int, dtype: str, method: str) -> float:
+    width = BYTES[dtype]
+    if method == "inference":
+        per_param = width
+    elif method == "full":
+        per_param = 2 * width + 8
+    elif method == "lora":
+        per_param = width + LORA_TRAINABLE * (2 * width + 8)
+    else:
+        raise ValueError(f"Expected method 'inference', 'full' or 'lora', but got {method!r}")
+    return n_params * per_param * HEADROOM
+
+
+def free_gpu_memory() -> dict[int, float]:
+    """Free bytes per GPU index, from nvidia-smi; empty without one."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return {}
+    free = {}
+    for line in out.strip().splitlines():
+        index, mib = (x.strip() for x in line.split(","))
+        free[int(index)] = float(mib) * 1024**2
+    return free
+
+
+def _model_dir(model: str) -> Optional[Path]:
+    from lab.models import BUNDLED, BUNDLED_DIRNAME, cache_dir
+
+    path = cache_dir() / "models" / BUNDLED_DIRNAME if model == BUNDLED else Path(model).expanduser()
+    return path if path.is_dir() else None
+
+
+def check(kind: str, config: dict[str, Any], gpus: tuple[int, ...], free: Optional[dict[int, float]] = None) -> list[str]:
+    """Warnings for a job about to start on ``gpus`` (nothing to say for CPU jobs or unknown sizes)."""
+    if not gpus:
+        return []
+    model_dir = _model_dir(str(config.get("model", "")))
+    n_params = count_parameters(model_dir) if model_dir else None
+    if n_params is None:
+        return []
+    dtype = config.get("dtype", "auto")
+    dtype = "bfloat16" if dtype == "auto" else dtype
+    method = "inference" if kind == "evaluate" else str(config.get("method", "full"))
+    # Data-parallel ranks each hold a full copy, so the smallest GPU is what must fit it.
+    need = estimate_bytes(n_params, dtype, method)
+    free = free_gpu_memory() if free is None else free
+    have = min((free[g] for g in gpus if g in free), default=None)
+    if have is None or need <= have:
+        return []
+    return [f"{config.get('model')} ({n_params / 1e9:.2f} B parameters, {dtype}, {method}) needs about "
+            f"{need / GIB:.1f} GiB per GPU before activations; GPU(s) {','.join(map(str, gpus))} have "
+            f"{have / GIB:.1f} GiB free. Use LoRA, bf16, a smaller model, or free the GPU."]

@@ -1,0 +1,53 @@
+"""Worker processes: is this pid still our job, and stopping a whole process tree.
+
+A job is its own session (process group), so one signal reaches every process it started; we
+also walk psutil's child list, because a child may have started a session of its own (as
+``accelerate launch`` ranks and data-loader workers can).
+"""
+from __future__ import annotations
+
+import signal
+from typing import Optional
+
+import psutil
+
+
+def job_process(pid: Optional[int], started: Optional[float]) -> Optional[psutil.Process]:
+    """The live process ``pid`` if it is the one we started (same create time), else None."""
+    if pid is None:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if started is not None and abs(proc.create_time() - started) > 1e-3:
+            return None  # the pid was reused by an unrelated process
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.Error:
+        return None
+
+
+def process_tree(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return [proc]
+
+
+def terminate_tree(proc: psutil.Process, grace: float) -> list[psutil.Process]:
+    """SIGTERM the tree, wait ``grace`` seconds, SIGKILL what is left; returns survivors (none, normally)."""
+    tree = process_tree(proc)
+    _signal_all(tree, signal.SIGTERM)
+    _, alive = psutil.wait_procs(tree, timeout=grace)
+    if alive:
+        _signal_all(alive, signal.SIGKILL)
+        _, alive = psutil.wait_procs(alive, timeout=grace)
+    return alive
+
+
+def _signal_all(procs: list[psutil.Process], sig: signal.Signals) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.Error:
+            pass  # already gone

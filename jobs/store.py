@@ -1,0 +1,185 @@
+"""The job table: SQLite (stdlib) in WAL mode, one row per job, one directory per run.
+
+Every call opens its own connection, so threads and processes (the app, ``python -m jobs`` in
+a terminal, a scheduler) share the file safely; writes that must not interleave — claiming
+devices for a job, reordering the queue — run inside ``BEGIN IMMEDIATE`` transactions, which
+SQLite serialises across processes.
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import yaml
+
+from lab.run import CONFIG_FILE, parse_config
+
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
+ACTIVE = ("queued", "running")
+DB_FILE = "jobs.db"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    config TEXT NOT NULL,                 -- the YAML that `python -m lab run` takes
+    status TEXT NOT NULL,
+    gpus INTEGER NOT NULL DEFAULT 0,      -- GPUs asked for; 0 = a CPU job
+    devices TEXT,                         -- assigned at start: "0,1" or "cpu"
+    position REAL NOT NULL,               -- queue order, smallest first
+    pid INTEGER,
+    pid_started REAL,                     -- the process's create time: a reused pid is not ours
+    created REAL NOT NULL,
+    started REAL,
+    finished REAL,
+    run_dir TEXT,
+    error TEXT,                           -- one-line summary when it failed
+    cancel_requested INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, position);
+"""
+
+
+class ConfigError(ValueError):
+    """A job config refused at submit; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    kind: str
+    config: str
+    status: str
+    gpus: int
+    devices: Optional[str]
+    position: float
+    pid: Optional[int]
+    pid_started: Optional[float]
+    created: float
+    started: Optional[float]
+    finished: Optional[float]
+    run_dir: Optional[str]
+    error: Optional[str]
+    cancel_requested: int
+
+    @property
+    def config_dict(self) -> dict[str, Any]:
+        return yaml.safe_load(self.config)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class JobStore:
+    def __init__(self, root: Path) -> None:
+        """``root`` holds ``jobs.db`` and one run directory per job."""
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / DB_FILE
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        return db
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """An exclusive write transaction: nobody else writes until it commits."""
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        finally:
+            db.close()
+
+    # ------------------------------------------------------------------ reading
+    def get(self, job_id: int) -> Job:
+        db = self._connect()
+        try:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        finally:
+            db.close()
+        if row is None:
+            raise KeyError(f"No job {job_id} in {self.path}")
+        return Job(**dict(row))
+
+    def list(self, statuses: Optional[tuple[str, ...]] = None) -> list[Job]:
+        """Jobs, queued ones in queue order first, then the rest newest first."""
+        query = "SELECT * FROM jobs"
+        args: tuple = ()
+        if statuses:
+            query += f" WHERE status IN ({','.join('?' * len(statuses))})"
+            args = statuses
+        query += " ORDER BY status != 'queued', CASE WHEN status = 'queued' THEN position ELSE -id END"
+        db = self._connect()
+        try:
+            return [Job(**dict(r)) for r in db.execute(query, args)]
+        finally:
+            db.close()
+
+    # ------------------------------------------------------------------ writing
+    def submit(self, config: dict[str, Any], gpus: int = 0) -> Job:
+        """Validate ``config`` and queue it; a bad config changes nothing and names the field."""
+        try:
+            kind, parsed = parse_config(config)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(str(e)) from None
+        if not isinstance(gpus, int) or gpus < 0:
+            raise ConfigError(f"Expected `gpus` to be an integer of at least 0, but got {gpus!r}")
+        text = yaml.safe_dump({"kind": kind.name, **parsed.to_dict()}, sort_keys=False)
+        now = time.time()
+        with self.transaction() as db:
+            last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
+            cur = db.execute(
+                "INSERT INTO jobs (kind, config, status, gpus, position, created) VALUES (?, ?, 'queued', ?, ?, ?)",
+                (kind.name, text, gpus, (last or 0) + 1, now),
+            )
+            job_id = cur.lastrowid
+            run_dir = self.root / f"{job_id:05d}-{kind.name}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / CONFIG_FILE).write_text(text, encoding="utf-8")
+            db.execute("UPDATE jobs SET run_dir = ? WHERE id = ?", (str(run_dir), job_id))
+        return self.get(job_id)
+
+    def clone(self, job_id: int) -> Job:
+        """Run again with the same config and resources."""
+        job = self.get(job_id)
+        return self.submit(job.config_dict, gpus=job.gpus)
+
+    def update(self, job_id: int, only_if_status: Optional[tuple[str, ...]] = None, **values: Any) -> bool:
+        """Set columns; with ``only_if_status`` only while the job is in one of those states.
+
+        The guard makes state changes race-free: of two watchers noticing a job ended, one wins.
+        """
+        unknown = set(values) - {f.name for f in fields(Job)}
+        if unknown:
+            raise ValueError(f"Unknown job column(s) {sorted(unknown)}")
+        sets = ", ".join(f"{k} = ?" for k in values)
+        query, args = f"UPDATE jobs SET {sets} WHERE id = ?", [*values.values(), job_id]
+        if only_if_status:
+            query += f" AND status IN ({','.join('?' * len(only_if_status))})"
+            args += list(only_if_status)
+        with self.transaction() as db:
+            return db.execute(query, args).rowcount == 1
+
+    def move(self, job_id: int, offset: int) -> None:
+        """Move a queued job ``offset`` places towards the front (negative: towards the back)."""
+        with self.transaction() as db:
+            queue = [r[0] for r in db.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY position")]
+            if job_id not in queue:
+                raise ValueError(f"Job {job_id} is not queued; only queued jobs can be reordered")
+            old = queue.index(job_id)
+            queue.pop(old)
+            queue.insert(max(0, min(len(queue), old - offset)), job_id)
+            db.executemany("UPDATE jobs SET position = ? WHERE id = ?", [(i + 1.0, j) for i, j in enumerate(queue)])

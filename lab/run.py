@@ -1,0 +1,140 @@
+"""``python -m lab run CONFIG.yaml``: run one job config, the way the job system runs it.
+
+A config is YAML with ``kind`` (a registered job kind) and that kind's fields. The same file runs
+by hand, from ``python -m jobs submit`` or from the browser, and the run directory keeps it.
+
+The worker reports through ``events.jsonl`` and ends by writing ``result.json``
+(``{"status": "succeeded" | "failed" | "cancelled", "error": …}``), so whoever watches the job —
+the scheduler that started it, or one started after a server restart — learns how it ended from
+files rather than from being its parent. It stops cooperatively when ``STOP`` appears in its
+run directory. Importing this module does not import torch: the server validates configs with it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+from lab.evaluate import EvalConfig, evaluate
+from lab.events import EVENTS_FILE, EventWriter
+from lab.registry import Registry
+
+STOP_FILE = "STOP"
+RESULT_FILE = "result.json"
+CONFIG_FILE = "config.yaml"
+PROGRESS_EVERY_S = 1.0  # at most one progress event a second: the UI polls, it need not see every batch
+
+
+class Stopped(Exception):
+    """The user asked the job to stop; raised at the next safe point."""
+
+
+class JobContext:
+    """What a running job may use: its directory, its event stream, the stop flag."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.events = EventWriter(self.run_dir / EVENTS_FILE)
+
+    def should_stop(self) -> bool:
+        return (self.run_dir / STOP_FILE).exists()
+
+    def progress(self, stage: str) -> Callable[[int], Callable[[int], None]]:
+        """A progress factory: ``factory(total)`` → ``advance(n)``, emitting throttled events."""
+
+        def factory(total: int) -> Callable[[int], None]:
+            done, last = 0, 0.0
+
+            def advance(n: int) -> None:
+                nonlocal done, last
+                done += n
+                if self.should_stop():
+                    raise Stopped(f"stopped at {done}/{total}")
+                now = time.monotonic()
+                if now - last >= PROGRESS_EVERY_S or done == total:
+                    self.events.emit(stage, step=done, total=total)
+                    last = now
+
+            return advance
+
+        return factory
+
+
+@dataclass(frozen=True)
+class JobKind:
+    name: str
+    description: str
+    config: type  # a dataclass with from_dict / to_dict
+    run: Callable[[Any, JobContext], dict[str, Any]]
+
+
+JOB_KINDS: Registry[JobKind] = Registry("job kind")
+
+
+def _run_evaluate(cfg: EvalConfig, ctx: JobContext) -> dict[str, Any]:
+    return evaluate(cfg, ctx.run_dir, progress_factory=ctx.progress("scoring"),
+                    log=lambda m: ctx.events.emit("log", message=m))
+
+
+JOB_KINDS.add("evaluate", JobKind("evaluate", "accuracy and calibration of a model on a dataset", EvalConfig, _run_evaluate))
+
+
+def parse_config(values: dict[str, Any]) -> tuple[JobKind, Any]:
+    """Validate a config mapping; errors name the offending field."""
+    if not isinstance(values, dict) or "kind" not in values:
+        raise ValueError(f"A job config is a mapping with a `kind` field (one of: {', '.join(JOB_KINDS.names())})")
+    values = dict(values)
+    kind = JOB_KINDS.get(values.pop("kind"))
+    return kind, kind.config.from_dict(values)
+
+
+def load_config(path: Path) -> tuple[JobKind, Any]:
+    try:
+        values = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {e}") from None
+    return parse_config(values)
+
+
+def _write_result(run_dir: Path, status: str, error: Optional[str] = None, **extra: Any) -> None:
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    tmp = run_dir / (RESULT_FILE + ".tmp")
+    tmp.write_text(json.dumps({"status": status, "error": error, **extra}) + "\n")
+    os.replace(tmp, run_dir / RESULT_FILE)
+
+
+def run(config_path: Path, run_dir: Path) -> int:
+    """Run a config in ``run_dir``; returns the process exit code (0 ok, 2 bad input, 3 OOM, 130 stopped)."""
+    import torch
+
+    from lab.cli import USER_ERRORS
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ctx = JobContext(run_dir)
+    try:
+        kind, cfg = load_config(config_path)
+        ctx.events.emit("start", kind=kind.name, pid=os.getpid())
+        result = kind.run(cfg, ctx)
+    except Stopped as e:
+        ctx.events.emit("stopped", message=str(e))
+        _write_result(run_dir, "cancelled", f"stopped by request ({e})")
+        return 130
+    except USER_ERRORS as e:
+        _write_result(run_dir, "failed", f"bad input: {e}")
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (MemoryError, torch.OutOfMemoryError) as e:
+        _write_result(run_dir, "failed", f"out of memory: {str(e).splitlines()[0] if str(e) else 'MemoryError'}")
+        print(f"error: out of memory: {e}", file=sys.stderr)
+        return 3
+    summary = {k: v for k, v in result.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    ctx.events.emit("done", **summary)
+    _write_result(run_dir, "succeeded")
+    return 0
