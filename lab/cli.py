@@ -15,13 +15,8 @@ import typing
 from pathlib import Path
 from typing import Optional, Sequence
 
-from lab.data.record import DataError
+from lab.errors import USER_ERRORS
 from lab.evaluate import EvalConfig, evaluate
-from lab.models import ModelLoadError
-from lab.registry import UnknownNameError
-from lab.scoring import ScoringError
-
-USER_ERRORS = (DataError, ModelLoadError, ScoringError, UnknownNameError, ValueError, FileNotFoundError)
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
@@ -62,14 +57,14 @@ def _progress_bar(total: int):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = vars(build_parser().parse_args(argv))
-    import torch
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()  # ours is the one progress bar on stderr
     if args.pop("command") == "run":
         from lab.run import run
 
         return run(args["config"], args["run_dir"] or args["config"].resolve().parent)
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # ours is the one progress bar on stderr
     out = args.pop("out")
     try:
         cfg = EvalConfig.from_dict(args)

@@ -20,6 +20,7 @@ from typing import Optional
 
 import torch
 
+from lab.errors import ModelLoadError
 from lab.hub import hub_reachable
 
 BUNDLED = "bundled"
@@ -29,10 +30,6 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 log = logging.getLogger(__name__)
-
-
-class ModelLoadError(RuntimeError):
-    """A model or adapter that cannot be loaded; the message says what to do instead."""
 
 
 def cache_dir() -> Path:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from lab.errors import USER_ERRORS
 from lab.evaluate import EvalConfig, evaluate
 from lab.events import EVENTS_FILE, EventWriter
 from lab.registry import Registry
@@ -111,16 +112,20 @@ def _write_result(run_dir: Path, status: str, error: Optional[str] = None, **ext
 
 
 def run(config_path: Path, run_dir: Path) -> int:
-    """Run a config in ``run_dir``; returns the process exit code (0 ok, 2 bad input, 3 OOM, 130 stopped)."""
-    import torch
+    """Run a config in ``run_dir``; returns the process exit code (0 ok, 2 bad input, 3 OOM, 130 stopped).
 
-    from lab.cli import USER_ERRORS
-
+    The ``start`` event goes out before torch is imported (seconds), so a watcher knows at once
+    that the worker is alive.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     ctx = JobContext(run_dir)
+    ctx.events.emit("start", pid=os.getpid())
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     try:
         kind, cfg = load_config(config_path)
-        ctx.events.emit("start", kind=kind.name, pid=os.getpid())
         result = kind.run(cfg, ctx)
     except Stopped as e:
         ctx.events.emit("stopped", message=str(e))

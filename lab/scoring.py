@@ -23,14 +23,11 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from lab.errors import ScoringError
 from lab.templates import Prompt
 
 Progress = Optional[Callable[[int], None]]
 TOP_K = 5
-
-
-class ScoringError(ValueError):
-    """A prompt that cannot be scored as asked (e.g. two options share their first token)."""
 
 
 @dataclass

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from lab import hub
-from lab.models import ModelLoadError, load_model, resolve_model_path, select_device, select_dtype
+from lab.errors import ModelLoadError
+from lab.models import load_model, resolve_model_path, select_device, select_dtype
 
 
 @pytest.fixture

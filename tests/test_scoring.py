@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from lab.data.record import MCQRecord
-from lab.scoring import ScoringError, _split_pairs, score_cloze, score_letter
+from lab.errors import ScoringError
+from lab.scoring import _split_pairs, score_cloze, score_letter
 from lab.templates import Prompt, get_template
 
 

@@ -1,0 +1,100 @@
+"""Job-system overheads: submit → the worker's first event, and the cost of one UI poll.
+
+    python bench/jobs_overhead.py
+
+1. Time from ``JobStore.submit`` to the worker's ``start`` event, with a scheduler ticking every
+   20 ms, for the real worker (``python -m lab run``), against a baseline measured in the same
+   run: starting a bare ``python -c pass``.
+2. One UI poll with 100 jobs in the store and a 100,000-line event file to which 10 lines were
+   appended since the last poll: list the jobs and read the new events from the saved offset;
+   against the baseline of re-parsing the whole event file on every poll.
+"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
+
+from jobs.scheduler import Scheduler  # noqa: E402
+from jobs.store import JobStore  # noqa: E402
+from lab.events import EVENTS_FILE, EventWriter, read_events  # noqa: E402
+
+CONFIG = {"kind": "evaluate", "model": "bundled", "dataset": "arc_challenge", "limit": 1}
+REPEATS = 5
+
+
+def first_event_seconds(store: JobStore) -> float:
+    """Submit, let a scheduler start it, and time until the worker's own ``start`` event."""
+    stop = threading.Event()
+    scheduler = Scheduler(store, gpus=[])
+    thread = threading.Thread(target=scheduler.run_forever, args=(stop, 0.02))
+    start = time.perf_counter()
+    job = store.submit(CONFIG)
+    thread.start()
+    path = Path(job.run_dir) / EVENTS_FILE
+    offset, seen = 0, None
+    while seen is None:
+        events, offset = read_events(path, offset)
+        seen = next((time.perf_counter() for e in events if e["stage"] == "start"), None)
+        time.sleep(0.002)
+    stop.set()
+    thread.join()
+    subprocess.run([sys.executable, "-m", "jobs", "--root", str(store.root), "cancel", str(job.id), "--grace", "2"],
+                   capture_output=True, check=True)
+    return seen - start
+
+
+def bare_python_seconds() -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return time.perf_counter() - start
+
+
+def poll_costs(root: Path) -> tuple[float, float]:
+    store = JobStore(root / "poll")
+    for _ in range(100):
+        store.submit(CONFIG)
+    path = root / "big" / EVENTS_FILE
+    path.parent.mkdir()
+    writer = EventWriter(path)
+    with open(path, "w") as f:
+        for step in range(100_000):
+            f.write(f'{{"time": {time.time():.3f}, "stage": "train", "step": {step}, "loss": {1 / (step + 1):.6f}}}\n')
+    _, offset = read_events(path)
+    incremental, full = [], []
+    for _ in range(20):
+        for step in range(10):
+            writer.emit("train", step=step, loss=0.1)
+        t = time.perf_counter()
+        store.list()
+        _, offset = read_events(path, offset)
+        incremental.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        store.list()
+        read_events(path, 0)
+        full.append(time.perf_counter() - t)
+    return statistics.median(incremental), statistics.median(full)
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        store = JobStore(root / "latency")
+        first = [first_event_seconds(store) for _ in range(REPEATS)]
+        bare = [bare_python_seconds() for _ in range(REPEATS)]
+        median_first, median_bare = statistics.median(first), statistics.median(bare)
+        print(f"submit -> worker's first event: median {median_first * 1000:.0f} ms over {REPEATS} "
+              f"(bare `python -c pass`: {median_bare * 1000:.0f} ms; ratio {median_first / median_bare:.1f}x)")
+        incremental, full = poll_costs(root)
+        print(f"one UI poll, 100 jobs + 100k-line events, 10 new lines: {incremental * 1000:.2f} ms "
+              f"(re-parsing the whole file: {full * 1000:.1f} ms; {full / incremental:.0f}x slower)")
+
+
+if __name__ == "__main__":
+    main()
