@@ -14,6 +14,16 @@ def test_runs_table_lists_runs_and_survives_a_damaged_file(tmp_path):
     assert list(table["run"]) == ["good"] and table.loc[0, "ece"] == 0.25 and list(table.columns) == app.COLUMNS
 
 
+def test_jobs_table_shows_the_queue(tmp_path):
+    from jobs.store import JobStore
+
+    store = JobStore(tmp_path)
+    job = store.submit({"kind": "evaluate", "model": "bundled", "dataset": "boolq"})
+    table = app.jobs_table(tmp_path)
+    assert list(table.columns) == app.JOB_COLUMNS
+    assert table.loc[0, "id"] == job.id and table.loc[0, "status"] == "queued" and table.loc[0, "kind"] == "evaluate"
+
+
 def test_loopback_needs_no_login_but_a_network_address_does(monkeypatch):
     monkeypatch.delenv("CALIBRATION_LAB_AUTH", raising=False)
     assert app._auth("127.0.0.1") is None and app._auth("localhost") is None
