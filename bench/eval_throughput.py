@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain s
 
 from lab.data import load_records
 from lab.models import load_model
-from lab.scoring import _split_pairs, score_cloze, score_letter
+from lab.scoring import split_pairs, score_cloze, score_letter
 from lab.templates import Prompt, get_template
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "arc_challenge" / "test.jsonl"
@@ -31,7 +31,7 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "arc_ch
 def naive_cloze(model, tokenizer, prompts: list[Prompt], batch_size: int) -> None:
     """Baseline: one right-padded full sequence per (question, option), full logits."""
     device = next(model.parameters()).device
-    seqs = [ctx + cont for p in prompts for ctx, conts in [_split_pairs(tokenizer, p)] for cont in conts]
+    seqs = [ctx + cont for p in prompts for ctx, conts in [split_pairs(tokenizer, p)] for cont in conts]
     with torch.inference_mode():
         for s in range(0, len(seqs), batch_size):
             batch = seqs[s : s + batch_size]

@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", type=Path, default=None, help="run directory (default: runs/evaluate-<time>)")
     rn = sub.add_parser("run", help="run a job config (YAML with `kind` and its fields), as the job system does")
     rn.add_argument("config", type=Path)
-    rn.add_argument("--run-dir", type=Path, default=None, help="default: the config's directory")
+    rn.add_argument("--out", "--run-dir", dest="run_dir", type=Path, default=None,
+                    help="run directory (default: runs/<config name>-<time>)")
     return parser
 
 
@@ -60,7 +61,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.pop("command") == "run":
         from lab.run import run
 
-        return run(args["config"], args["run_dir"] or args["config"].resolve().parent)
+        default = Path("runs") / f"{args['config'].stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return run(args["config"], args["run_dir"] or default)
     import torch
     import transformers
 

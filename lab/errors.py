@@ -12,4 +12,8 @@ class ScoringError(ValueError):
     """A prompt that cannot be scored as asked (e.g. two options share their first token)."""
 
 
+class Stopped(Exception):
+    """The user asked a job to stop; raised at its next safe point, after saving what it has."""
+
+
 USER_ERRORS = (DataError, ModelLoadError, ScoringError, UnknownNameError, ValueError, FileNotFoundError)

@@ -6,7 +6,6 @@ metrics were computed from, so any number can be recomputed without the model).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -18,6 +17,7 @@ import numpy as np
 import yaml
 
 from lab import metrics
+from lab.config import ConfigMixin
 from lab.data import DATASETS, load_records
 from lab.data.record import MCQRecord
 from lab.templates import get_template, template_names, default_template
@@ -30,7 +30,7 @@ CONFIDENCE = {
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(ConfigMixin):
     """Everything that defines an evaluation; defaults in one place, unknown keys refused."""
 
     model: str = field(default="bundled", metadata={"help": "'bundled', a local directory or a hub id"})
@@ -72,17 +72,6 @@ class EvalConfig:
                 f"Template {self.template!r} is a {kind} template; for {self.scoring} scoring use one of: "
                 f"{', '.join(template_names(self.scoring))}"
             )
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "EvalConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"Unknown evaluate option(s) {unknown}; valid ones: {sorted(known)}")
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _pad(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -21,8 +21,10 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from lab.errors import USER_ERRORS
+from lab.errors import USER_ERRORS, Stopped
 from lab.evaluate import EvalConfig, evaluate
+from lab.first.config import FirstConfig
+from lab.train.config import TrainConfig
 from lab.events import EVENTS_FILE, EventWriter
 from lab.registry import Registry
 
@@ -30,10 +32,6 @@ STOP_FILE = "STOP"
 RESULT_FILE = "result.json"
 CONFIG_FILE = "config.yaml"
 PROGRESS_EVERY_S = 1.0  # at most one progress event a second: the UI polls, it need not see every batch
-
-
-class Stopped(Exception):
-    """The user asked the job to stop; raised at the next safe point."""
 
 
 class JobContext:
@@ -83,7 +81,24 @@ def _run_evaluate(cfg: EvalConfig, ctx: JobContext) -> dict[str, Any]:
                     log=lambda m: ctx.events.emit("log", message=m))
 
 
+def _run_finetune(cfg: TrainConfig, ctx: JobContext) -> dict[str, Any]:
+    from lab.train.trainer import finetune  # torch and transformers: only in the worker
+
+    result = finetune(cfg, ctx.run_dir, ctx.events, ctx.should_stop)
+    return {"final_" + k: v for k, v in (result["history"] or [{}])[-1].items()} | {"n_train": result["n_train"]}
+
+
+def _run_first(cfg: FirstConfig, ctx: JobContext) -> dict[str, Any]:
+    from lab.first.pipeline import run_first
+
+    report = run_first(cfg, ctx.run_dir, ctx.events, ctx.should_stop)
+    return {"models": len({r["method"] for r in report["rows"]}), "temperature": report["sweep"]["best"]}
+
+
 JOB_KINDS.add("evaluate", JobKind("evaluate", "accuracy and calibration of a model on a dataset", EvalConfig, _run_evaluate))
+JOB_KINDS.add("finetune", JobKind("finetune", "hard-label fine-tuning (full or LoRA), ECE per epoch", TrainConfig, _run_finetune))
+JOB_KINDS.add("first", JobKind("first", "FIRST: teacher, top-k extraction, temperature sweep, four students, report",
+                               FirstConfig, _run_first))
 
 
 def parse_config(values: dict[str, Any]) -> tuple[JobKind, Any]:
@@ -126,6 +141,9 @@ def run(config_path: Path, run_dir: Path) -> int:
     transformers.utils.logging.disable_progress_bar()
     try:
         kind, cfg = load_config(config_path)
+        resolved = yaml.safe_dump({"kind": kind.name, **cfg.to_dict()}, sort_keys=False)
+        if not (run_dir / CONFIG_FILE).exists() or (run_dir / CONFIG_FILE).read_text() != resolved:
+            (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
         result = kind.run(cfg, ctx)
     except Stopped as e:
         ctx.events.emit("stopped", message=str(e))

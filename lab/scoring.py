@@ -52,7 +52,7 @@ def _encode(tokenizer, texts: list[str], chat: bool) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=not chat)["input_ids"]
 
 
-def _split_pairs(tokenizer, prompt: Prompt, strict: bool = False) -> tuple[list[int], list[list[int]]]:
+def split_pairs(tokenizer, prompt: Prompt, strict: bool = False) -> tuple[list[int], list[list[int]]]:
     """Context ids and each option's continuation ids, tokenised in context.
 
     As lm-evaluation-harness does: encode context + option whole and take what follows the
@@ -116,7 +116,7 @@ def score_letter(
     model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None
 ) -> list[LetterScore]:
     """Score each prompt's options as the next token; one forward pass per question."""
-    encoded = [_split_pairs(tokenizer, p, strict=True) for p in prompts]
+    encoded = [split_pairs(tokenizer, p, strict=True) for p in prompts]
     option_ids = []
     for prompt, (_, conts) in zip(prompts, encoded):
         first = [c[0] for c in conts]
@@ -154,7 +154,7 @@ def score_cloze(
     model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None
 ) -> list[ClozeScore]:
     """Log-likelihood of each option's text after the context; ``batch_size`` counts questions."""
-    encoded = [_split_pairs(tokenizer, p) for p in prompts]
+    encoded = [split_pairs(tokenizer, p) for p in prompts]
     results: list[Optional[ClozeScore]] = [None] * len(prompts)
     device = _device(model)
     pad = _pad_id(tokenizer)

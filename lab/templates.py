@@ -35,12 +35,18 @@ class Prompt:
     """What the scorer needs for one question.
 
     ``options`` are the strings scored right after ``text`` (one per choice, in choice order);
-    ``chat`` means ``text`` came from a chat template and already holds its special tokens.
+    ``chat`` means ``text`` came from a chat template and already holds its special tokens;
+    ``suffix`` follows the chosen option in a training target (FIRST's "The answer is (a).").
     """
 
     text: str
     options: tuple[str, ...]
     chat: bool = False
+    suffix: str = ""
+
+    def target(self, answer: int) -> str:
+        """The completion a model is trained to produce for the correct option."""
+        return self.options[answer] + self.suffix
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,8 @@ def _first(record: MCQRecord, lower: bool) -> Prompt:
     letters = _letters(record, lower)
     listed = " ".join(f"({l}) {c}" for l, c in zip(letters, record.choices))
     passage = f"{record.passage.strip()} " if record.passage else ""
-    return Prompt(f"Q: {passage}{record.question.strip()} Answer Choices: {listed} A: The answer is (", tuple(letters))
+    return Prompt(f"Q: {passage}{record.question.strip()} Answer Choices: {listed} A: The answer is (", tuple(letters),
+                  suffix=").")
 
 
 @register("first", "letter", "FIRST CSQA/OBQA format: 'Q: … Answer Choices: (A) … A: The answer is (' (Shum et al. 2023)")

@@ -5,7 +5,7 @@ import torch
 
 from lab.data.record import MCQRecord
 from lab.errors import ScoringError
-from lab.scoring import _split_pairs, score_cloze, score_letter
+from lab.scoring import split_pairs, score_cloze, score_letter
 from lab.templates import Prompt, get_template
 
 
@@ -21,7 +21,7 @@ def test_letter_matches_naive_forward_and_is_batch_invariant(bundled, arc_record
     single = score_letter(bundled.model, bundled.tokenizer, prompts, batch_size=1)
     for prompt, b, s in zip(prompts, batched, single):
         np.testing.assert_allclose(b.probs, s.probs, atol=1e-4)
-        context, conts = _split_pairs(bundled.tokenizer, prompt, strict=True)
+        context, conts = split_pairs(bundled.tokenizer, prompt, strict=True)
         logp = _naive_logprobs(bundled.model, context)[-1]  # (V,)
         ids = [c[0] for c in conts]
         np.testing.assert_allclose(b.vocab_probs, logp[ids].exp().numpy(), atol=1e-4)
@@ -46,7 +46,7 @@ def test_cloze_matches_naive_full_sequence_loglik(bundled, arc_records):
     prompts = [get_template("cloze_qa").render(r, None) for r in arc_records]
     scores = score_cloze(bundled.model, bundled.tokenizer, prompts, batch_size=3)
     for prompt, score in zip(prompts, scores):
-        context, conts = _split_pairs(bundled.tokenizer, prompt)
+        context, conts = split_pairs(bundled.tokenizer, prompt)
         for k, cont in enumerate(conts):
             logp = _naive_logprobs(bundled.model, context + cont)
             ref = sum(logp[len(context) - 1 + j, t].item() for j, t in enumerate(cont))

@@ -1,0 +1,52 @@
+"""``report.json`` and ``report.md``: every model on every dataset, laid out like FIRST's Table 1."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+ROW_KEYS = ("method", "dataset", "split", "in_domain", "n", "accuracy", "ece", "ece_ci_low", "ece_ci_high",
+            "cw_ece", "trust", "temperature")
+SWEEP_KEYS = ("form", "objective", "best", "best_ece", "best_nll", "identity_ece", "on_edge")
+METHOD_NAMES = {"teacher": "Teacher", "finetune": "Fine-tune", "distill": "Distill (direct)",
+                "distill_ls": "Distill + label smoothing", "first": "FIRST (temperature scaling)"}
+
+
+def _pct(x: Any) -> str:
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def markdown(rows: list[dict[str, Any]], sweep: dict[str, Any]) -> str:
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    head = ["Method"]
+    for d in datasets:
+        n = next(r["n"] for r in rows if r["dataset"] == d)
+        where = "in-domain" if next(r["in_domain"] for r in rows if r["dataset"] == d) else "out-of-domain"
+        head += [f"{d} ({where}, n={n}) ECE ↓ [95% CI]", "Acc ↑", "Trust ↑"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for method in dict.fromkeys(r["method"] for r in rows):
+        cells = [METHOD_NAMES.get(method, method)]
+        for d in datasets:
+            r = next((r for r in rows if r["method"] == method and r["dataset"] == d), None)
+            if r is None:
+                cells += ["–"] * 3
+                continue
+            ci = f" [{_pct(r['ece_ci_low'])}, {_pct(r['ece_ci_high'])}]" if r.get("ece_ci_low") is not None else ""
+            cells += [f"{_pct(r['ece'])}{ci}", _pct(r["accuracy"]), _pct(r["trust"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    edge = " (on the edge of the grid: widen it)" if sweep.get("on_edge") else ""
+    note = (f"\nAll figures in percent. Temperature ({sweep['form']} form, minimising {sweep['objective']} on the "
+            f"validation answer positions): c = {sweep['best']:g}{edge}; teacher validation ECE "
+            f"{_pct(sweep['identity_ece'])} at c = 1 → {_pct(sweep['best_ece'])} at c = {sweep['best']:g}.\n")
+    return "# FIRST: teacher and students\n\n" + "\n".join(lines) + "\n" + note
+
+
+def write_report(out: Path, cfg, rows: list[dict[str, Any]], sweep: dict[str, Any]) -> dict[str, Any]:
+    report = {"rows": [{k: r.get(k) for k in ROW_KEYS} for r in rows],
+              "sweep": {k: sweep.get(k) for k in SWEEP_KEYS}, "config": cfg.to_dict()}
+    for name, text in (("report.json", json.dumps(report, indent=2) + "\n"), ("report.md", markdown(report["rows"], sweep))):
+        tmp = out / (name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out / name)
+    return report

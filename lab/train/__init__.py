@@ -1,0 +1,1 @@
+"""Training: turning records into supervised sequences, and Trainer subclasses for each method."""

@@ -1,0 +1,68 @@
+"""``TrainConfig``: one supervised fine-tuning run (the ``finetune`` job kind, and each model the
+FIRST pipeline trains). Defaults are the FIRST paper's recipe (REFERENCE.md §2.1): 3 epochs, lr
+2e-5, AdamW β = (0.9, 0.999), ε = 1e-6, cosine schedule with 3 % warm-up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from lab.config import ConfigMixin
+from lab.data import DATASETS
+from lab.templates import default_template, get_template
+
+Method = Literal["full", "lora"]
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class TrainConfig(ConfigMixin):
+    model: str = field(default="bundled", metadata=_help("'bundled', a local directory or a hub id"))
+    method: Method = field(default="full", metadata=_help("full-parameter or LoRA fine-tuning"))
+    lora_r: int = field(default=16, metadata=_help("LoRA rank"))
+    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator"))
+    lora_dropout: float = field(default=0.05, metadata=_help("dropout on the LoRA path"))
+    dataset: str = field(default="csqa", metadata=_help("registered dataset name"))
+    data_files: list[str] = field(default_factory=list, metadata=_help("local files: PATH or SPLIT=PATH"))
+    split: str = field(default="train", metadata=_help("training split, or SOURCE:PART"))
+    limit: Optional[int] = field(default=None, metadata=_help("first N training examples"))
+    val_split: Optional[str] = field(default="validation", metadata=_help("split for per-epoch ECE/accuracy (None: skip)"))
+    val_data_files: list[str] = field(default_factory=list, metadata=_help("files for the validation split"))
+    val_limit: Optional[int] = field(default=200, metadata=_help("validation questions per epoch"))
+    template: Optional[str] = field(default=None, metadata=_help("letter template; default depends on dataset"))
+    completion_only: bool = field(default=True, metadata=_help("loss on the answer only (else prompt + answer)"))
+    max_length: int = field(default=512, metadata=_help("longer examples are dropped"))
+    epochs: float = field(default=3, metadata=_help("passes over the training data"))
+    learning_rate: float = field(default=2e-5, metadata=_help("peak learning rate"))
+    batch_size: int = field(default=8, metadata=_help("examples per device per step"))
+    grad_accum: int = field(default=1, metadata=_help("gradient accumulation steps"))
+    warmup_ratio: float = field(default=0.03, metadata=_help("linear warm-up, fraction of all steps"))
+    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay"))
+    adam_beta1: float = field(default=0.9, metadata=_help("AdamW β1"))
+    adam_beta2: float = field(default=0.999, metadata=_help("AdamW β2"))
+    adam_epsilon: float = field(default=1e-6, metadata=_help("AdamW ε"))
+    lr_scheduler: str = field(default="cosine", metadata=_help("transformers scheduler name"))
+    seed: int = field(default=0, metadata=_help("seed for data order, LoRA init and split carving"))
+    device: str = field(default="auto", metadata=_help("auto, cpu, cuda"))
+    dtype: str = field(default="auto", metadata=_help("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16"))
+    bins: int = field(default=10, metadata=_help("ECE bins for validation"))
+
+    def __post_init__(self) -> None:
+        DATASETS.get(self.dataset)
+        if self.method not in ("full", "lora"):
+            raise ValueError(f"Expected `method` to be 'full' or 'lora', but got {self.method!r}")
+        for name in ("batch_size", "grad_accum", "max_length", "lora_r", "bins"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"Expected `{name}` to be an integer larger than 0, but got {getattr(self, name)!r}")
+        for name in ("epochs", "learning_rate"):
+            if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) <= 0:
+                raise ValueError(f"Expected `{name}` to be a positive number, but got {getattr(self, name)!r}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"Expected `warmup_ratio` in [0, 1), but got {self.warmup_ratio}")
+        if self.template is None:
+            self.template = default_template(self.dataset, "letter")
+        if get_template(self.template).kind != "letter":
+            raise ValueError(f"Expected a letter template for training, but {self.template!r} is a cloze template")

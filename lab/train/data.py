@@ -1,0 +1,52 @@
+"""Records → token sequences for training: prompt + target, labels masked where not supervised.
+
+The prompt and target are split into tokens exactly as the scorer splits them
+(``lab.scoring.split_pairs``), so a model is trained on the same token boundary it is evaluated
+at. ``completion_only`` supervises only the target (CFT, and FIRST's answer); otherwise the
+whole sequence (RCFT's prompt + answer).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from lab.data.record import MCQRecord
+from lab.scoring import split_pairs
+from lab.templates import Prompt, get_template
+
+IGNORE = -100  # transformers' label for "no loss here"
+
+
+def build_examples(records: Sequence[MCQRecord], template: str, tokenizer, completion_only: bool = True,
+                   max_length: int = 512) -> list[dict[str, Any]]:
+    """One ``{"input_ids", "labels", "record"}`` dict per record that fits in ``max_length``.
+
+    Over-long examples are dropped rather than truncated: cutting the prompt's start changes the
+    question, and cutting the end removes the answer.
+    """
+    render = get_template(template).render
+    examples = []
+    for index, record in enumerate(records):
+        prompt = render(record, tokenizer)
+        context, (target,) = split_pairs(tokenizer, Prompt(prompt.text, (prompt.target(record.answer),), prompt.chat))
+        ids = context + target + [tokenizer.eos_token_id]
+        if len(ids) > max_length:
+            continue
+        labels = ([IGNORE] * len(context) if completion_only else list(context)) + target + [tokenizer.eos_token_id]
+        examples.append({"input_ids": ids, "labels": labels, "record": index})
+    return examples
+
+
+def pad_batch(examples: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad ``input_ids`` / ``labels`` into (B, T) tensors with an attention mask."""
+    width = max(len(e["input_ids"]) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, e in enumerate(examples):
+        n = len(e["input_ids"])
+        ids[row, :n] = torch.tensor(e["input_ids"])
+        labels[row, :n] = torch.tensor(e["labels"])
+        mask[row, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
