@@ -25,3 +25,24 @@ def arc_records(shared_data):
     from lab.data import load_records
 
     return load_records("arc_challenge", "test", [str(shared_data / "arc_challenge" / "test.jsonl")], limit=6).records
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, bundled):
+    """A 2-layer random Llama with the bundled tokenizer: real training code paths in seconds."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=bundled.model.config.vocab_size, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    LlamaForCausalLM(config).save_pretrained(path)
+    bundled.tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def csqa_files(shared_data):
+    return [f"train={shared_data / 'commonsenseqa' / 'train.jsonl'}", f"validation={shared_data / 'commonsenseqa' / 'dev.jsonl'}"]

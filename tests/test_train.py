@@ -1,0 +1,71 @@
+"""Fine-tuning: supervised sequences, the Trainer loop with events and per-epoch ECE, stopping."""
+import json
+
+import pytest
+import torch
+
+from lab.data.record import MCQRecord
+from lab.errors import Stopped
+from lab.events import EventWriter, read_events
+from lab.models import load_model
+from lab.train.config import TrainConfig
+from lab.train.data import IGNORE, build_examples, pad_batch
+from lab.train.trainer import finetune
+
+
+def test_examples_supervise_the_answer_only_or_everything(bundled):
+    record = MCQRecord("q", "Where do fish live?", ("tree", "water"), 1, "csqa")
+    tok = bundled.tokenizer
+    (only,) = build_examples([record], "first_lower", tok, completion_only=True)
+    (full,) = build_examples([record], "first_lower", tok, completion_only=False)
+    assert only["input_ids"] == full["input_ids"] and only["input_ids"][-1] == tok.eos_token_id
+    text = tok.decode(only["input_ids"])
+    assert text.endswith("A: The answer is (b)." + tok.eos_token)
+    supervised = [t for t, label in zip(only["input_ids"], only["labels"]) if label != IGNORE]
+    assert tok.decode(supervised) == "b)." + tok.eos_token
+    assert full["labels"] == full["input_ids"]
+    assert build_examples([record], "first_lower", tok, max_length=10) == []  # too long: dropped, not cut
+
+
+def test_pad_batch_masks_padding():
+    batch = pad_batch([{"input_ids": [5, 6, 7], "labels": [IGNORE, 6, 7]}, {"input_ids": [8], "labels": [8]}], pad_id=0)
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["labels"].tolist() == [[IGNORE, 6, 7], [8, IGNORE, IGNORE]]
+
+
+@pytest.mark.parametrize("bad, field", [({"method": "qlora"}, "method"), ({"epochs": 0}, "epochs"),
+                                        ({"template": "cloze_qa"}, "cloze"), ({"batch_size": 0}, "batch_size"),
+                                        ({"dataset": "csq"}, "csq"), ({"lr": 1}, "lr")])
+def test_train_config_refuses_bad_values(bad, field):
+    with pytest.raises((ValueError, KeyError), match=field):
+        TrainConfig.from_dict(bad)
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_finetune_trains_saves_and_reports_validation_ece(tiny_model_dir, csqa_files, tmp_path, method):
+    cfg = TrainConfig(model=str(tiny_model_dir), method=method, dataset="csqa", data_files=csqa_files, limit=8,
+                      val_limit=6, epochs=2, batch_size=4, learning_rate=1e-3, warmup_ratio=0.0)
+    result = finetune(cfg, tmp_path, EventWriter(tmp_path / "events.jsonl"))
+    events, _ = read_events(tmp_path / "events.jsonl")
+    losses = [e["loss"] for e in events if e["stage"] == "train"]
+    assert len(losses) == 4 and [e["step"] for e in events if e["stage"] == "train"] == [1, 2, 3, 4]
+    evals = [e for e in events if e["stage"] == "train_eval"]
+    assert [e["epoch"] for e in evals] == [1.0, 2.0] and all(e["n"] == 6 and 0 <= e["ece"] <= 1 for e in evals)
+    assert result["history"] == [{k: v for k, v in e.items() if k not in ("time", "stage")} for e in evals]
+    trained = load_model(result["model"], adapter=result["adapter"], device="cpu")
+    base = load_model(str(tiny_model_dir), device="cpu")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert (trained.model(ids).logits - base.model(ids).logits).abs().max() > 1e-4  # it learned something
+    assert (result["adapter"] is not None) == (method == "lora")
+
+
+def test_a_stop_request_ends_training_keeping_a_checkpoint(tiny_model_dir, csqa_files, tmp_path):
+    cfg = TrainConfig(model=str(tiny_model_dir), dataset="csqa", data_files=csqa_files, limit=8, val_split=None,
+                      epochs=3, batch_size=4)
+    with pytest.raises(Stopped, match="stopped at step 1"):
+        finetune(cfg, tmp_path, EventWriter(tmp_path / "events.jsonl"), should_stop=lambda: True)
+    assert list((tmp_path / "checkpoints").glob("checkpoint-1"))
+    state = json.loads(next((tmp_path / "checkpoints").glob("checkpoint-1/trainer_state.json")).read_text())
+    assert state["global_step"] == 1
