@@ -68,6 +68,9 @@ class FirstConfig(ConfigMixin):
         unknown = sorted(set(self.students) - set(STUDENTS))
         if unknown or not self.students:
             raise ValueError(f"Expected `students` to be a non-empty list of {STUDENTS}, but got {self.students}")
+        if self.kd_renormalise and self.kd_tail:
+            raise ValueError("`kd_renormalise` and `kd_tail` exclude each other: after renormalising over the "
+                             "top-k there is no mass left for a tail bucket")
         if self.k < 1:
             raise ValueError(f"Expected `k` to be an integer larger than 0, but got {self.k}")
         for entry in self.ood:

@@ -8,7 +8,7 @@ from typing import Any
 
 ROW_KEYS = ("method", "dataset", "split", "in_domain", "n", "accuracy", "ece", "ece_ci_low", "ece_ci_high",
             "cw_ece", "trust", "temperature")
-SWEEP_KEYS = ("form", "objective", "best", "best_ece", "best_nll", "identity_ece", "on_edge")
+SWEEP_KEYS = ("form", "objective", "best", "best_ece", "best_nll", "identity_ece", "on_edge", "records")
 METHOD_NAMES = {"teacher": "Teacher", "finetune": "Fine-tune", "distill": "Distill (direct)",
                 "distill_ls": "Distill + label smoothing", "first": "FIRST (temperature scaling)"}
 
@@ -36,9 +36,11 @@ def markdown(rows: list[dict[str, Any]], sweep: dict[str, Any]) -> str:
             cells += [f"{_pct(r['ece'])}{ci}", _pct(r["accuracy"]), _pct(r["trust"])]
         lines.append("| " + " | ".join(cells) + " |")
     edge = " (on the edge of the grid: widen it)" if sweep.get("on_edge") else ""
+    at_one = next((r["ece"] for r in sweep.get("records", []) if abs(r["value"] - 1.0) < 1e-9), None)
     note = (f"\nAll figures in percent. Temperature ({sweep['form']} form, minimising {sweep['objective']} on the "
-            f"validation answer positions): c = {sweep['best']:g}{edge}; teacher validation ECE "
-            f"{_pct(sweep['identity_ece'])} at c = 1 → {_pct(sweep['best_ece'])} at c = {sweep['best']:g}.\n")
+            f"teacher's top-k at the validation answer positions): c = {sweep['best']:g}{edge}. Teacher validation "
+            f"ECE: {_pct(sweep['identity_ece'])} without re-calibration (top-k renormalised), {_pct(at_one)} at c = 1, "
+            f"{_pct(sweep['best_ece'])} at c = {sweep['best']:g}.\n")
     return "# FIRST: teacher and students\n\n" + "\n".join(lines) + "\n" + note
 
 

@@ -1,0 +1,267 @@
+"""Re-calibrating a teacher's stored top-k probabilities before distillation (FIRST §4.2).
+
+Input everywhere: ``p`` (..., k) float, the teacher's top-k probabilities at one position, sorted
+descending (rank 0 = top-1). A row need not sum to 1: the top-k holds only part of the mass
+(FIRST reports > 95 % on average for k = 5). Every transform returns float64 rows of the same
+shape that sum to 1 over the k entries.
+
+- :func:`temperature_paper`: FIRST Eq. 4 as printed, a softmax of the *probabilities* divided by c.
+- :func:`temperature_logit`: the usual temperature, ``P^(1/T)`` renormalised.
+- :func:`label_smooth`: FIRST Eq. 3, generalised to any k.
+- :func:`direct`: the "direct distillation" normalisation, i.e. no re-calibration.
+- :func:`sweep_temperature`: FIRST's grid search of the temperature on a validation split (§5.5).
+
+See ``shared/REFERENCE.md`` §2.3 and ``shared/seeds/first_paper.txt`` §4.2 and §5.5.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+from lab.metrics import _check_unit_interval, ece, nll
+
+Form = Literal["paper", "logit"]
+Objective = Literal["ece", "nll"]
+OBJECTIVES: tuple[str, ...] = ("ece", "nll")
+DECIMALS = 10  # grid values are rounded to this: 3 * 0.1 is 0.30000000000000004 in floats
+COARSE_GRID = np.round(np.arange(0.1, 1.01, 0.1), DECIMALS)  # FIRST §5.5: 0.1 .. 1.0, step 0.1
+FINE_HALF_WIDTH = 0.1  # the fine grid spans the coarse best ± one coarse step (FIRST §5.5)
+NLL_EPS = 1e-12  # probability floor of the NLL; an answer outside the top-k scores -log(1e-12)
+SUM_TOL = 1e-3  # a top-k may sum this far above 1 (probabilities stored in half precision)
+
+
+# ------------------------------------------------------------------------------ checks
+def _check_p(p: Any, ndim: int | None = None) -> np.ndarray:
+    """Returns ``p`` (..., k) as float64 clipped to [0, 1]; rows must sum to at most 1."""
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim < 1 or p.shape[-1] < 1 or (ndim is not None and p.ndim != ndim):
+        want = "(..., k)" if ndim is None else "(n, k)"
+        raise ValueError(f"Expected `p` to have shape {want} with k >= 1, but got {p.shape}.")
+    p = _check_unit_interval("p", p)
+    total = p.sum(axis=-1)
+    if total.size and total.max() > 1 + SUM_TOL:
+        raise ValueError(
+            f"Expected each row of `p` to sum to at most 1 (a top-k holds part of the mass), "
+            f"but a row sums to {total.max():.6g}."
+        )
+    return p
+
+
+def _check_positive_rows(p: np.ndarray) -> None:
+    if p.size and p.sum(axis=-1).min() <= 0:
+        raise ValueError("Expected every row of `p` to have a positive entry, but a row is all 0.")
+
+
+def _check_sorted(p: np.ndarray) -> None:
+    if np.any(p[..., 1:] > p[..., :-1]):
+        raise ValueError(
+            "Expected each row of `p` to be sorted descending (rank 0 = top-1), but it is not. "
+            "Sort the top-k by probability, e.g. -np.sort(-p, axis=-1)."
+        )
+
+
+def _check_positive(name: str, x: Any) -> None:
+    number = isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+    if not (number and np.isfinite(x) and x > 0):
+        raise ValueError(f"Expected `{name}` to be positive, but got {x!r}.")
+
+
+def _check_fraction(name: str, x: Any) -> None:
+    number = isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+    if not (number and 0 <= x < 1):
+        raise ValueError(f"Expected `{name}` to be a number in [0, 1), but got {x!r}.")
+
+
+def _check_grid(coarse: Any) -> np.ndarray:
+    grid = np.asarray(coarse, dtype=np.float64)
+    if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid)) or grid.min() <= 0:
+        raise ValueError(
+            "Expected `coarse` to be a non-empty 1-D sequence of positive values, "
+            f"but got {coarse!r}."
+        )
+    return np.unique(np.round(grid, DECIMALS))
+
+
+def _check_rank(correct_rank: Any, n: int, k: int) -> np.ndarray:
+    rank = np.asarray(correct_rank)
+    if rank.shape != (n,) or rank.dtype.kind not in "iu":
+        raise ValueError(
+            f"Expected `correct_rank` to be integers of shape ({n},), "
+            f"but got {rank.dtype} {rank.shape}."
+        )
+    bad = np.flatnonzero((rank < -1) | (rank >= k))
+    if bad.size:
+        raise ValueError(
+            f"Expected `correct_rank` in [-1, {k - 1}] (-1: not in the top-k), "
+            f"but got {rank[bad[0]]} at index {bad[0]}."
+        )
+    return rank.astype(np.int64)
+
+
+# -------------------------------------------------------------------------- transforms
+def _softmax(z: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis; -inf entries become exactly 0. Some entry must be finite."""
+    e = np.exp(z - z.max(axis=-1, keepdims=True))  # (..., k), largest entry exp(0) = 1
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def temperature_paper(p: Any, c: float) -> np.ndarray:
+    """FIRST Eq. 4, literally on probabilities: ``P'(i) = exp(P(i)/c) / Σ_j exp(P(j)/c)``.
+
+    ``p`` (..., k) → (..., k). This is *not* the usual logit temperature (see
+    :func:`temperature_logit`): it treats probabilities in [0, 1] as logits, so at c = 1 no two
+    entries differ by more than a factor e and rows are nearly uniform; only c ≪ 1 restores the
+    teacher's contrast. c → 0 tends to one-hot on the top-1, c → ∞ to 1/k.
+    c = 1 is therefore not "no re-calibration". Ranks are kept for every c > 0 (exp increases),
+    and an entry with p = 0 still gets ``exp(0)/Σ > 0``.
+    """
+    _check_positive("c", c)
+    return _softmax(_check_p(p) / c)
+
+
+def temperature_logit(p: Any, T: float) -> np.ndarray:
+    """The usual temperature applied to probabilities: ``P'(i) = P(i)^(1/T) / Σ_j P(j)^(1/T)``.
+
+    ``p`` (..., k) → (..., k); equals ``softmax(logits / T)`` restricted to the top-k. Computed as
+    a softmax of ``log P / T`` so that small T cannot underflow every entry; entries with p = 0
+    stay 0. T = 1 is plain normalisation over the k (no re-calibration); T > 1 flattens and T < 1
+    sharpens. Ranks are kept for every T > 0.
+    """
+    _check_positive("T", T)
+    p = _check_p(p)
+    _check_positive_rows(p)
+    with np.errstate(divide="ignore"):  # log 0 = -inf, which the softmax turns back into 0
+        return _softmax(np.log(p) / T)
+
+
+def label_smooth(p: Any, delta: float = 0.1) -> np.ndarray:
+    """FIRST Eq. 3, generalised to any k ≥ 2: normalise over the k, then move δ from the top-1 to
+    the others in equal shares:
+
+    ``q = p / Σ p``;  ``P'(1) = q(1) − δ``;  ``P'(i) = q(i) + δ/(k−1)`` for ranks i = 2..k.
+
+    ``p`` (..., k) sorted descending → (..., k). (The paper's ranks 2..5 get δ/4, k = 5.) It can
+    break the rank order: whenever ``q(1) − q(2) < δ·k/(k−1)`` the top-2 overtakes the top-1, which
+    the paper names as a drawback. A ``δ`` larger than the normalised top-1 would make it
+    negative and is refused.
+    """
+    _check_fraction("delta", delta)
+    p = _check_p(p)
+    k = p.shape[-1]
+    if k < 2:
+        raise ValueError(f"Expected `p` to hold k >= 2 entries for label smoothing, but got {k}.")
+    _check_sorted(p)
+    _check_positive_rows(p)
+    q = p / p.sum(axis=-1, keepdims=True)  # (..., k)
+    if q[..., 0].min() < delta:
+        raise ValueError(
+            f"Expected `delta` to be at most the normalised top-1 probability of every row "
+            f"({q[..., 0].min():.6g} here), but got {delta!r}."
+        )
+    shift = np.full(k, delta / (k - 1))
+    shift[0] = -delta
+    return q + shift
+
+
+def direct(p: Any, delta: float = 1e-6) -> np.ndarray:
+    """FIRST's "direct distillation" normalisation (no re-calibration):
+    ``P'(j) = (P(j) + δ) / Σ_i (P(i) + δ)``. ``p`` (..., k) → (..., k).
+
+    δ keeps every entry positive, so the teacher's log-probabilities stay finite.
+    """
+    _check_positive("delta", delta)
+    shifted = _check_p(p) + delta
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+TRANSFORMS: dict[str, Callable[[Any, float], np.ndarray]] = {
+    "paper": temperature_paper,
+    "logit": temperature_logit,
+}
+
+
+# ------------------------------------------------------------------------------- sweep
+def sweep_temperature(
+    p: Any,
+    correct_rank: Any,
+    form: Form = "paper",
+    objective: Objective = "ece",
+    coarse: Any = COARSE_GRID,
+    fine_step: float = 0.02,
+    n_bins: int = 10,
+) -> dict[str, Any]:
+    """FIRST's temperature grid search on a validation split (§4.2, §5.5), as a JSON-ready dict.
+
+    ``p`` (n, k): the teacher's top-k probabilities, sorted descending, at the answer position of
+    n validation questions. ``correct_rank`` (n,) int: rank (0..k−1) of the correct answer token
+    in the top-k, or −1 when it is not among them. For each value v of the temperature
+    (``TRANSFORMS[form]``): ``q = transform(p, v)``, confidence ``q[:, 0]``, correct ``rank == 0``,
+
+    - ``ece``: :func:`lab.metrics.ece` with ``n_bins`` equal-width bins;
+    - ``nll``: mean of ``−log max(q[rank], 1e-12)``; an answer outside the top-k (rank −1) has no
+      re-calibrated probability and counts as ``−log 1e-12`` ≈ 27.6 for every v, so it shifts the
+      NLL but never the choice of v;
+    - ``accuracy``: mean of ``rank == 0``. Both forms are monotone in p, so the predicted token is
+      always the top-1 and accuracy is the same for every v (reported to show just that).
+
+    First the ``coarse`` grid, then a fine grid of step ``fine_step`` over the coarse best ± 0.1
+    (clipped to values > 0; values already tried are not repeated). ``objective`` (``"ece"``, as
+    the paper, or ``"nll"``) picks the best value; ties go to the first tried. All values are
+    rounded to 10 decimals. Returns ``form, objective, best, best_ece, best_nll, identity_ece,
+    on_edge, records`` where each record is ``{value, ece, nll, accuracy, stage}``, ``stage`` being
+    ``"coarse"`` or ``"fine"``. ``on_edge`` is True when the best is the smallest or largest value
+    tried: the optimum may lie beyond the grid, so widen it. ``identity_ece`` is the ECE with no
+    re-calibration, the top-k normalised over k (the logit form at T = 1). For the logit form that
+    is the value at T = 1; for the paper form c = 1 is not the identity (it flattens the rows
+    almost to uniform, see :func:`temperature_paper`), so the baseline is computed apart.
+    The logit form needs T > 1 to cool an over-confident teacher: give it a grid reaching above 1.
+    """
+    p = _check_p(p, ndim=2)
+    n, k = p.shape
+    if n < 1:
+        raise ValueError("Expected `p` to hold at least one question, but got n = 0.")
+    _check_sorted(p)
+    rank = _check_rank(correct_rank, n, k)
+    if form not in TRANSFORMS:
+        raise ValueError(f"Expected `form` to be one of {sorted(TRANSFORMS)}, but got {form!r}.")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"Expected `objective` to be one of {OBJECTIVES}, but got {objective!r}.")
+    grid = _check_grid(coarse)
+    _check_positive("fine_step", fine_step)
+    transform = TRANSFORMS[form]
+    correct = rank == 0  # (n,)
+    labels = np.where(rank < 0, k, rank)  # rank -1 points at an extra column of zeros
+
+    def evaluate(value: float, stage: str) -> dict[str, Any]:
+        q = transform(p, value)  # (n, k)
+        q_ext = np.concatenate([q, np.zeros((n, 1))], axis=1)  # (n, k + 1)
+        return {
+            "value": float(value),
+            "ece": ece(q[:, 0], correct, n_bins),
+            "nll": nll(q_ext, labels, NLL_EPS),
+            "accuracy": float(np.mean(correct)),
+            "stage": stage,
+        }
+
+    records = [evaluate(v, "coarse") for v in grid]
+    centre = min(records, key=lambda r: r[objective])["value"]
+    fine = np.round(
+        np.arange(centre - FINE_HALF_WIDTH, centre + FINE_HALF_WIDTH + fine_step / 2, fine_step),
+        DECIMALS,
+    )
+    tried = set(grid.tolist())
+    records += [evaluate(v, "fine") for v in fine if v > 0 and v not in tried]
+    best = min(records, key=lambda r: r[objective])
+    values = [r["value"] for r in records]
+    identity = temperature_logit(p, 1.0)[:, 0]
+    return {
+        "form": form,
+        "objective": objective,
+        "best": best["value"],
+        "best_ece": best["ece"],
+        "best_nll": best["nll"],
+        "identity_ece": ece(identity, correct, n_bins),
+        "on_edge": bool(best["value"] in (min(values), max(values))),
+        "records": records,
+    }

@@ -1,0 +1,1 @@
+"""Distillation from a teacher's stored top-k: extraction and knowledge-matching losses (FIRST §4)."""

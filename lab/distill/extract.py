@@ -1,0 +1,342 @@
+"""The teacher's concentrated knowledge: its top-k tokens and log-probabilities at every position.
+
+FIRST (REFERENCE.md §2, step 2) keeps only the teacher's top-k (k = 5) tokens per position
+instead of the full distribution: top-5 holds most of the mass while costing 20 bytes a position
+instead of vocabulary × 2 (≈ 98 kB for a 49k vocabulary). As the well-kept tools do (DistillKit,
+axolotl KD) we store integer ids and log-probabilities under the full-vocabulary log_softmax in
+fp32, so re-calibration and the tail bucket ``log1p(-Σ p)`` can be computed later.
+
+Alignment contract: **row j of a sequence is the teacher's distribution over token j+1, given
+tokens 0..j**; a sequence of T tokens has T rows, the last predicting the token after it.
+
+Layout of ``out_dir``::
+
+    manifest.json                 settings, shard list (sequence ranges, sha256), coverage, storage
+    shard-00000.safetensors       sequences [0, shard_size)
+    shard-00001.safetensors       ...
+
+A shard holds ``ids`` (R, k) uint16/uint32, ``logprobs`` (R, k) float16/float32 and ``offsets``
+(n + 1,) int64: its n sequences' rows concatenated, sequence i in rows offsets[i]:offsets[i+1];
+plus its coverage sums so that a resumed run can report coverage over every shard. Shards and
+manifest are written atomically (temporary file + ``os.replace``); the manifest is rewritten
+after each shard, so an interrupted run resumes from its last complete shard.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from bisect import bisect_right
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+from safetensors.numpy import load as st_load, save as st_save
+
+from lab.scoring import _device, _order
+
+FORMAT = "calibration-lab/topk-store/v1"
+ALIGNMENT = ("row j of sequence i is the teacher's distribution over token j+1 of sequence i, given "
+             "tokens 0..j; a sequence of T tokens has T rows, the last predicting the token after it")
+LOGPROBS = "log_softmax over the full vocabulary, computed in fp32"
+LOGPROB_DTYPES = {"float16": np.float16, "float32": np.float32}
+FULL_FP16_BYTES = 2  # per vocabulary entry: the full distribution FIRST compares top-k storage with
+MANIFEST = "manifest.json"
+
+
+class StoreError(ValueError):
+    """A top-k store that cannot be written or read as asked; the message says what to do."""
+
+
+def id_dtype_for(vocab_size: int) -> np.dtype:
+    """The smallest unsigned integer type that holds every token id below ``vocab_size``."""
+    if vocab_size < 1:
+        raise StoreError(f"Expected a vocabulary size larger than 0, but got {vocab_size}")
+    return np.dtype(np.uint16 if vocab_size <= 65535 else np.uint32)
+
+
+class _Coverage:
+    """Running sum / min / max over positions of the top-K cumulative probability, K = 1..n."""
+
+    def __init__(self, n: int) -> None:
+        self.sum = np.zeros(n, np.float64)
+        self.min = np.full(n, np.inf)
+        self.max = np.full(n, -np.inf)
+        self.count = 0
+
+    def add(self, total: np.ndarray, low: np.ndarray, high: np.ndarray, count: int) -> None:
+        self.sum += total
+        self.min = np.minimum(self.min, low)
+        self.max = np.maximum(self.max, high)
+        self.count += count
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"coverage_sum": self.sum, "coverage_min": self.min, "coverage_max": self.max}
+
+    def summary(self) -> dict[str, list]:
+        mean = self.sum / max(self.count, 1)
+        return {"k": list(range(1, len(self.sum) + 1)), "mean": mean.round(6).tolist(),
+                "min": self.min.round(6).tolist(), "max": self.max.round(6).tolist(), "positions": self.count}
+
+
+def _fingerprint(sequences: Sequence[Sequence[int]], vocab_size: int) -> tuple[str, list[int]]:
+    """sha256 over the token ids (so a resumed run provably extends the same data) and the lengths."""
+    digest, lengths = hashlib.sha256(), []
+    for i, seq in enumerate(sequences):
+        arr = np.asarray(seq, dtype=np.int64)
+        if arr.ndim != 1 or arr.size == 0:
+            raise StoreError(f"Expected sequence {i} to be a non-empty list of token ids, but got shape {arr.shape}")
+        bad = arr[(arr < 0) | (arr >= vocab_size)]
+        if bad.size:
+            raise StoreError(f"Expected token ids in the teacher's vocabulary 0..{vocab_size - 1}, but sequence {i} "
+                             f"holds {int(bad[0])}; was it tokenised with the teacher's tokenizer?")
+        digest.update(len(arr).to_bytes(8, "little") + arr.tobytes())
+        lengths.append(len(arr))
+    return digest.hexdigest(), lengths
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside ``path`` and rename: readers see the old file or the new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_manifest(out_dir: Path) -> Optional[dict]:
+    path = out_dir / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except ValueError as e:
+        raise StoreError(f"{path} is not valid JSON ({e}); pick another out_dir or delete this one") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise StoreError(f"{path} is not a {FORMAT} manifest; pick another out_dir")
+    return manifest
+
+
+def _load_shard(out_dir: Path, entry: dict) -> dict[str, np.ndarray]:
+    """Read one shard, checking its sha256 against the manifest before trusting a byte of it."""
+    path = out_dir / entry["file"]
+    if not path.is_file():
+        raise StoreError(f"Shard {path} listed in the manifest is missing; re-run extract_topk on {out_dir}")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise StoreError(f"Shard {path} does not match its sha256 in the manifest (corrupted or modified); "
+                         f"delete it and re-run extract_topk on {out_dir} to rebuild it")
+    return st_load(data)
+
+
+@torch.inference_mode()
+def _topk_batch(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, top: int, n_cov: int,
+                vocab_size: int) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Top-``top`` ids and fp32 log-probs (R, top) at every real position, rows sequence by sequence,
+    and the batch's coverage (sum, min, max) of the top-K mass for K = 1..n_cov."""
+    device = _device(model)
+    width, n_rows = max(len(s) for s in seqs), sum(len(s) for s in seqs)
+    # Right padding: every sequence starts at column 0, so default positions are the natural ones.
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, T)
+    for row, s in enumerate(seqs):
+        ids[row, : len(s)] = torch.tensor(s)
+    mask = torch.arange(width)[None, :] < torch.tensor([len(s) for s in seqs])[:, None]  # (B, T) bool
+    ids, mask = ids.to(device), mask.to(device)
+    # A boolean logits_to_keep applies the LM head only at real positions: (R, V), row-major over mask.
+    logits = model(input_ids=ids, attention_mask=mask.long(), logits_to_keep=mask, use_cache=False).logits
+    if logits.shape != (n_rows, vocab_size):
+        raise StoreError(f"Expected the model to return logits of shape ({n_rows}, {vocab_size}) for a "
+                         f"boolean logits_to_keep, but got {tuple(logits.shape)}; is config.vocab_size right?")
+    # topk on the logits then subtract logsumexp: equal to topk(log_softmax) without writing a second (R, V).
+    values, top_ids = logits.topk(top, dim=-1)  # (R, top)
+    top_lp = values.float() - torch.logsumexp(logits.float(), dim=-1, keepdim=True)  # (R, top) fp32
+    mass = top_lp[:, :n_cov].exp().cumsum(dim=-1)  # (R, n_cov): top-K cumulative probability
+    coverage = (mass.sum(0, dtype=torch.float64).cpu().numpy(), mass.amin(0).double().cpu().numpy(),
+                mass.amax(0).double().cpu().numpy())
+    return top_ids, top_lp, coverage
+
+
+def _extract_shard(model: torch.nn.Module, seqs: list[list[int]], *, k: int, top: int, n_cov: int, vocab_size: int,
+                   batch_size: int, pad_id: int, id_dtype: np.dtype, lp_dtype: type,
+                   progress: Optional[Callable[[int], None]],
+                   should_stop: Optional[Callable[[], bool]]) -> Optional[dict[str, np.ndarray]]:
+    """One shard's arrays, or None when ``should_stop`` asked to stop before the shard was done."""
+    lengths = [len(s) for s in seqs]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (n + 1,)
+    ids = np.empty((offsets[-1], k), id_dtype)  # (R, k)
+    logprobs = np.empty((offsets[-1], k), lp_dtype)  # (R, k)
+    coverage = _Coverage(n_cov)
+    for batch in _order(lengths, batch_size):  # longest first: little padding; rows placed back by offset
+        if should_stop is not None and should_stop():
+            return None
+        top_ids, top_lp, cov = _topk_batch(model, [seqs[i] for i in batch], pad_id, top, n_cov, vocab_size)
+        coverage.add(*cov, count=top_ids.shape[0])
+        batch_ids = top_ids[:, :k].cpu().numpy().astype(id_dtype)  # only (rows, k) leaves the device
+        batch_lp = top_lp[:, :k].cpu().numpy().astype(lp_dtype)
+        row = 0
+        for i in batch:
+            ids[offsets[i] : offsets[i + 1]] = batch_ids[row : row + lengths[i]]
+            logprobs[offsets[i] : offsets[i + 1]] = batch_lp[row : row + lengths[i]]
+            row += lengths[i]
+        if progress is not None:
+            progress(len(batch))
+    return {"ids": ids, "logprobs": logprobs, "offsets": offsets, **coverage.arrays()}
+
+
+def extract_topk(model: torch.nn.Module, sequences: Sequence[Sequence[int]], out_dir: Path, *, k: int = 5,
+                 batch_size: int = 8, logprob_dtype: str = "float16", shard_size: int = 1024, coverage_k: int = 100,
+                 pad_id: int = 0, meta: Optional[dict] = None, progress: Optional[Callable[[int], None]] = None,
+                 should_stop: Optional[Callable[[], bool]] = None) -> dict:
+    """Run the teacher over ``sequences`` and store its top-``k`` ids and log-probs at every position.
+
+    ``sequences``: token-id lists (e.g. prompt + answer), each giving len(seq) rows (see
+    ``ALIGNMENT``). ``meta``: what to record about the run (``model``, ``dataset``, ``template``, …).
+    ``progress(n)`` is advanced by the number of sequences finished (after each batch; once per
+    shard skipped on resume). ``should_stop()`` is asked between batches; when it says True the
+    shard in progress is dropped, the manifest is left consistent with ``complete: false``, and
+    the call returns: calling again with the same arguments finishes the job. The top-K mass for
+    K = 1..``coverage_k`` (FIRST's Figure 2) comes from the same forward passes. Returns the manifest.
+    """
+    out_dir = Path(out_dir)
+    vocab_size = int(model.config.vocab_size)
+    for name, value in [("k", k), ("batch_size", batch_size), ("shard_size", shard_size), ("coverage_k", coverage_k)]:
+        if not isinstance(value, int) or value < 1:
+            raise StoreError(f"Expected `{name}` to be an integer larger than 0, but got {value!r}")
+    if k > vocab_size:
+        raise StoreError(f"Expected `k` to be at most the vocabulary size {vocab_size}, but got {k}")
+    if logprob_dtype not in LOGPROB_DTYPES:
+        raise StoreError(f"Expected `logprob_dtype` to be one of {sorted(LOGPROB_DTYPES)}, but got {logprob_dtype!r}")
+    if not 0 <= pad_id < vocab_size:
+        raise StoreError(f"Expected `pad_id` in 0..{vocab_size - 1}, but got {pad_id}")
+    if not sequences:
+        raise StoreError("Expected at least one sequence to extract, but got none")
+    fingerprint, lengths = _fingerprint(sequences, vocab_size)
+    id_dtype, lp_dtype = id_dtype_for(vocab_size), LOGPROB_DTYPES[logprob_dtype]
+    n_cov = min(coverage_k, vocab_size)
+    settings = {
+        "format": FORMAT, "k": k, "id_dtype": id_dtype.name, "logprob_dtype": logprob_dtype,
+        "vocab_size": vocab_size, "coverage_k": n_cov, "shard_size": shard_size, "n_sequences": len(sequences),
+        "sequences_sha256": fingerprint, "meta": json.loads(json.dumps(meta or {})),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    previous = _read_manifest(out_dir)
+    if previous is not None:
+        changed = [f"{key}: {previous.get(key)!r} there, {value!r} here" for key, value in settings.items()
+                   if previous.get(key) != value]
+        if changed:
+            raise StoreError(f"{out_dir} holds a top-k store made with different settings ({'; '.join(changed)}). "
+                             "Pick another out_dir, or delete this one to start over.")
+    coverage = _Coverage(n_cov)
+    shards: dict[int, dict] = {}
+    for entry in (previous or {}).get("shards", []):  # complete shards of an earlier run: keep the valid ones
+        try:
+            arrays = _load_shard(out_dir, entry)
+        except StoreError:
+            continue  # missing or corrupted: extract it again
+        coverage.add(arrays["coverage_sum"], arrays["coverage_min"], arrays["coverage_max"], int(arrays["offsets"][-1]))
+        shards[entry["index"]] = entry
+    n_shards = -(-len(sequences) // shard_size)
+    top = max(k, n_cov)
+    was_training = model.training
+    model.eval()  # dropout would make the stored knowledge noise (a freshly fine-tuned teacher is in train mode)
+    try:
+        for index in range(n_shards):
+            lo, hi = index * shard_size, min(len(sequences), (index + 1) * shard_size)
+            if index in shards:
+                if progress is not None:
+                    progress(hi - lo)
+                continue
+            arrays = _extract_shard(model, [list(s) for s in sequences[lo:hi]], k=k, top=top, n_cov=n_cov,
+                                    vocab_size=vocab_size, batch_size=batch_size, pad_id=pad_id, id_dtype=id_dtype,
+                                    lp_dtype=lp_dtype, progress=progress, should_stop=should_stop)
+            if arrays is None:
+                break
+            name = f"shard-{index:05d}.safetensors"
+            # One metadata key: safetensors orders several at random, and equal shards should hash equal.
+            data = st_save(arrays, metadata={FORMAT: json.dumps({"alignment": ALIGNMENT, "sequences": [lo, hi]})})
+            _atomic_write(out_dir / name, data)
+            shards[index] = {"index": index, "file": name, "sequences": [lo, hi], "rows": int(arrays["offsets"][-1]),
+                             "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            coverage.add(arrays["coverage_sum"], arrays["coverage_min"], arrays["coverage_max"], shards[index]["rows"])
+            _write_manifest(out_dir, settings, shards, n_shards, sum(lengths), coverage, id_dtype, lp_dtype)
+    finally:
+        model.train(was_training)
+    return _write_manifest(out_dir, settings, shards, n_shards, sum(lengths), coverage, id_dtype, lp_dtype)
+
+
+def _write_manifest(out_dir: Path, settings: dict, shards: dict[int, dict], n_shards: int, n_rows: int,
+                    coverage: _Coverage, id_dtype: np.dtype, lp_dtype: type) -> dict:
+    """Everything a reader (or Figure 2) needs, rewritten atomically after every shard."""
+    meta = settings["meta"]
+    per_position = id_dtype.itemsize + np.dtype(lp_dtype).itemsize  # bytes per stored (id, logprob) pair
+    ks = list(range(1, settings["coverage_k"] + 1))
+    full = settings["vocab_size"] * FULL_FP16_BYTES
+    manifest: dict[str, Any] = {
+        **settings, "model": meta.get("model"), "dataset": meta.get("dataset"), "template": meta.get("template"),
+        "alignment": ALIGNMENT, "logprobs": LOGPROBS,
+        "complete": len(shards) == n_shards, "n_rows": n_rows, "n_shards": n_shards,
+        "shards": [shards[i] for i in sorted(shards)],
+        "bytes_on_disk": sum(e["bytes"] for e in shards.values()),
+        "coverage": coverage.summary(),
+        "storage": {"k": ks, "bytes_per_position": [K * per_position for K in ks],
+                    "total_bytes": [K * per_position * n_rows for K in ks],
+                    "full_fp16_bytes_per_position": full, "full_fp16_total_bytes": full * n_rows},
+    }
+    _atomic_write(out_dir / MANIFEST, json.dumps(manifest, indent=1).encode())
+    return manifest
+
+
+class TopKStore:
+    """Read a finished store: ``store[i]`` → ids (T_i, k) int64 and log-probs (T_i, k) float32.
+
+    Row j describes token j+1 of sequence i (see ``ALIGNMENT``). Each shard's sha256 is checked
+    when it is first read; ``verify()`` checks them all now. The last ``cache_shards`` shards read
+    stay in memory (a shard of top-5 is ~20 bytes × its positions).
+    """
+
+    def __init__(self, out_dir: Path, cache_shards: int = 4) -> None:
+        self.out_dir = Path(out_dir)
+        manifest = _read_manifest(self.out_dir)
+        if manifest is None:
+            raise StoreError(f"No {MANIFEST} in {self.out_dir}; run extract_topk there first")
+        if not manifest["complete"]:
+            raise StoreError(f"The store in {self.out_dir} is incomplete ({len(manifest['shards'])} of "
+                             f"{manifest['n_shards']} shards); call extract_topk again with the same arguments")
+        self.manifest = manifest
+        self._starts = [e["sequences"][0] for e in manifest["shards"]]
+        self._cache: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+        self._cache_shards = max(cache_shards, 1)
+
+    def __len__(self) -> int:
+        return self.manifest["n_sequences"]
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"Expected a sequence index in 0..{len(self) - 1}, but got {i}")
+        i %= len(self)
+        s = bisect_right(self._starts, i) - 1
+        shard = self._shard(s)
+        a, b = shard["offsets"][i - self._starts[s] : i - self._starts[s] + 2]
+        return shard["ids"][a:b].astype(np.int64), shard["logprobs"][a:b].astype(np.float32)
+
+    def verify(self) -> None:
+        """Check every shard against its sha256 now; raises StoreError naming the first bad one."""
+        for entry in self.manifest["shards"]:
+            _load_shard(self.out_dir, entry)
+
+    def _shard(self, s: int) -> dict[str, np.ndarray]:
+        if s in self._cache:
+            self._cache.move_to_end(s)
+        else:
+            self._cache[s] = _load_shard(self.out_dir, self.manifest["shards"][s])
+            if len(self._cache) > self._cache_shards:
+                self._cache.popitem(last=False)
+        return self._cache[s]

@@ -1,0 +1,190 @@
+"""The FIRST pipeline (REFERENCE.md §2), one stage after another in one run directory.
+
+Each stage writes ``done.json`` in its own sub-directory when it finishes; a rerun of the same
+config in the same directory skips finished stages, so an interrupted pipeline resumes where it
+stopped (training stages also resume from their last epoch checkpoint).
+
+    teacher/          fine-tuned teacher (or none: an existing teacher is used as is)
+    topk/             teacher top-k over the training sequences (manifest.json: coverage, storage)
+    topk_val/         teacher top-k at the answer position of the validation questions
+    sweep.json        the temperature sweep
+    students/<name>/  one per student method
+    eval/<model>-<dataset>/   metrics.json and predictions.jsonl per model and dataset
+    report.json, report.md
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from lab import calibration
+from lab.distill.extract import TopKStore, extract_topk
+from lab.distill.losses import topk_kl_loss
+from lab.errors import Stopped
+from lab.evaluate import EvalConfig, evaluate
+from lab.events import EventWriter
+from lab.first.config import FirstConfig
+from lab.first.report import write_report
+from lab.models import load_model
+from lab.scoring import split_pairs
+from lab.templates import get_template
+from lab.train.data import build_examples, pad_batch
+from lab.train.trainer import DistillTrainer, finetune, load_split_records, prepare_model, run_training
+
+DONE = "done.json"
+
+
+def _stage(directory: Path, events: EventWriter, name: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``work`` unless ``directory`` holds its result already."""
+    marker = directory / DONE
+    if marker.exists():
+        events.emit("log", message=f"{name}: already done, reusing {directory}")
+        return json.loads(marker.read_text())
+    directory.mkdir(parents=True, exist_ok=True)
+    events.emit("stage", name=name)
+    result = work()
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, marker)
+    return result
+
+
+def _teacher(cfg: FirstConfig, out: Path, events: EventWriter, should_stop) -> dict[str, Any]:
+    if not cfg.finetune_teacher:
+        return {"model": cfg.teacher, "adapter": cfg.teacher_adapter, "history": []}
+    return finetune(cfg.train_config(cfg.teacher, cfg.teacher_method), out, events, should_stop, stage="teacher")
+
+
+def _extract(cfg: FirstConfig, teacher: dict[str, Any], out: Path, events: EventWriter, should_stop) -> dict[str, Any]:
+    """Teacher top-k over the training sequences, and at the answer position of the validation questions."""
+    loaded = load_model(teacher["model"], adapter=teacher["adapter"], device=cfg.device, dtype=cfg.dtype)
+    tok = loaded.tokenizer
+    train = load_split_records(cfg.train_config(cfg.student, cfg.student_method), cfg.train_split, [], cfg.train_limit)
+    examples = build_examples(train, cfg.template, tok, cfg.completion_only, cfg.max_length)
+    meta = {"model": teacher, "dataset": cfg.dataset, "split": cfg.train_split, "template": cfg.template}
+    done = 0
+
+    def progress(n: int) -> None:  # extract_topk reports each batch's count; events carry the running total
+        nonlocal done
+        done += n
+        events.emit("extract", step=done, total=len(examples))
+
+    manifest = extract_topk(loaded.model, [e["input_ids"] for e in examples], out / "train", k=cfg.k,
+                            logprob_dtype=cfg.logprob_dtype, pad_id=tok.pad_token_id, meta=meta,
+                            progress=progress, should_stop=should_stop)
+    if not manifest.get("complete", True):
+        raise Stopped(f"extraction stopped after {done} of {len(examples)} sequences; rerun to resume")
+    val = load_split_records(cfg.train_config(cfg.student, cfg.student_method), cfg.val_split, [], cfg.val_limit)
+    render = get_template(cfg.template).render
+    contexts, answers = [], []
+    for record in val:
+        context, continuations = split_pairs(tok, render(record, tok), strict=True)
+        contexts.append(context)
+        answers.append(continuations[record.answer][0])
+    extract_topk(loaded.model, contexts, out / "val", k=cfg.k, logprob_dtype="float32", pad_id=tok.pad_token_id,
+                 meta={**meta, "split": cfg.val_split, "answer_token_ids": answers})
+    return {"coverage": manifest.get("coverage"), "storage": manifest.get("storage"),
+            "n_sequences": len(examples), "n_val": len(val)}
+
+
+def _sweep(cfg: FirstConfig, topk_dir: Path, events: EventWriter) -> dict[str, Any]:
+    """Grid-search the temperature on the teacher's top-k at the validation answer positions."""
+    store = TopKStore(topk_dir / "val")
+    answers = store.manifest["meta"]["answer_token_ids"]
+    probs, ranks = [], []
+    for i, answer in enumerate(answers):
+        ids, logprobs = store[i]
+        probs.append(np.exp(logprobs[-1]))  # last row: the distribution of the answer token
+        hits = np.flatnonzero(ids[-1] == answer)
+        ranks.append(int(hits[0]) if hits.size else -1)
+    result = calibration.sweep_temperature(np.array(probs), np.array(ranks), form=cfg.ts_form,
+                                           objective=cfg.ts_objective, n_bins=cfg.bins)
+    for record in result["records"]:  # its own "stage" is the grid (coarse / fine)
+        events.emit("sweep", grid=record["stage"], **{k: v for k, v in record.items() if k != "stage"})
+    return result
+
+
+def _transform(cfg: FirstConfig, method: str, sweep: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """How each distillation student re-calibrates the stored teacher probabilities (k per row)."""
+    if method == "distill":
+        return lambda p: calibration.direct(p, cfg.direct_delta)
+    if method == "distill_ls":
+        return lambda p: calibration.label_smooth(p, cfg.ls_delta)
+    return lambda p: calibration.TRANSFORMS[cfg.ts_form](p, sweep["best"])
+
+
+def _distill(cfg: FirstConfig, method: str, sweep: dict[str, Any], topk_dir: Path, out: Path, events: EventWriter,
+             should_stop) -> dict[str, Any]:
+    tcfg = cfg.train_config(cfg.student, cfg.student_method)
+    model, tok, device = prepare_model(tcfg)
+    train = load_split_records(tcfg, tcfg.split, [], tcfg.limit)
+    examples = build_examples(train, tcfg.template, tok, tcfg.completion_only, tcfg.max_length)
+    store = TopKStore(topk_dir / "train")
+    if len(store) != len(examples):
+        raise ValueError(f"The top-k store holds {len(store)} sequences but there are {len(examples)} examples; "
+                         "the teacher and student tokenizers must match")
+    for i, example in enumerate(examples):
+        example["topk"] = i
+    transform = _transform(cfg, method, sweep)
+    pad_id = tok.pad_token_id
+
+    def collate(batch: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        padded = pad_batch(batch, pad_id)
+        shape = (*padded["input_ids"].shape, cfg.k)
+        ids = torch.zeros(shape, dtype=torch.long)
+        logprobs = torch.full(shape, -1e4)  # padding rows: masked out by the labels anyway
+        for row, example in enumerate(batch):
+            t_ids, t_lp = store[example["topk"]]
+            p = transform(np.exp(t_lp.astype(np.float64)))  # (T, k) re-calibrated teacher
+            ids[row, : len(t_ids)] = torch.from_numpy(t_ids.astype(np.int64))
+            logprobs[row, : len(t_ids)] = torch.from_numpy(np.log(np.clip(p, 1e-30, None))).float()
+        return {**padded, "teacher_ids": ids, "teacher_logprobs": logprobs}
+
+    val = load_split_records(tcfg, tcfg.val_split, [], tcfg.val_limit)
+
+    def kd_loss(logits, ids, logprobs, mask):
+        return topk_kl_loss(logits, ids, logprobs, mask, renormalise=cfg.kd_renormalise, tail=cfg.kd_tail)
+
+    return run_training(DistillTrainer, tcfg, out, examples, model, tok, device, events, f"student:{method}",
+                        should_stop, val, collate, kd_loss=kd_loss)
+
+
+def _evaluations(cfg: FirstConfig) -> list[dict[str, Any]]:
+    """In-domain test first, then each out-of-domain dataset."""
+    return [{"dataset": cfg.dataset, "data_files": cfg.data_files, "split": cfg.test_split, "limit": cfg.test_limit},
+            *cfg.ood]
+
+
+def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
+    teacher = _stage(out / "teacher", events, "teacher", lambda: _teacher(cfg, out / "teacher", events, should_stop))
+    _stage(out / "topk", events, "extract", lambda: _extract(cfg, teacher, out / "topk", events, should_stop))
+    sweep = _stage(out / "sweep", events, "sweep", lambda: _sweep(cfg, out / "topk", events))
+    models = {"teacher": teacher}
+    for method in cfg.students:
+        target = out / "students" / method
+        if method == "finetune":
+            work = lambda t=target: finetune(cfg.train_config(cfg.student, cfg.student_method), t, events, should_stop,
+                                             stage="student:finetune")
+        else:
+            work = lambda m=method, t=target: _distill(cfg, m, sweep, out / "topk", t, events, should_stop)
+        models[method] = _stage(target, events, f"student:{method}", work)
+    rows = []
+    for name, trained in models.items():
+        for spec in _evaluations(cfg):
+            ecfg = EvalConfig(model=trained["model"], adapter=trained["adapter"], dataset=spec["dataset"],
+                              data_files=spec.get("data_files") or [], split=spec.get("split", "test"),
+                              limit=spec.get("limit"), scoring="letter",
+                              template=spec.get("template", cfg.template if spec["dataset"] == cfg.dataset else None),
+                              bins=cfg.bins, batch_size=cfg.eval_batch_size, device=cfg.device, dtype=cfg.dtype,
+                              bootstrap=cfg.bootstrap, seed=cfg.seed)
+            directory = out / "eval" / f"{name}-{spec['dataset']}"
+            metrics = _stage(directory, events, f"evaluate {name} on {spec['dataset']}",
+                             lambda e=ecfg, d=directory: evaluate(e, d, log=lambda m: events.emit("log", message=m)))
+            rows.append({"method": name, "in_domain": spec["dataset"] == cfg.dataset,
+                         "temperature": sweep["best"] if name == "first" else None, **metrics})
+    return write_report(out, cfg, rows, sweep)

@@ -1,0 +1,163 @@
+"""Top-k extraction: every stored row against an independent unpadded forward pass of the teacher."""
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+
+from lab.distill.extract import ALIGNMENT, StoreError, TopKStore, extract_topk, id_dtype_for
+
+VOCAB = 300
+LENGTHS = [7, 3, 12, 1, 5]
+
+
+def tiny_llama(attention_dropout: float = 0.0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         initializer_range=0.2, attention_dropout=attention_dropout)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama()
+
+
+@pytest.fixture(scope="module")
+def seqs():
+    rng = np.random.default_rng(0)
+    return [rng.integers(1, VOCAB, n).tolist() for n in LENGTHS]
+
+
+def reference(model, seq, k=5):
+    """topk(log_softmax) of the model's own forward on the unpadded sequence: (T, k) each."""
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([seq])).logits[0].float()  # (T, V)
+    lp, ids = torch.log_softmax(logits, -1).topk(k, -1)
+    return ids.numpy(), lp.numpy()
+
+
+def test_rows_match_an_unpadded_forward_whatever_the_batch_size(model, seqs, tmp_path):
+    stores = {}
+    for bs in (1, 4):
+        extract_topk(model, seqs, tmp_path / f"bs{bs}", batch_size=bs, meta={"model": "tiny"})
+        stores[bs] = TopKStore(tmp_path / f"bs{bs}")
+    assert len(stores[4]) == len(seqs)
+    for i, seq in enumerate(seqs):
+        ref_ids, ref_lp = reference(model, seq)
+        for store in stores.values():
+            ids, lp = store[i]
+            assert ids.shape == lp.shape == (len(seq), 5) and ids.dtype == np.int64 and lp.dtype == np.float32
+            np.testing.assert_array_equal(ids, ref_ids)
+            np.testing.assert_allclose(lp, ref_lp, rtol=1e-3, atol=1e-3)  # stored as float16
+
+
+def test_row_j_is_the_distribution_of_token_j_plus_1(model, seqs, tmp_path):
+    manifest = extract_topk(model, seqs, tmp_path, k=4, logprob_dtype="float32")
+    assert manifest["alignment"] == ALIGNMENT and "token j+1" in ALIGNMENT
+    seq = seqs[0]
+    ids, lp = TopKStore(tmp_path)[0]
+    for j in range(len(seq)):  # the prefix 0..j's last position predicts token j+1
+        with torch.inference_mode():
+            last = torch.log_softmax(model(input_ids=torch.tensor([seq[: j + 1]])).logits[0, -1].float(), -1)
+        ref_lp, ref_ids = last.topk(4)
+        np.testing.assert_array_equal(ids[j], ref_ids.numpy())
+        np.testing.assert_allclose(lp[j], ref_lp.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_is_off_during_extraction_and_the_mode_is_restored(seqs, tmp_path):
+    noisy = tiny_llama(attention_dropout=0.5).train()
+    extract_topk(noisy, seqs[:2], tmp_path)
+    assert noisy.training
+    ids, _ = TopKStore(tmp_path)[0]
+    np.testing.assert_array_equal(ids, reference(noisy.eval(), seqs[0])[0])
+
+
+def test_id_and_logprob_dtypes(model, seqs, tmp_path):
+    assert id_dtype_for(300) == np.uint16 and id_dtype_for(49152) == np.uint16 and id_dtype_for(65535) == np.uint16
+    assert id_dtype_for(65536) == np.uint32 and id_dtype_for(70000) == np.uint32
+    for dtype in ("float16", "float32"):
+        manifest = extract_topk(model, seqs, tmp_path / dtype, logprob_dtype=dtype)
+        shard = load_file(str(tmp_path / dtype / manifest["shards"][0]["file"]))
+        assert shard["ids"].dtype == np.uint16 and shard["logprobs"].dtype == np.dtype(dtype)
+        assert (manifest["id_dtype"], manifest["logprob_dtype"]) == ("uint16", dtype)
+        assert shard["offsets"].tolist() == np.concatenate([[0], np.cumsum(LENGTHS)]).tolist()
+    with pytest.raises(StoreError, match="logprob_dtype"):
+        extract_topk(model, seqs, tmp_path / "bad", logprob_dtype="bfloat16")
+    with pytest.raises(StoreError, match="vocabulary"):
+        extract_topk(model, [[1, VOCAB]], tmp_path / "bad")
+
+
+def test_shards_checksums_and_verify(model, seqs, tmp_path):
+    manifest = extract_topk(model, seqs, tmp_path, shard_size=2)
+    assert [e["sequences"] for e in manifest["shards"]] == [[0, 2], [2, 4], [4, 5]]
+    assert manifest["complete"] and manifest["n_sequences"] == 5 and manifest["n_rows"] == sum(LENGTHS)
+    for entry in manifest["shards"]:
+        data = (tmp_path / entry["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"] and len(data) == entry["bytes"]
+    assert manifest["bytes_on_disk"] == sum(e["bytes"] for e in manifest["shards"])
+    assert json.loads((tmp_path / "manifest.json").read_text()) == manifest
+    TopKStore(tmp_path).verify()
+    path = tmp_path / manifest["shards"][1]["file"]
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    store = TopKStore(tmp_path)
+    store[0]  # shard 0 is intact: read lazily, fine
+    with pytest.raises(StoreError, match="sha256"):
+        store[3]
+    with pytest.raises(StoreError, match="sha256"):
+        store.verify()
+
+
+def test_interrupted_run_resumes_to_the_same_store(model, seqs, tmp_path):
+    whole = extract_topk(model, seqs, tmp_path / "whole", shard_size=2, batch_size=2)
+    done = []
+    part = extract_topk(model, seqs, tmp_path / "resumed", shard_size=2, batch_size=2,
+                        progress=done.append, should_stop=lambda: sum(done) >= 2)
+    assert not part["complete"] and [e["sequences"] for e in part["shards"]] == [[0, 2]]
+    with pytest.raises(StoreError, match="incomplete"):
+        TopKStore(tmp_path / "resumed")
+    done.clear()
+    resumed = extract_topk(model, seqs, tmp_path / "resumed", shard_size=2, batch_size=2, progress=done.append)
+    assert resumed["complete"] and sum(done) == len(seqs)
+    assert [e["sha256"] for e in resumed["shards"]] == [e["sha256"] for e in whole["shards"]]
+    assert resumed["coverage"] == whole["coverage"]
+    with pytest.raises(StoreError, match="different settings.*k: 5 there, 3 here"):
+        extract_topk(model, seqs, tmp_path / "resumed", shard_size=2, batch_size=2, k=3)
+    with pytest.raises(StoreError, match="sequences_sha256"):
+        extract_topk(model, seqs[::-1], tmp_path / "resumed", shard_size=2, batch_size=2)
+
+
+def test_coverage_and_storage_statistics(model, seqs, tmp_path):
+    manifest = extract_topk(model, seqs, tmp_path, coverage_k=1000)  # more than the vocabulary: capped
+    cov = manifest["coverage"]
+    assert cov["k"] == list(range(1, VOCAB + 1)) and cov["positions"] == sum(LENGTHS)
+    for key in ("mean", "min", "max"):
+        values = np.array(cov[key])
+        assert np.all(np.diff(values) >= -1e-6) and np.all(values <= 1 + 1e-5) and values[0] > 0
+        assert values[-1] == pytest.approx(1, abs=1e-5)  # top-V is the whole distribution
+    assert np.all(np.array(cov["min"]) <= np.array(cov["mean"]) + 1e-9)
+    assert np.all(np.array(cov["mean"]) <= np.array(cov["max"]) + 1e-9)
+    storage = manifest["storage"]
+    assert storage["bytes_per_position"][4] == 5 * (2 + 2) and storage["k"][4] == 5
+    assert storage["total_bytes"][4] == 20 * sum(LENGTHS)
+    assert storage["full_fp16_bytes_per_position"] == VOCAB * 2
+
+
+def test_bundled_model_smoke(bundled, tmp_path):
+    texts = ["Q: Where is milk kept? A: The answer is (b).", "Paris is in France."]
+    seqs = bundled.tokenizer(texts)["input_ids"]
+    manifest = extract_topk(bundled.model, seqs, tmp_path, batch_size=2, coverage_k=10,
+                            pad_id=bundled.tokenizer.pad_token_id, meta={"model": "bundled"})
+    assert manifest["id_dtype"] == "uint16" and manifest["model"] == "bundled"
+    store = TopKStore(tmp_path)
+    for i, seq in enumerate(seqs):
+        ids, lp = store[i]
+        assert ids.shape == (len(seq), 5) and np.all(lp[:, 0] <= 0) and np.all(np.diff(lp, axis=1) <= 0)
+    assert 0 < manifest["coverage"]["mean"][4] < 1
