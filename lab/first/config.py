@@ -49,7 +49,8 @@ class FirstConfig(ConfigMixin):
     kd_renormalise: bool = field(default=False, metadata=_help("renormalise the student over the teacher's top-k"))
     kd_tail: bool = field(default=False, metadata=_help("add a 'rest of the vocabulary' bucket to the KL"))
     completion_only: bool = field(default=True, metadata=_help("supervise the answer only"))
-    epochs: float = field(default=3, metadata=_help("epochs for the teacher and every student"))
+    epochs: float = field(default=3, metadata=_help("epochs for every student"))
+    teacher_epochs: Optional[float] = field(default=None, metadata=_help("epochs for the teacher (default: epochs)"))
     learning_rate: float = field(default=2e-5, metadata=_help("peak learning rate"))
     batch_size: int = field(default=8, metadata=_help("examples per device per step"))
     grad_accum: int = field(default=1, metadata=_help("gradient accumulation steps"))
@@ -79,13 +80,13 @@ class FirstConfig(ConfigMixin):
             DATASETS.get(entry["dataset"])
         self.template = self.train_config(self.teacher, self.teacher_method).template
 
-    def train_config(self, model: str, method: Method) -> TrainConfig:
+    def train_config(self, model: str, method: Method, epochs: Optional[float] = None) -> TrainConfig:
         """The fine-tuning settings shared by the teacher and every student."""
         return TrainConfig(
             model=model, method=method, lora_r=self.lora_r, lora_alpha=self.lora_alpha, dataset=self.dataset,
             data_files=self.data_files, split=self.train_split, limit=self.train_limit, val_split=self.val_split,
             val_limit=self.val_limit, template=self.template, completion_only=self.completion_only,
-            max_length=self.max_length, epochs=self.epochs, learning_rate=self.learning_rate,
+            max_length=self.max_length, epochs=epochs or self.epochs, learning_rate=self.learning_rate,
             batch_size=self.batch_size, grad_accum=self.grad_accum, warmup_ratio=self.warmup_ratio,
             seed=self.seed, device=self.device, dtype=self.dtype, bins=self.bins,
         )

@@ -57,7 +57,8 @@ def _stage(directory: Path, events: EventWriter, name: str, work: Callable[[], d
 def _teacher(cfg: FirstConfig, out: Path, events: EventWriter, should_stop) -> dict[str, Any]:
     if not cfg.finetune_teacher:
         return {"model": cfg.teacher, "adapter": cfg.teacher_adapter, "history": []}
-    return finetune(cfg.train_config(cfg.teacher, cfg.teacher_method), out, events, should_stop, stage="teacher")
+    tcfg = cfg.train_config(cfg.teacher, cfg.teacher_method, epochs=cfg.teacher_epochs)
+    return finetune(tcfg, out, events, should_stop, stage="teacher")
 
 
 def _extract(cfg: FirstConfig, teacher: dict[str, Any], out: Path, events: EventWriter, should_stop) -> dict[str, Any]:
