@@ -8,6 +8,11 @@ from typing import Any, TypeVar
 C = TypeVar("C", bound="ConfigMixin")
 
 
+def doc(text: str) -> dict[str, str]:
+    """Field metadata carrying the help text the command line and the UI show."""
+    return {"help": text}
+
+
 class ConfigMixin:
     """For dataclasses: ``from_dict`` rejects unknown keys (a typo must not silently become a default)."""
 

@@ -17,7 +17,7 @@ import numpy as np
 import yaml
 
 from lab import metrics
-from lab.config import ConfigMixin
+from lab.config import ConfigMixin, doc
 from lab.data import DATASETS, load_records
 from lab.data.record import MCQRecord
 from lab.templates import get_template, template_names, default_template
@@ -33,22 +33,22 @@ CONFIDENCE = {
 class EvalConfig(ConfigMixin):
     """Everything that defines an evaluation; defaults in one place, unknown keys refused."""
 
-    model: str = field(default="bundled", metadata={"help": "'bundled', a local directory or a hub id"})
-    adapter: Optional[str] = field(default=None, metadata={"help": "PEFT (LoRA) adapter directory"})
-    dataset: str = field(default="arc_challenge", metadata={"help": "registered dataset name"})
-    data_files: list[str] = field(default_factory=list, metadata={"help": "local files: PATH or SPLIT=PATH"})
-    split: str = field(default="test", metadata={"help": "split name, or SOURCE:PART for a seeded carve"})
-    subject: Optional[str] = field(default=None, metadata={"help": "MMLU subject"})
-    limit: Optional[int] = field(default=None, metadata={"help": "first N questions only"})
-    scoring: Scoring = field(default="letter", metadata={"help": "letter (option tokens) or cloze (option texts)"})
-    template: Optional[str] = field(default=None, metadata={"help": "prompt template; default depends on dataset"})
-    bins: int = field(default=10, metadata={"help": "equal-width bins for ECE"})
-    batch_size: int = field(default=16, metadata={"help": "questions per forward pass"})
-    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda, cuda:N"})
-    dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), float32, bfloat16"})
-    on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata={"help": "skip or reject malformed rows"})
-    seed: int = field(default=0, metadata={"help": "seed for split carving and the ECE bootstrap"})
-    bootstrap: int = field(default=1000, metadata={"help": "bootstrap replicates for the ECE interval (0: none)"})
+    model: str = field(default="bundled", metadata=doc("'bundled', a local directory or a hub id"))
+    adapter: Optional[str] = field(default=None, metadata=doc("PEFT (LoRA) adapter directory"))
+    dataset: str = field(default="arc_challenge", metadata=doc("registered dataset name"))
+    data_files: list[str] = field(default_factory=list, metadata=doc("local files: PATH or SPLIT=PATH"))
+    split: str = field(default="test", metadata=doc("split name, or SOURCE:PART for a seeded carve"))
+    subject: Optional[str] = field(default=None, metadata=doc("MMLU subject"))
+    limit: Optional[int] = field(default=None, metadata=doc("first N questions only"))
+    scoring: Scoring = field(default="letter", metadata=doc("letter (option tokens) or cloze (option texts)"))
+    template: Optional[str] = field(default=None, metadata=doc("prompt template; default depends on dataset"))
+    bins: int = field(default=10, metadata=doc("equal-width bins for ECE"))
+    batch_size: int = field(default=16, metadata=doc("questions per forward pass"))
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda, cuda:N"))
+    dtype: str = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16"))
+    on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
+    seed: int = field(default=0, metadata=doc("seed for split carving and the ECE bootstrap"))
+    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for the ECE interval (0: none)"))
 
     def __post_init__(self) -> None:
         if self.scoring not in CONFIDENCE:

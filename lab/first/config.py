@@ -9,61 +9,57 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from lab.config import ConfigMixin
+from lab.config import ConfigMixin, doc
 from lab.data import DATASETS
 from lab.train.config import Method, TrainConfig
 
 STUDENTS = ("finetune", "distill", "distill_ls", "first")
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass
 class FirstConfig(ConfigMixin):
-    teacher: str = field(default="bundled", metadata=_help("teacher base model: 'bundled', a directory or a hub id"))
-    teacher_adapter: Optional[str] = field(default=None, metadata=_help("an existing teacher LoRA adapter"))
-    finetune_teacher: bool = field(default=True, metadata=_help("fine-tune the teacher first (else use it as is)"))
-    teacher_method: Method = field(default="full", metadata=_help("teacher fine-tuning: full or lora"))
-    student: str = field(default="bundled", metadata=_help("student base model (same tokenizer as the teacher)"))
-    student_method: Method = field(default="full", metadata=_help("student training: full or lora"))
-    students: list[str] = field(default_factory=lambda: list(STUDENTS), metadata=_help(f"any of {STUDENTS}"))
-    dataset: str = field(default="csqa", metadata=_help("in-domain dataset"))
-    data_files: list[str] = field(default_factory=list, metadata=_help("its local files: PATH or SPLIT=PATH"))
-    train_split: str = field(default="train", metadata=_help("training split (or SOURCE:PART)"))
-    val_split: str = field(default="validation", metadata=_help("split for the temperature sweep and per-epoch ECE"))
-    test_split: str = field(default="test", metadata=_help("in-domain evaluation split"))
-    train_limit: Optional[int] = field(default=None, metadata=_help("first N training examples"))
-    val_limit: Optional[int] = field(default=None, metadata=_help("first N validation questions"))
-    test_limit: Optional[int] = field(default=None, metadata=_help("first N test questions"))
-    ood: list[dict[str, Any]] = field(default_factory=list, metadata=_help(
+    teacher: str = field(default="bundled", metadata=doc("teacher base model: 'bundled', a directory or a hub id"))
+    teacher_adapter: Optional[str] = field(default=None, metadata=doc("an existing teacher LoRA adapter"))
+    finetune_teacher: bool = field(default=True, metadata=doc("fine-tune the teacher first (else use it as is)"))
+    teacher_method: Method = field(default="full", metadata=doc("teacher fine-tuning: full or lora"))
+    student: str = field(default="bundled", metadata=doc("student base model (same tokenizer as the teacher)"))
+    student_method: Method = field(default="full", metadata=doc("student training: full or lora"))
+    students: list[str] = field(default_factory=lambda: list(STUDENTS), metadata=doc(f"any of {STUDENTS}"))
+    dataset: str = field(default="csqa", metadata=doc("in-domain dataset"))
+    data_files: list[str] = field(default_factory=list, metadata=doc("its local files: PATH or SPLIT=PATH"))
+    train_split: str = field(default="train", metadata=doc("training split (or SOURCE:PART)"))
+    val_split: str = field(default="validation", metadata=doc("split for the temperature sweep and per-epoch ECE"))
+    test_split: str = field(default="test", metadata=doc("in-domain evaluation split"))
+    train_limit: Optional[int] = field(default=None, metadata=doc("first N training examples"))
+    val_limit: Optional[int] = field(default=None, metadata=doc("first N validation questions"))
+    test_limit: Optional[int] = field(default=None, metadata=doc("first N test questions"))
+    ood: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "out-of-domain evaluations: [{dataset, data_files, split, limit}]"))
-    template: Optional[str] = field(default=None, metadata=_help("letter template; default depends on dataset"))
-    k: int = field(default=5, metadata=_help("teacher tokens kept per position"))
-    logprob_dtype: str = field(default="float16", metadata=_help("stored log-prob width: float16 or float32"))
-    ts_form: Literal["paper", "logit"] = field(default="paper", metadata=_help("paper: softmax(P/c); logit: P^(1/T)"))
-    ts_objective: Literal["ece", "nll"] = field(default="ece", metadata=_help("what the sweep minimises"))
-    ls_delta: float = field(default=0.1, metadata=_help("label smoothing δ for distill_ls"))
-    direct_delta: float = field(default=1e-6, metadata=_help("δ of direct distillation's normalisation"))
-    kd_renormalise: bool = field(default=False, metadata=_help("renormalise the student over the teacher's top-k"))
-    kd_tail: bool = field(default=False, metadata=_help("add a 'rest of the vocabulary' bucket to the KL"))
-    completion_only: bool = field(default=True, metadata=_help("supervise the answer only"))
-    epochs: float = field(default=3, metadata=_help("epochs for every student"))
-    teacher_epochs: Optional[float] = field(default=None, metadata=_help("epochs for the teacher (default: epochs)"))
-    learning_rate: float = field(default=2e-5, metadata=_help("peak learning rate"))
-    batch_size: int = field(default=8, metadata=_help("examples per device per step"))
-    grad_accum: int = field(default=1, metadata=_help("gradient accumulation steps"))
-    warmup_ratio: float = field(default=0.03, metadata=_help("linear warm-up fraction"))
-    max_length: int = field(default=512, metadata=_help("longer examples are dropped"))
-    lora_r: int = field(default=16, metadata=_help("LoRA rank"))
-    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator"))
-    eval_batch_size: int = field(default=16, metadata=_help("questions per forward pass when evaluating"))
-    bins: int = field(default=10, metadata=_help("ECE bins"))
-    bootstrap: int = field(default=1000, metadata=_help("bootstrap replicates for ECE intervals"))
-    seed: int = field(default=0, metadata=_help("seed for carving, data order and initialisation"))
-    device: str = field(default="auto", metadata=_help("auto, cpu, cuda"))
-    dtype: str = field(default="auto", metadata=_help("auto (bf16 on GPU, fp32 on CPU)"))
+    template: Optional[str] = field(default=None, metadata=doc("letter template; default depends on dataset"))
+    k: int = field(default=5, metadata=doc("teacher tokens kept per position"))
+    logprob_dtype: str = field(default="float16", metadata=doc("stored log-prob width: float16 or float32"))
+    ts_form: Literal["paper", "logit"] = field(default="paper", metadata=doc("paper: softmax(P/c); logit: P^(1/T)"))
+    ts_objective: Literal["ece", "nll"] = field(default="ece", metadata=doc("what the sweep minimises"))
+    ls_delta: float = field(default=0.1, metadata=doc("label smoothing δ for distill_ls"))
+    direct_delta: float = field(default=1e-6, metadata=doc("δ of direct distillation's normalisation"))
+    kd_renormalise: bool = field(default=False, metadata=doc("renormalise the student over the teacher's top-k"))
+    kd_tail: bool = field(default=False, metadata=doc("add a 'rest of the vocabulary' bucket to the KL"))
+    completion_only: bool = field(default=True, metadata=doc("supervise the answer only"))
+    epochs: float = field(default=3, metadata=doc("epochs for every student"))
+    teacher_epochs: Optional[float] = field(default=None, metadata=doc("epochs for the teacher (default: epochs)"))
+    learning_rate: float = field(default=2e-5, metadata=doc("peak learning rate"))
+    batch_size: int = field(default=8, metadata=doc("examples per device per step"))
+    grad_accum: int = field(default=1, metadata=doc("gradient accumulation steps"))
+    warmup_ratio: float = field(default=0.03, metadata=doc("linear warm-up fraction"))
+    max_length: int = field(default=512, metadata=doc("longer examples are dropped"))
+    lora_r: int = field(default=16, metadata=doc("LoRA rank"))
+    lora_alpha: int = field(default=32, metadata=doc("LoRA scaling numerator"))
+    eval_batch_size: int = field(default=16, metadata=doc("questions per forward pass when evaluating"))
+    bins: int = field(default=10, metadata=doc("ECE bins"))
+    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for ECE intervals"))
+    seed: int = field(default=0, metadata=doc("seed for carving, data order and initialisation"))
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda"))
+    dtype: str = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.students) - set(STUDENTS))

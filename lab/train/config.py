@@ -7,48 +7,44 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from lab.config import ConfigMixin
+from lab.config import ConfigMixin, doc
 from lab.data import DATASETS
 from lab.templates import default_template, get_template
 
 Method = Literal["full", "lora"]
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass
 class TrainConfig(ConfigMixin):
-    model: str = field(default="bundled", metadata=_help("'bundled', a local directory or a hub id"))
-    method: Method = field(default="full", metadata=_help("full-parameter or LoRA fine-tuning"))
-    lora_r: int = field(default=16, metadata=_help("LoRA rank"))
-    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator"))
-    lora_dropout: float = field(default=0.05, metadata=_help("dropout on the LoRA path"))
-    dataset: str = field(default="csqa", metadata=_help("registered dataset name"))
-    data_files: list[str] = field(default_factory=list, metadata=_help("local files: PATH or SPLIT=PATH"))
-    split: str = field(default="train", metadata=_help("training split, or SOURCE:PART"))
-    limit: Optional[int] = field(default=None, metadata=_help("first N training examples"))
-    val_split: Optional[str] = field(default="validation", metadata=_help("split for per-epoch ECE/accuracy (None: skip)"))
-    val_data_files: list[str] = field(default_factory=list, metadata=_help("files for the validation split"))
-    val_limit: Optional[int] = field(default=200, metadata=_help("validation questions per epoch"))
-    template: Optional[str] = field(default=None, metadata=_help("letter template; default depends on dataset"))
-    completion_only: bool = field(default=True, metadata=_help("loss on the answer only (else prompt + answer)"))
-    max_length: int = field(default=512, metadata=_help("longer examples are dropped"))
-    epochs: float = field(default=3, metadata=_help("passes over the training data"))
-    learning_rate: float = field(default=2e-5, metadata=_help("peak learning rate"))
-    batch_size: int = field(default=8, metadata=_help("examples per device per step"))
-    grad_accum: int = field(default=1, metadata=_help("gradient accumulation steps"))
-    warmup_ratio: float = field(default=0.03, metadata=_help("linear warm-up, fraction of all steps"))
-    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay"))
-    adam_beta1: float = field(default=0.9, metadata=_help("AdamW β1"))
-    adam_beta2: float = field(default=0.999, metadata=_help("AdamW β2"))
-    adam_epsilon: float = field(default=1e-6, metadata=_help("AdamW ε"))
-    lr_scheduler: str = field(default="cosine", metadata=_help("transformers scheduler name"))
-    seed: int = field(default=0, metadata=_help("seed for data order, LoRA init and split carving"))
-    device: str = field(default="auto", metadata=_help("auto, cpu, cuda"))
-    dtype: str = field(default="auto", metadata=_help("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16"))
-    bins: int = field(default=10, metadata=_help("ECE bins for validation"))
+    model: str = field(default="bundled", metadata=doc("'bundled', a local directory or a hub id"))
+    method: Method = field(default="full", metadata=doc("full-parameter or LoRA fine-tuning"))
+    lora_r: int = field(default=16, metadata=doc("LoRA rank"))
+    lora_alpha: int = field(default=32, metadata=doc("LoRA scaling numerator"))
+    lora_dropout: float = field(default=0.05, metadata=doc("dropout on the LoRA path"))
+    dataset: str = field(default="csqa", metadata=doc("registered dataset name"))
+    data_files: list[str] = field(default_factory=list, metadata=doc("local files: PATH or SPLIT=PATH"))
+    split: str = field(default="train", metadata=doc("training split, or SOURCE:PART"))
+    limit: Optional[int] = field(default=None, metadata=doc("first N training examples"))
+    val_split: Optional[str] = field(default="validation", metadata=doc("split for per-epoch ECE/accuracy (None: skip)"))
+    val_data_files: list[str] = field(default_factory=list, metadata=doc("files for the validation split"))
+    val_limit: Optional[int] = field(default=200, metadata=doc("validation questions per epoch"))
+    template: Optional[str] = field(default=None, metadata=doc("letter template; default depends on dataset"))
+    completion_only: bool = field(default=True, metadata=doc("loss on the answer only (else prompt + answer)"))
+    max_length: int = field(default=512, metadata=doc("longer examples are dropped"))
+    epochs: float = field(default=3, metadata=doc("passes over the training data"))
+    learning_rate: float = field(default=2e-5, metadata=doc("peak learning rate"))
+    batch_size: int = field(default=8, metadata=doc("examples per device per step"))
+    grad_accum: int = field(default=1, metadata=doc("gradient accumulation steps"))
+    warmup_ratio: float = field(default=0.03, metadata=doc("linear warm-up, fraction of all steps"))
+    weight_decay: float = field(default=0.0, metadata=doc("AdamW weight decay"))
+    adam_beta1: float = field(default=0.9, metadata=doc("AdamW β1"))
+    adam_beta2: float = field(default=0.999, metadata=doc("AdamW β2"))
+    adam_epsilon: float = field(default=1e-6, metadata=doc("AdamW ε"))
+    lr_scheduler: str = field(default="cosine", metadata=doc("transformers scheduler name"))
+    seed: int = field(default=0, metadata=doc("seed for data order, LoRA init and split carving"))
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda"))
+    dtype: str = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16"))
+    bins: int = field(default=10, metadata=doc("ECE bins for validation"))
 
     def __post_init__(self) -> None:
         DATASETS.get(self.dataset)
