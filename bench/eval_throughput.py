@@ -3,9 +3,10 @@
     python bench/eval_throughput.py [--data-files ../shared/data/arc_challenge/test.jsonl] [--n 64]
 
 Prints q/s at batch sizes 1 and 16 and the batched / one-at-a-time ratio for each mode, plus,
-for cloze, a baseline measured in the same run: every option scored as its own full sequence
-with logits at every position (how lm-evaluation-harness scores a question), against our shared
-context + KV cache + logits only at the option tokens. Ratios, not absolute figures, are what
+for cloze, a naive baseline measured in the same run: every option scored as its own full
+sequence with logits at every position, against our shared context + KV cache + logits only at
+the option tokens. (lm-evaluation-harness also scores options as full sequences but is faster
+than this loop; bench/vs_lm_eval.py races the real thing.) Ratios, not absolute figures, are what
 carry over between machines. Runs on the GPU when there is one (``--device``).
 """
 from __future__ import annotations
