@@ -11,6 +11,7 @@ it then requires a login, given as ``CALIBRATION_LAB_AUTH=user:password``.
 from __future__ import annotations
 
 import argparse
+import functools
 import html
 import ipaddress
 import json
@@ -46,11 +47,17 @@ def runs_table(root: Path = RUNS) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS).round(4)
 
 
+@functools.lru_cache(maxsize=None)
+def _store(root: Path) -> JobStore:
+    """One store per root: opening one creates the schema, which a 2-second poll need not repeat."""
+    return JobStore(root)
+
+
 def jobs_table(root: Path = RUNS) -> pd.DataFrame:
     """The job queue, queued first in queue order, then newest first."""
     now = time.time()
     rows = [[j.id, j.kind, j.status, j.devices or "", round((j.finished or now) - j.started) if j.started else None,
-             j.error or ""] for j in JobStore(root).list()]
+             j.error or ""] for j in _store(root).list()]
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
 
 
@@ -98,7 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     auth = _auth(args.host)
     stop = threading.Event()
-    scheduler = Scheduler(JobStore(RUNS), cpu_slots=args.cpu_slots)
+    scheduler = Scheduler(_store(RUNS), cpu_slots=args.cpu_slots)
     threading.Thread(target=scheduler.run_forever, args=(stop,), name="scheduler", daemon=True).start()
     try:
         build().launch(server_name=args.host, server_port=args.port, auth=auth)
