@@ -7,7 +7,6 @@ metrics were computed from, so any number can be recomputed without the model).
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ import yaml
 
 from lab import metrics
 from lab.config import ConfigMixin, doc
+from lab.files import write_atomic
 from lab.data import DATASETS, load_records
 from lab.data.record import MCQRecord
 from lab.templates import get_template, template_names, default_template
@@ -135,12 +135,6 @@ def compute_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: 
     return metrics.summarize(probs, labels, n_bins=n_bins, mask=mask, n_boot=n_boot, seed=seed)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run one evaluation end to end and write the run directory ``out``.
 
@@ -149,7 +143,7 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
     from lab.models import load_model
 
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "config.yaml", yaml.safe_dump({"kind": "evaluate", **cfg.to_dict()}, sort_keys=False))
+    write_atomic(out / "config.yaml", yaml.safe_dump({"kind": "evaluate", **cfg.to_dict()}, sort_keys=False))
     data = load_records(
         cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject,
         on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
@@ -173,6 +167,6 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
         "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."),
         "seconds": round(elapsed, 3), "questions_per_second": round(len(rows) / elapsed, 3) if elapsed else None,
     }
-    _write_atomic(out / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    _write_atomic(out / "metrics.json", json.dumps(result, indent=2, allow_nan=False) + "\n")
+    write_atomic(out / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_atomic(out / "metrics.json", json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result

@@ -26,6 +26,7 @@ from lab.evaluate import EvalConfig, evaluate
 from lab.first.config import FirstConfig
 from lab.train.config import TrainConfig
 from lab.events import EVENTS_FILE, EventWriter
+from lab.files import write_atomic
 from lab.registry import Registry
 
 STOP_FILE = "STOP"
@@ -121,9 +122,7 @@ def load_config(path: Path) -> tuple[JobKind, Any]:
 def _write_result(run_dir: Path, status: str, error: Optional[str] = None, **extra: Any) -> None:
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    tmp = run_dir / (RESULT_FILE + ".tmp")
-    tmp.write_text(json.dumps({"status": status, "error": error, **extra}) + "\n")
-    os.replace(tmp, run_dir / RESULT_FILE)
+    write_atomic(run_dir / RESULT_FILE, json.dumps({"status": status, "error": error, **extra}) + "\n")
 
 
 def run(config_path: Path, run_dir: Path) -> int:

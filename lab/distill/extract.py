@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from bisect import bisect_right
 from collections import OrderedDict
 from pathlib import Path
@@ -36,6 +34,7 @@ import numpy as np
 import torch
 from safetensors.numpy import load as st_load, save as st_save
 
+from lab.files import write_atomic
 from lab.scoring import _device, _order
 
 FORMAT = "calibration-lab/topk-store/v1"
@@ -96,20 +95,6 @@ def _fingerprint(sequences: Sequence[Sequence[int]], vocab_size: int) -> tuple[s
         digest.update(len(arr).to_bytes(8, "little") + arr.tobytes())
         lengths.append(len(arr))
     return digest.hexdigest(), lengths
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path`` and rename: readers see the old file or the new one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _read_manifest(out_dir: Path) -> Optional[dict]:
@@ -262,7 +247,7 @@ def extract_topk(model: torch.nn.Module, sequences: Sequence[Sequence[int]], out
             name = f"shard-{index:05d}.safetensors"
             # One metadata key: safetensors orders several at random, and equal shards should hash equal.
             data = st_save(arrays, metadata={FORMAT: json.dumps({"alignment": ALIGNMENT, "sequences": [lo, hi]})})
-            _atomic_write(out_dir / name, data)
+            write_atomic(out_dir / name, data)
             shards[index] = {"index": index, "file": name, "sequences": [lo, hi], "rows": int(arrays["offsets"][-1]),
                              "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
             coverage.add(arrays["coverage_sum"], arrays["coverage_min"], arrays["coverage_max"], shards[index]["rows"])
@@ -290,7 +275,7 @@ def _write_manifest(out_dir: Path, settings: dict, shards: dict[int, dict], n_sh
                     "total_bytes": [K * per_position * n_rows for K in ks],
                     "full_fp16_bytes_per_position": full, "full_fp16_total_bytes": full * n_rows},
     }
-    _atomic_write(out_dir / MANIFEST, json.dumps(manifest, indent=1).encode())
+    write_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=1).encode())
     return manifest
 
 

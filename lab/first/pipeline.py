@@ -15,7 +15,6 @@ stopped (training stages also resume from their last epoch checkpoint).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +28,7 @@ from lab.errors import Stopped
 from lab.evaluate import EvalConfig, evaluate
 from lab.events import EventWriter
 from lab.first.config import FirstConfig
+from lab.files import write_atomic
 from lab.first.report import write_report
 from lab.models import load_model
 from lab.scoring import split_pairs
@@ -48,9 +48,7 @@ def _stage(directory: Path, events: EventWriter, name: str, work: Callable[[], d
     directory.mkdir(parents=True, exist_ok=True)
     events.emit("stage", name=name)
     result = work()
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, marker)
+    write_atomic(marker, json.dumps(result, indent=2))
     return result
 
 

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from lab.files import write_atomic
 
 ROW_KEYS = ("method", "dataset", "split", "in_domain", "n", "accuracy", "ece", "ece_ci_low", "ece_ci_high",
             "cw_ece", "trust", "temperature")
@@ -48,7 +49,5 @@ def write_report(out: Path, cfg, rows: list[dict[str, Any]], sweep: dict[str, An
     report = {"rows": [{k: r.get(k) for k in ROW_KEYS} for r in rows],
               "sweep": {k: sweep.get(k) for k in SWEEP_KEYS}, "config": cfg.to_dict()}
     for name, text in (("report.json", json.dumps(report, indent=2) + "\n"), ("report.md", markdown(report["rows"], sweep))):
-        tmp = out / (name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out / name)
+        write_atomic(out / name, text)
     return report
