@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain s
 
 from lab.data import load_records
 from lab.models import load_model
-from lab.scoring import split_pairs, score_cloze, score_letter
+from lab.scoring import right_padded, score_cloze, score_letter, split_pairs
 from lab.templates import Prompt, get_template
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "arc_challenge" / "test.jsonl"
@@ -35,13 +35,7 @@ def naive_cloze(model, tokenizer, prompts: list[Prompt], batch_size: int) -> Non
     seqs = [ctx + cont for p in prompts for ctx, conts in [split_pairs(tokenizer, p)] for cont in conts]
     with torch.inference_mode():
         for s in range(0, len(seqs), batch_size):
-            batch = seqs[s : s + batch_size]
-            width = max(len(x) for x in batch)
-            ids = torch.full((len(batch), width), tokenizer.pad_token_id)
-            mask = torch.zeros_like(ids)
-            for r, x in enumerate(batch):
-                ids[r, : len(x)] = torch.tensor(x)
-                mask[r, : len(x)] = 1
+            ids, mask = right_padded(seqs[s : s + batch_size], tokenizer.pad_token_id)
             torch.log_softmax(model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float(), -1)
 
 

@@ -105,6 +105,18 @@ def _left_padded(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tens
     return ids.to(device), mask.to(device), positions.to(device)
 
 
+def right_padded(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) ids and attention mask, padded on the right: every row starts at position 0, so the
+    model's default positions are the natural ones (training, extraction)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, s in enumerate(seqs):
+        ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[row, : len(s)] = 1
+    return ids, mask
+
+
 def _pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 

@@ -35,7 +35,7 @@ import torch
 from safetensors.numpy import load as st_load, save as st_save
 
 from lab.files import write_atomic
-from lab.scoring import _device, _order
+from lab.scoring import _device, _order, right_padded
 
 FORMAT = "calibration-lab/topk-store/v1"
 ALIGNMENT = ("row j of sequence i is the teacher's distribution over token j+1 of sequence i, given "
@@ -128,13 +128,9 @@ def _topk_batch(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, top:
     """Top-``top`` ids and fp32 log-probs (R, top) at every real position, rows sequence by sequence,
     and the batch's coverage (sum, min, max) of the top-K mass for K = 1..n_cov."""
     device = _device(model)
-    width, n_rows = max(len(s) for s in seqs), sum(len(s) for s in seqs)
-    # Right padding: every sequence starts at column 0, so default positions are the natural ones.
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, T)
-    for row, s in enumerate(seqs):
-        ids[row, : len(s)] = torch.tensor(s)
-    mask = torch.arange(width)[None, :] < torch.tensor([len(s) for s in seqs])[:, None]  # (B, T) bool
-    ids, mask = ids.to(device), mask.to(device)
+    n_rows = sum(len(s) for s in seqs)
+    ids, attention = right_padded(seqs, pad_id)  # (B, T)
+    ids, mask = ids.to(device), attention.bool().to(device)
     # A boolean logits_to_keep applies the LM head only at real positions: (R, V), row-major over mask.
     logits = model(input_ids=ids, attention_mask=mask.long(), logits_to_keep=mask, use_cache=False).logits
     if logits.shape != (n_rows, vocab_size):

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import torch
 
 from lab.data.record import MCQRecord
-from lab.scoring import split_pairs
+from lab.scoring import right_padded, split_pairs
 from lab.templates import Prompt, get_template
 
 IGNORE = -100  # transformers' label for "no loss here"
@@ -40,13 +40,6 @@ def build_examples(records: Sequence[MCQRecord], template: str, tokenizer, compl
 
 def pad_batch(examples: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad ``input_ids`` / ``labels`` into (B, T) tensors with an attention mask."""
-    width = max(len(e["input_ids"]) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for row, e in enumerate(examples):
-        n = len(e["input_ids"])
-        ids[row, :n] = torch.tensor(e["input_ids"])
-        labels[row, :n] = torch.tensor(e["labels"])
-        mask[row, :n] = 1
+    ids, mask = right_padded([e["input_ids"] for e in examples], pad_id)
+    labels, _ = right_padded([e["labels"] for e in examples], IGNORE)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
