@@ -3,6 +3,10 @@
 A run directory holds ``config.yaml`` (the resolved config: rerunning it reproduces the run),
 ``metrics.json`` and ``predictions.jsonl`` (one question per line, with every probability the
 metrics were computed from, so any number can be recomputed without the model).
+
+With a ``temperature`` (a number, a ``temperature.json`` or a directory holding one) the metrics
+are those of the temperature-scaled probabilities; each row keeps the unscaled ones in
+``raw_probs``.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from lab.config import ConfigMixin, doc
 from lab.files import write_atomic
 from lab.data import DATASETS, load_records
 from lab.data.record import MCQRecord
+from lab.temperature import load_temperature, scale
 from lab.templates import get_template, template_names, default_template
 
 Scoring = Literal["letter", "cloze"]
@@ -49,6 +54,7 @@ class EvalConfig(ConfigMixin):
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
     seed: int = field(default=0, metadata=doc("seed for split carving and the ECE bootstrap"))
     bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for the ECE interval (0: none)"))
+    temperature: Optional[Any] = field(default=None, metadata=doc("scale probabilities: a number or a temperature.json"))
 
     def __post_init__(self) -> None:
         if self.scoring not in CONFIDENCE:
@@ -63,6 +69,7 @@ class EvalConfig(ConfigMixin):
             raise ValueError(f"Expected `limit` to be a positive integer or unset, but got {self.limit!r}")
         if self.bootstrap < 0:
             raise ValueError(f"Expected `bootstrap` to be 0 or more, but got {self.bootstrap}")
+        load_temperature(self.temperature)  # a bad number or a missing file fails at submit time
         DATASETS.get(self.dataset)  # unknown names fail here, at submit time, with the valid ones listed
         if self.template is None:
             self.template = default_template(self.dataset, self.scoring)
@@ -128,6 +135,19 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
     return rows, extra
 
 
+def apply_temperature(rows: list[dict[str, Any]], temperature: float) -> list[dict[str, Any]]:
+    """Copies of prediction rows with temperature-scaled ``probs`` (the originals in ``raw_probs``)."""
+    out = []
+    for row in rows:
+        raw = np.asarray(row.get("raw_probs", row["probs"]), dtype=np.float64)
+        probs = scale(raw[None], temperature)[0]
+        pred = int(np.argmax(probs))
+        out.append({**row, "raw_probs": [float(p) for p in raw], "probs": [float(p) for p in probs],
+                    "temperature": temperature, "pred": pred, "confidence": float(probs[pred]),
+                    "correct": pred == row["answer"]})
+    return out
+
+
 def compute_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: int) -> dict[str, Any]:
     """Metrics from prediction rows alone: what ``metrics.json`` holds, recomputable from the file."""
     probs, mask = _pad([np.asarray(r["probs"]) for r in rows])
@@ -142,8 +162,6 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
     """
     from lab.models import load_model
 
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "config.yaml", yaml.safe_dump({"kind": "evaluate", **cfg.to_dict()}, sort_keys=False))
     data = load_records(
         cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject,
         on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
@@ -154,18 +172,38 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
         log(f"... and {len(data.problems) - 5} more skipped rows")
     loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype)
     log(f"scoring {len(data.records)} questions from {data.source} with {cfg.model} ({cfg.scoring}, template {cfg.template})")
-    start = time.perf_counter()
     progress = progress_factory(len(data.records)) if progress_factory else None
-    rows, extra = score_records(cfg, loaded, data.records, progress)
+    return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress)
+
+
+def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Path, source: str, n_skipped: int = 0,
+                     progress: Optional[Callable[[int], None]] = None, **info: Any) -> dict[str, Any]:
+    """Score ``records`` with a loaded model and write ``out`` (config, predictions, metrics).
+
+    ``info`` adds to (or overrides, e.g. ``dataset`` for a pooled set) what ``metrics.json`` says.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "config.yaml", yaml.safe_dump({"kind": "evaluate", **cfg.to_dict()}, sort_keys=False))
+    start = time.perf_counter()
+    rows, extra = score_records(cfg, loaded, records, progress)
     elapsed = time.perf_counter() - start
-    result = {
-        **compute_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed),
-        **extra,
-        "scoring": cfg.scoring, "confidence": CONFIDENCE[cfg.scoring], "template": cfg.template,
-        "model": cfg.model, "adapter": cfg.adapter, "dataset": cfg.dataset, "split": cfg.split,
-        "data_source": data.source, "n_skipped_rows": len(data.problems),
-        "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."),
+    temperature = load_temperature(cfg.temperature)
+    if temperature is not None:
+        rows = apply_temperature(rows, temperature)
+    return write_evaluation(out, rows, cfg, {
+        **extra, "model": cfg.model, "adapter": cfg.adapter, "data_source": source, "n_skipped_rows": n_skipped,
+        "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."), "temperature": temperature,
         "seconds": round(elapsed, 3), "questions_per_second": round(len(rows) / elapsed, 3) if elapsed else None,
+        **info,
+    })
+
+
+def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, info: dict[str, Any]) -> dict[str, Any]:
+    """Write ``predictions.jsonl`` and ``metrics.json``; the metrics are always recomputed from ``rows``."""
+    out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "scoring": cfg.scoring, "confidence": CONFIDENCE[cfg.scoring], "template": cfg.template,
+        "dataset": cfg.dataset, "split": cfg.split, **info, **compute_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed),
     }
     write_atomic(out / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     write_atomic(out / "metrics.json", json.dumps(result, indent=2, allow_nan=False) + "\n")

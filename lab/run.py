@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from lab.cft.config import CftConfig
 from lab.errors import USER_ERRORS, Stopped
 from lab.evaluate import EvalConfig, evaluate
 from lab.first.config import FirstConfig
@@ -96,10 +97,20 @@ def _run_first(cfg: FirstConfig, ctx: JobContext) -> dict[str, Any]:
     return {"models": len({r["method"] for r in report["rows"]}), "temperature": report["sweep"]["best"]}
 
 
+def _run_cft(cfg: CftConfig, ctx: JobContext) -> dict[str, Any]:
+    from lab.cft.pipeline import run_cft
+
+    report = run_cft(cfg, ctx.run_dir, ctx.events, ctx.should_stop)
+    t = report.get("temperature") or {}
+    return {"rows": len(report["win_rate"]), "temperature": t.get("temperature")}
+
+
 JOB_KINDS.add("evaluate", JobKind("evaluate", "accuracy and calibration of a model on a dataset", EvalConfig, _run_evaluate))
 JOB_KINDS.add("finetune", JobKind("finetune", "hard-label fine-tuning (full or LoRA), ECE per epoch", TrainConfig, _run_finetune))
 JOB_KINDS.add("first", JobKind("first", "FIRST: teacher, top-k extraction, temperature sweep, four students, report",
                                FirstConfig, _run_first))
+JOB_KINDS.add("cft", JobKind("cft", "CFT/RCFT protocol: base, temperature scaling, label smoothing, CFT, RCFT per λ, "
+                             "in/out of domain, win rate, report", CftConfig, _run_cft))
 
 
 def parse_config(values: dict[str, Any]) -> tuple[JobKind, Any]:

@@ -14,7 +14,6 @@ stopped (training stages also resume from their last epoch checkpoint).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,29 +27,13 @@ from lab.errors import Stopped
 from lab.evaluate import EvalConfig, evaluate
 from lab.events import EventWriter
 from lab.first.config import FirstConfig
-from lab.files import write_atomic
 from lab.first.report import write_report
+from lab.stages import stage
 from lab.models import load_model
 from lab.scoring import split_pairs
 from lab.templates import get_template
 from lab.train.data import build_examples, pad_batch
 from lab.train.trainer import DistillTrainer, finetune, load_split_records, prepare_model, run_training
-
-DONE = "done.json"
-
-
-def _stage(directory: Path, events: EventWriter, name: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run ``work`` unless ``directory`` holds its result already."""
-    marker = directory / DONE
-    if marker.exists():
-        events.emit("log", message=f"{name}: already done, reusing {directory}")
-        return json.loads(marker.read_text())
-    directory.mkdir(parents=True, exist_ok=True)
-    events.emit("stage", name=name)
-    result = work()
-    write_atomic(marker, json.dumps(result, indent=2))
-    return result
-
 
 def _teacher(cfg: FirstConfig, out: Path, events: EventWriter, should_stop) -> dict[str, Any]:
     if not cfg.finetune_teacher:
@@ -160,9 +143,9 @@ def _evaluations(cfg: FirstConfig) -> list[dict[str, Any]]:
 
 
 def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
-    teacher = _stage(out / "teacher", events, "teacher", lambda: _teacher(cfg, out / "teacher", events, should_stop))
-    _stage(out / "topk", events, "extract", lambda: _extract(cfg, teacher, out / "topk", events, should_stop))
-    sweep = _stage(out / "sweep", events, "sweep", lambda: _sweep(cfg, out / "topk", events))
+    teacher = stage(out / "teacher", events, "teacher", lambda: _teacher(cfg, out / "teacher", events, should_stop))
+    stage(out / "topk", events, "extract", lambda: _extract(cfg, teacher, out / "topk", events, should_stop))
+    sweep = stage(out / "sweep", events, "sweep", lambda: _sweep(cfg, out / "topk", events))
     models = {"teacher": teacher}
     for method in cfg.students:
         target = out / "students" / method
@@ -171,7 +154,7 @@ def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Cal
                                              stage="student:finetune")
         else:
             work = lambda m=method, t=target: _distill(cfg, m, sweep, out / "topk", t, events, should_stop)
-        models[method] = _stage(target, events, f"student:{method}", work)
+        models[method] = stage(target, events, f"student:{method}", work)
     rows = []
     for name, trained in models.items():
         for spec in _evaluations(cfg):
@@ -182,7 +165,7 @@ def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Cal
                               bins=cfg.bins, batch_size=cfg.eval_batch_size, device=cfg.device, dtype=cfg.dtype,
                               bootstrap=cfg.bootstrap, seed=cfg.seed)
             directory = out / "eval" / f"{name}-{spec['dataset']}"
-            metrics = _stage(directory, events, f"evaluate {name} on {spec['dataset']}",
+            metrics = stage(directory, events, f"evaluate {name} on {spec['dataset']}",
                              lambda e=ecfg, d=directory: evaluate(e, d, log=lambda m: events.emit("log", message=m)))
             rows.append({"method": name, "in_domain": spec["dataset"] == cfg.dataset,
                          "temperature": sweep["best"] if name == "first" else None, **metrics})

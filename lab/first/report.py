@@ -1,21 +1,13 @@
 """``report.json`` and ``report.md``: every model on every dataset, laid out like FIRST's Table 1."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from lab.files import write_atomic
-
-ROW_KEYS = ("method", "dataset", "split", "in_domain", "n", "accuracy", "ece", "ece_ci_low", "ece_ci_high",
-            "cw_ece", "trust", "temperature")
+from lab.reports import ROW_KEYS, pct as _pct, write_files
 SWEEP_KEYS = ("form", "objective", "best", "best_ece", "best_nll", "identity_ece", "on_edge", "records")
 METHOD_NAMES = {"teacher": "Teacher", "finetune": "Fine-tune", "distill": "Distill (direct)",
                 "distill_ls": "Distill + label smoothing", "first": "FIRST (temperature scaling)"}
-
-
-def _pct(x: Any) -> str:
-    return "–" if x is None else f"{100 * x:.1f}"
 
 
 def markdown(rows: list[dict[str, Any]], sweep: dict[str, Any]) -> str:
@@ -48,6 +40,4 @@ def markdown(rows: list[dict[str, Any]], sweep: dict[str, Any]) -> str:
 def write_report(out: Path, cfg, rows: list[dict[str, Any]], sweep: dict[str, Any]) -> dict[str, Any]:
     report = {"rows": [{k: r.get(k) for k in ROW_KEYS} for r in rows],
               "sweep": {k: sweep.get(k) for k in SWEEP_KEYS}, "config": cfg.to_dict()}
-    for name, text in (("report.json", json.dumps(report, indent=2) + "\n"), ("report.md", markdown(report["rows"], sweep))):
-        write_atomic(out / name, text)
-    return report
+    return write_files(out, report, markdown(report["rows"], sweep))

@@ -1,6 +1,10 @@
 """``TrainConfig``: one supervised fine-tuning run (the ``finetune`` job kind, and each model the
-FIRST pipeline trains). Defaults are the FIRST paper's recipe (REFERENCE.md §2.1): 3 epochs, lr
-2e-5, AdamW β = (0.9, 0.999), ε = 1e-6, cosine schedule with 3 % warm-up.
+FIRST and CFT pipelines train). Defaults are the FIRST paper's recipe (REFERENCE.md §2.1): 3
+epochs, lr 2e-5, AdamW β = (0.9, 0.999), ε = 1e-6, cosine schedule with 3 % warm-up.
+
+``objective`` picks the trainer: ``sft`` (cross-entropy; with ``completion_only`` this is CFT),
+``label_smoothing`` (smoothed targets over the option letters) or ``rcft`` (cross-entropy plus
+``ece_lambda`` × the EM ECE regulariser, REFERENCE.md §3).
 """
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from lab.data import DATASETS
 from lab.templates import default_template, get_template
 
 Method = Literal["full", "lora"]
+Objective = Literal["sft", "label_smoothing", "rcft"]
+OBJECTIVES = ("sft", "label_smoothing", "rcft")
 
 
 @dataclass
@@ -45,17 +51,33 @@ class TrainConfig(ConfigMixin):
     device: str = field(default="auto", metadata=doc("auto, cpu, cuda"))
     dtype: str = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16"))
     bins: int = field(default=10, metadata=doc("ECE bins for validation"))
+    eval_steps: Optional[int] = field(default=None, metadata=doc("also validate every N optimiser steps (None: per epoch only)"))
+    objective: Objective = field(default="sft", metadata=doc("sft, label_smoothing (over the option letters) or rcft"))
+    label_smoothing: float = field(default=0.1, metadata=doc("ε of label_smoothing: mass spread over the options"))
+    ece_lambda: float = field(default=1.0, metadata=doc("rcft: weight λ of the ECE regulariser"))
+    ece_bins: int = field(default=10, metadata=doc("rcft: confidence bins of the E-step"))
+    estep_steps: Optional[int] = field(default=None, metadata=doc("rcft: redo the E-step every N steps (None: every epoch)"))
 
     def __post_init__(self) -> None:
         DATASETS.get(self.dataset)
         if self.method not in ("full", "lora"):
             raise ValueError(f"Expected `method` to be 'full' or 'lora', but got {self.method!r}")
-        for name in ("batch_size", "grad_accum", "max_length", "lora_r", "bins"):
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"Expected `objective` to be one of {OBJECTIVES}, but got {self.objective!r}")
+        for name in ("batch_size", "grad_accum", "max_length", "lora_r", "bins", "ece_bins"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"Expected `{name}` to be an integer larger than 0, but got {getattr(self, name)!r}")
         for name in ("epochs", "learning_rate"):
             if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) <= 0:
                 raise ValueError(f"Expected `{name}` to be a positive number, but got {getattr(self, name)!r}")
+        for name in ("eval_steps", "estep_steps"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"Expected `{name}` to be a positive integer or unset, but got {value!r}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"Expected `label_smoothing` in [0, 1), but got {self.label_smoothing}")
+        if not isinstance(self.ece_lambda, (int, float)) or self.ece_lambda < 0:
+            raise ValueError(f"Expected `ece_lambda` to be 0 or more, but got {self.ece_lambda!r}")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"Expected `warmup_ratio` in [0, 1), but got {self.warmup_ratio}")
         if self.template is None:

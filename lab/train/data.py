@@ -4,6 +4,11 @@ The prompt and target are split into tokens exactly as the scorer splits them
 (``lab.scoring.split_pairs``), so a model is trained on the same token boundary it is evaluated
 at. ``completion_only`` supervises only the target (CFT, and FIRST's answer); otherwise the
 whole sequence (RCFT's prompt + answer).
+
+Every example also records where its answer is decided: ``answer_pos`` (the position whose
+logits predict the answer letter), ``option_ids`` (each option letter's token there) and
+``answer``, so RCFT and option-level label smoothing read the option probabilities from the same
+forward pass that gives the language-modelling loss.
 """
 from __future__ import annotations
 
@@ -34,7 +39,10 @@ def build_examples(records: Sequence[MCQRecord], template: str, tokenizer, compl
         if len(ids) > max_length:
             continue
         labels = ([IGNORE] * len(context) if completion_only else list(context)) + target + [tokenizer.eos_token_id]
-        examples.append({"input_ids": ids, "labels": labels, "record": index})
+        option_context, options = split_pairs(tokenizer, prompt)
+        option_ids = [o[0] for o in options] if option_context == context else []  # [] : not a letter-at-one-position format
+        examples.append({"input_ids": ids, "labels": labels, "record": index, "answer_pos": len(context) - 1,
+                         "option_ids": option_ids, "answer": record.answer})
     return examples
 
 
@@ -43,3 +51,14 @@ def pad_batch(examples: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torc
     ids, mask = right_padded([e["input_ids"] for e in examples], pad_id)
     labels, _ = right_padded([e["labels"] for e in examples], IGNORE)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def pad_option_batch(examples: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+    """``pad_batch`` plus the answer position, the option tokens (B, K; -1 pads) and the answer."""
+    if any(not e["option_ids"] for e in examples):
+        raise ValueError("This loss needs each option's letter at one answer position; use a letter template "
+                         "whose options are single tokens (e.g. cft_chat)")
+    option_ids, option_mask = right_padded([e["option_ids"] for e in examples], -1)
+    return {**pad_batch(examples, pad_id), "answer_pos": torch.tensor([e["answer_pos"] for e in examples]),
+            "option_ids": option_ids, "option_mask": option_mask.bool(),
+            "answer": torch.tensor([e["answer"] for e in examples])}

@@ -1,11 +1,17 @@
 """Supervised fine-tuning on transformers' ``Trainer``, with the lab's events and per-epoch calibration.
 
-``finetune`` trains one model (full or LoRA) on hard labels and saves it; ``DistillTrainer`` (used
-by the FIRST pipeline) swaps the loss for knowledge matching against a teacher's stored top-k.
-After every epoch the model scores the validation questions (letter scoring, no gradients) and an
-``eval`` event carries their ECE and accuracy — REFERENCE.md §4: ECE grows with fine-tuning
-epochs, and users should see it happen. A ``STOP`` request ends training after the current step,
-saving what it has.
+One trainer per objective, all driven by ``finetune``: the plain ``Trainer`` (cross-entropy:
+fine-tuning, and CFT with completion-only labels), ``LabelSmoothingTrainer`` (smoothed targets over
+the option letters), ``RCFTTrainer`` (cross-entropy + λ·ECE regulariser with its E-step) and
+``DistillTrainer`` (FIRST: top-k KL to a teacher's stored distribution).
+
+After every epoch (and every ``eval_steps`` steps if set) the model scores the validation
+questions (letter scoring, no gradients) and an ``eval`` event carries their ECE and accuracy —
+REFERENCE.md §4: ECE grows with fine-tuning epochs, and users should see it happen. A ``STOP``
+request ends training after the current step, saving what it has.
+
+The custom trainers return a per-micro-batch mean loss and say so (``loss_is_scaled_for_ga =
+False``): transformers then divides it by the gradient-accumulation steps itself.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
+from lab.cft.losses import bin_accuracy, ece_regulariser, option_probs, option_smoothing_loss
 from lab.data import load_records
 from lab.data.record import MCQRecord
 from lab.errors import Stopped
@@ -25,17 +32,25 @@ from lab.models import load_model, select_device
 from lab.scoring import score_letter
 from lab.templates import get_template
 from lab.train.config import TrainConfig
-from lab.train.data import IGNORE, build_examples, pad_batch
+from lab.train.data import IGNORE, build_examples, pad_batch, pad_option_batch
+
+OPTION_KEYS = ("answer_pos", "option_ids", "option_mask", "answer")
 
 
-def validation_metrics(model, tokenizer, records: Sequence[MCQRecord], template: str, bins: int) -> dict[str, Any]:
-    """Letter-scoring accuracy and calibration of ``model`` on ``records`` (no bootstrap: cheap)."""
+def letter_probs(model, tokenizer, records: Sequence[MCQRecord], template: str) -> list:
+    """Option probabilities of ``records`` under ``model`` in eval mode, restoring its mode after."""
     was_training = model.training
     model.eval()
     render = get_template(template).render
     scores = score_letter(model, tokenizer, [render(r, tokenizer) for r in records])
     model.train(was_training)
-    rows = [{"probs": s.probs, "answer": r.answer} for r, s in zip(records, scores)]
+    return [s.probs for s in scores]
+
+
+def validation_metrics(model, tokenizer, records: Sequence[MCQRecord], template: str, bins: int) -> dict[str, Any]:
+    """Letter-scoring accuracy and calibration of ``model`` on ``records`` (no bootstrap: cheap)."""
+    probs = letter_probs(model, tokenizer, records, template)
+    rows = [{"probs": p, "answer": r.answer} for r, p in zip(records, probs)]
     m = compute_metrics(rows, bins, n_boot=0, seed=0)
     return {k: m[k] for k in ("n", "accuracy", "ece", "cw_ece", "nll", "brier", "trust")}
 
@@ -44,24 +59,32 @@ class LabCallback(TrainerCallback):
     """Training progress and per-epoch validation as events; stops at the user's request."""
 
     def __init__(self, events: EventWriter, stage: str, validate: Optional[Callable[[Any], dict]],
-                 should_stop: Callable[[], bool]) -> None:
+                 should_stop: Callable[[], bool], eval_steps: Optional[int] = None) -> None:
         self.events, self.stage, self.validate, self.should_stop = events, stage, validate, should_stop
+        self.eval_steps = eval_steps
         self.history: list[dict[str, Any]] = []
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
+            parts = {k: float(v) for k, v in logs.items() if k.startswith("loss_")}  # a trainer's loss components
             self.events.emit(self.stage, step=state.global_step, total=state.max_steps, epoch=round(state.epoch or 0, 3),
-                             loss=float(logs["loss"]), lr=float(logs.get("learning_rate", 0.0)))
+                             loss=float(logs["loss"]), lr=float(logs.get("learning_rate", 0.0)), **parts)
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.should_stop():
             control.should_training_stop = True
             control.should_save = True
+        elif self.eval_steps and state.global_step % self.eval_steps == 0:
+            self._validate(state, model)
 
     def on_epoch_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        if self.validate is None or self.should_stop():
+        if not self.should_stop() and not (self.eval_steps and state.global_step % self.eval_steps == 0):
+            self._validate(state, model)
+
+    def _validate(self, state, model) -> None:
+        if self.validate is None:
             return
-        record = {"epoch": round(state.epoch or 0, 3), **self.validate(model)}
+        record = {"epoch": round(state.epoch or 0, 3), "step": state.global_step, **self.validate(model)}
         self.history.append(record)
         self.events.emit(f"{self.stage}_eval", **record)
 
@@ -109,7 +132,7 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     from datasets import Dataset
 
     validate = (lambda m: validation_metrics(m, tokenizer, val_records, cfg.template, cfg.bins)) if val_records else None
-    callback = LabCallback(events, stage, validate, should_stop)
+    callback = LabCallback(events, stage, validate, should_stop, cfg.eval_steps)
     trainer = trainer_cls(model=model, args=training_arguments(cfg, out_dir, device), train_dataset=Dataset.from_list(examples),
                           data_collator=collator, callbacks=[callback], **trainer_kwargs)
     checkpoints = out_dir / "checkpoints"
@@ -128,16 +151,139 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
 
 
 def finetune(cfg: TrainConfig, out_dir: Path, events: EventWriter, should_stop: Callable[[], bool] = lambda: False,
-             stage: str = "train") -> dict[str, Any]:
-    """Hard-label fine-tuning (cross-entropy on the supervised tokens)."""
+             stage: str = "train", records: Optional[Sequence[MCQRecord]] = None,
+             val: Optional[Sequence[MCQRecord]] = None) -> dict[str, Any]:
+    """Fine-tune on hard labels with ``cfg.objective``'s loss and save the result.
+
+    ``records`` / ``val`` replace the configured splits (the CFT pipeline trains on a mix of
+    datasets it has already carved).
+    """
     model, tokenizer, device = prepare_model(cfg)
-    records = load_split_records(cfg, cfg.split, [], cfg.limit)
+    if records is None:
+        records = load_split_records(cfg, cfg.split, [], cfg.limit)
+    if val is None:
+        val = load_split_records(cfg, cfg.val_split, cfg.val_data_files, cfg.val_limit) if cfg.val_split else []
     examples = build_examples(records, cfg.template, tokenizer, cfg.completion_only, cfg.max_length)
-    val = load_split_records(cfg, cfg.val_split, cfg.val_data_files, cfg.val_limit) if cfg.val_split else []
-    events.emit("log", message=f"{stage}: {len(examples)} examples, {len(val)} validation questions, {cfg.method}")
+    events.emit("log", message=f"{stage}: {len(examples)} examples, {len(val)} validation questions, "
+                               f"{cfg.method}, objective {cfg.objective}")
     pad_id = tokenizer.pad_token_id
-    return run_training(Trainer, cfg, out_dir, examples, model, tokenizer, device, events, stage, should_stop, val,
-                        lambda batch: pad_batch(batch, pad_id))
+    if cfg.objective == "sft":
+        return run_training(Trainer, cfg, out_dir, examples, model, tokenizer, device, events, stage, should_stop, val,
+                            lambda batch: pad_batch(batch, pad_id))
+    collate = lambda batch: pad_option_batch(batch, pad_id)  # noqa: E731
+    if cfg.objective == "label_smoothing":
+        return run_training(LabelSmoothingTrainer, cfg, out_dir, examples, model, tokenizer, device, events, stage,
+                            should_stop, val, collate, epsilon=cfg.label_smoothing)
+    kept = [records[e["record"]] for e in examples]
+    estep = lambda m: letter_probs(m, tokenizer, kept, cfg.template)  # noqa: E731
+    return run_training(RCFTTrainer, cfg, out_dir, examples, model, tokenizer, device, events, stage, should_stop, val,
+                        collate, ece_lambda=cfg.ece_lambda, n_bins=cfg.ece_bins, estep_steps=cfg.estep_steps,
+                        estep=estep, answers=[r.answer for r in kept], events=events, stage=stage)
+
+
+def _answer_logits(logits: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(B, V) logits at each row's answer position."""
+    return logits[torch.arange(len(logits), device=logits.device), inputs["answer_pos"]]
+
+
+class _PartsLogging:
+    """Averages a trainer's loss components between two logging steps into ``loss_<name>`` keys."""
+
+    def _record(self, **parts: torch.Tensor) -> None:
+        sums = self.__dict__.setdefault("_parts", {})
+        for name, value in parts.items():
+            total, count = sums.get(name, (0.0, 0))
+            sums[name] = (total + float(value.detach()), count + 1)
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if "loss" in logs:
+            logs = {**logs, **{f"loss_{k}": t / max(c, 1) for k, (t, c) in self.__dict__.pop("_parts", {}).items()}}
+        super().log(logs, *args, **kwargs)
+
+
+class LabelSmoothingTrainer(_PartsLogging, Trainer):
+    """Cross-entropy on every supervised token, with smoothed targets over the option letters at
+    the answer position (ε spread evenly over the question's options); ε = 0 is plain SFT."""
+
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, *args, epsilon: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.epsilon = epsilon
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        extra = {k: inputs.pop(k) for k in OPTION_KEYS}
+        labels = inputs.pop("labels")
+        outputs = model(**inputs)
+        targets = labels[:, 1:]  # position t predicts token t+1
+        token_loss = torch.nn.functional.cross_entropy(outputs.logits[:, :-1].float().transpose(1, 2), targets,
+                                                       ignore_index=IGNORE, reduction="none")  # (B, T-1)
+        option_ids = extra["option_ids"]
+        smoothed = option_smoothing_loss(_answer_logits(outputs.logits, extra), option_ids, extra["option_mask"],
+                                         extra["answer"], self.epsilon)
+        token_loss = token_loss.index_put((torch.arange(len(labels), device=labels.device), extra["answer_pos"]), smoothed)
+        loss = token_loss.sum() / (targets != IGNORE).sum().clamp(min=1)
+        self._record(answer=smoothed.mean())
+        return (loss, outputs) if return_outputs else loss
+
+
+class RCFTTrainer(_PartsLogging, Trainer):
+    """``L = L_SFT + λ·L_ECE`` from one forward pass (REFERENCE.md §3).
+
+    ``L_SFT`` is the model's mean cross-entropy over the supervised tokens (prompt + answer for
+    RCFT); ``L_ECE`` is :func:`lab.cft.losses.ece_regulariser` on the option probabilities at the
+    answer position. The E-step (``estep``: option probabilities of every training question under
+    the current model) runs before the first step and then every epoch, or every ``estep_steps``
+    steps — the released code computes it once; the bins must follow the model as it trains.
+    """
+
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, *args, ece_lambda: float, n_bins: int, estep_steps: Optional[int],
+                 estep: Callable[[Any], list], answers: Sequence[int], events: EventWriter, stage: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ece_lambda, self.n_bins, self.estep_steps = ece_lambda, n_bins, estep_steps
+        self._estep, self._answers, self._events, self._stage = estep, list(answers), events, stage
+        self.bin_acc: Optional[torch.Tensor] = None
+        self.add_callback(_EStep(self))
+
+    def run_estep(self) -> None:
+        probs = self._estep(self.model)
+        confidence = torch.tensor([float(p.max()) for p in probs], dtype=torch.float64)
+        correct = torch.tensor([int(p.argmax()) == a for p, a in zip(probs, self._answers)])
+        self.bin_acc, counts = bin_accuracy(confidence, correct, self.n_bins)
+        self._events.emit(f"{self._stage}_estep", step=self.state.global_step, epoch=round(self.state.epoch or 0, 3),
+                          accuracy=[None if torch.isnan(a) else round(float(a), 4) for a in self.bin_acc],
+                          counts=[int(c) for c in counts], confidence=round(float(confidence.mean()), 4),
+                          train_accuracy=round(float(correct.double().mean()), 4))
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        extra = {k: inputs.pop(k) for k in OPTION_KEYS}
+        outputs = model(**inputs)
+        answer_logits = _answer_logits(outputs.logits, extra)
+        option_logits = answer_logits.gather(1, extra["option_ids"].clamp(min=0))
+        probs = option_probs(option_logits, extra["option_mask"])
+        regulariser = (ece_regulariser(probs, extra["option_mask"], self.bin_acc) if self.bin_acc is not None
+                       else probs.sum() * 0.0)
+        loss = outputs.loss + self.ece_lambda * regulariser
+        self._record(sft=outputs.loss, ece=regulariser)
+        return (loss, outputs) if return_outputs else loss
+
+
+class _EStep(TrainerCallback):
+    """Runs the RCFT trainer's E-step at the start of every epoch, or every ``estep_steps`` steps."""
+
+    def __init__(self, trainer: RCFTTrainer) -> None:
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        if self.trainer.estep_steps is None or self.trainer.bin_acc is None:
+            self.trainer.run_estep()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        every = self.trainer.estep_steps
+        if every and state.global_step > 0 and state.global_step % every == 0:
+            self.trainer.run_estep()
 
 
 class DistillTrainer(Trainer):
@@ -146,6 +292,8 @@ class DistillTrainer(Trainer):
     Logits are computed only at those positions (``logits_to_keep`` with a boolean mask): with
     completion-only data that is a few positions per sequence instead of all of them.
     """
+
+    loss_is_scaled_for_ga = False
 
     def __init__(self, *args, kd_loss: Callable[..., torch.Tensor], **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -1,0 +1,1 @@
+"""CFT / RCFT: calibration-aware fine-tuning and its baselines (REFERENCE.md §3)."""

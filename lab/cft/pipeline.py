@@ -1,0 +1,191 @@
+"""The CFT/RCFT protocol (REFERENCE.md §3) as resumable stages in one run directory.
+
+    eval/<row>-<set>/      config.yaml, metrics.json, predictions.jsonl per row and evaluation set
+                           (sets: in_domain, each out-of-domain dataset; the base model also on validation)
+    ts/temperature.json    the temperature fitted on the base model's validation predictions
+    models/<row>/          each trained row's weights or adapter, epoch checkpoints, done.json
+    winrate/<row>/         done.json: win rate on the preference pairs, per pair log-probabilities
+    report.json, report.md
+
+The temperature-scaling row re-uses the base model's stored predictions (``softmax(log p / T)``
+is exact temperature scaling of the option logits), so it costs no model call.
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from lab.cft.config import CftConfig
+from lab.cft.report import write_report
+from lab.data import DataError, MCQRecord, load_records
+from lab.data.preferences import load_pairs
+from lab.errors import Stopped
+from lab.evaluate import EvalConfig, apply_temperature, evaluate_records, write_evaluation
+from lab.events import EventWriter
+from lab.stages import stage
+from lab.temperature import fit_temperature, save_temperature
+from lab.train.config import TrainConfig
+
+TEMPLATE = "cft_chat"
+IN_DOMAIN = "in_domain"
+VALIDATION = "validation"
+
+
+def _sample(records: list[MCQRecord], n: Optional[int], seed: int) -> list[MCQRecord]:
+    """``n`` records drawn without replacement (all of them when ``n`` is None or too large)."""
+    if n is None or n >= len(records):
+        return list(records)
+    return random.Random(seed).sample(records, n)
+
+
+def _load_source(entry: dict[str, Any], seed: int) -> list[MCQRecord]:
+    data = load_records(entry["dataset"], entry.get("split", "test"), entry.get("data_files") or None,
+                        subject=entry.get("subject"), seed=seed)
+    return _sample(data.records, entry.get("n"), seed)
+
+
+def load_pool(cfg: CftConfig) -> dict[str, list[MCQRecord]]:
+    """The in-domain pool: each source sampled, pooled, shuffled and cut into train/validation/test."""
+    pool = [r for i, entry in enumerate(cfg.in_domain) for r in _load_source(entry, cfg.seed + i)]
+    random.Random(cfg.seed).shuffle(pool)
+    need = cfg.train_size + cfg.val_size + cfg.test_size
+    if len(pool) < need:
+        raise DataError(f"The in-domain sources hold {len(pool)} questions, but train_size + val_size + test_size = "
+                        f"{need}; lower the sizes or add data")
+    a, b = cfg.train_size, cfg.train_size + cfg.val_size
+    return {"train": pool[:a], VALIDATION: pool[a:b], "test": pool[b:need]}
+
+
+def _eval_config(cfg: CftConfig, trained: dict[str, Any], dataset: str) -> EvalConfig:
+    return EvalConfig(model=trained["model"], adapter=trained["adapter"], dataset=dataset, scoring="letter",
+                      template=TEMPLATE, bins=cfg.bins, batch_size=cfg.eval_batch_size, device=cfg.device,
+                      dtype=cfg.dtype, bootstrap=cfg.bootstrap, seed=cfg.seed)
+
+
+def _read_rows(directory: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (directory / "predictions.jsonl").read_text().splitlines() if line]
+
+
+def _count(records: Sequence[MCQRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.source] = counts.get(r.source, 0) + 1
+    return counts
+
+
+class _Protocol:
+    """Holds what every stage needs: the config, the run directory, the data, the event stream."""
+
+    def __init__(self, cfg: CftConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> None:
+        self.cfg, self.out, self.events, self.should_stop = cfg, out, events, should_stop
+        self.pool = load_pool(cfg)
+        self.sets: dict[str, tuple[str, list[MCQRecord]]] = {IN_DOMAIN: (cfg.in_domain[0]["dataset"], self.pool["test"])}
+        for i, entry in enumerate(cfg.ood):
+            self.sets[entry["dataset"]] = (entry["dataset"], _load_source(entry, cfg.seed + 100 + i))
+        self.pool_label = "+".join(e["dataset"] for e in cfg.in_domain)
+        for name, (_, records) in self.sets.items():
+            events.emit("log", message=f"{name}: {len(records)} questions {_count(records)}")
+        events.emit("log", message=f"train: {len(self.pool['train'])} {_count(self.pool['train'])}, "
+                                   f"validation: {len(self.pool[VALIDATION])}")
+
+    def check_stop(self) -> None:
+        if self.should_stop():
+            raise Stopped("CFT protocol stopped between stages; rerun the same config in the same directory to resume")
+
+    def evaluate(self, name: str, trained: dict[str, Any], with_validation: bool = False) -> dict[str, dict[str, Any]]:
+        """Evaluate one model on every set (loading it once, only if some set is not done yet)."""
+        from lab.models import load_model
+
+        loaded = None
+        sets = dict(self.sets)
+        if with_validation:
+            sets[VALIDATION] = (self.cfg.in_domain[0]["dataset"], self.pool[VALIDATION])
+        results = {}
+        for set_name, (dataset, records) in sets.items():
+            self.check_stop()
+            directory = self.out / "eval" / f"{name}-{set_name}"
+
+            def work(d: Path = directory, dataset: str = dataset, records: list = records, set_name: str = set_name):
+                nonlocal loaded
+                if loaded is None:
+                    loaded = load_model(trained["model"], adapter=trained["adapter"], device=self.cfg.device,
+                                        dtype=self.cfg.dtype)
+                label = self.pool_label if set_name in (IN_DOMAIN, VALIDATION) else dataset
+                return evaluate_records(_eval_config(self.cfg, trained, dataset), loaded, records, d, set_name,
+                                        dataset=label, split=set_name)
+
+            results[set_name] = stage(directory, self.events, f"evaluate {name} on {set_name}", work)
+        self.check_stop()
+        results["winrate"] = stage(self.out / "winrate" / name, self.events, f"win rate of {name}",
+                                   lambda: self._win_rate(trained, loaded))
+        return results
+
+    def _win_rate(self, trained: dict[str, Any], loaded) -> dict[str, Any]:
+        from lab.models import load_model
+        from lab.winrate import score_pairs
+
+        pairs, problems = load_pairs(self.cfg.preferences or None, limit=self.cfg.preference_limit)
+        if problems:
+            self.events.emit("log", message=f"preferences: skipped {len(problems)} bad rows, e.g. {problems[0]}")
+        if loaded is None:
+            loaded = load_model(trained["model"], adapter=trained["adapter"], device=self.cfg.device, dtype=self.cfg.dtype)
+        return score_pairs(loaded.model, loaded.tokenizer, pairs, self.cfg.max_response_tokens,
+                           batch_size=max(1, self.cfg.eval_batch_size // 4))
+
+    def temperature(self) -> dict[str, Any]:
+        """Fit T on the base model's validation predictions; apply it to its other sets."""
+        val = _read_rows(self.out / "eval" / f"base-{VALIDATION}")
+        width = max(len(r["probs"]) for r in val)
+        probs = np.zeros((len(val), width))
+        mask = np.zeros((len(val), width), dtype=bool)
+        for i, r in enumerate(val):
+            probs[i, : len(r["probs"])] = r["probs"]
+            mask[i, : len(r["probs"])] = True
+        fit = fit_temperature(probs, [r["answer"] for r in val], mask, objective=self.cfg.ts_objective, n_bins=self.cfg.bins)
+        path = save_temperature(self.out / "ts", fit, model=self.cfg.model, fitted_on="validation part of the in-domain pool",
+                                predictions=str(self.out / "eval" / f"base-{VALIDATION}" / "predictions.jsonl"))
+        self.events.emit("temperature", temperature=fit.temperature, nll_before=fit.nll_before, nll_after=fit.nll_after,
+                         ece_before=fit.ece_before, ece_after=fit.ece_after)
+        results: dict[str, Any] = {"fit": {**fit.__dict__, "path": str(path)}}
+        for set_name, (dataset, _) in self.sets.items():
+            base_dir = self.out / "eval" / f"base-{set_name}"
+            rows = apply_temperature(_read_rows(base_dir), fit.temperature)
+            base_metrics = json.loads((base_dir / "metrics.json").read_text())
+            info = {k: base_metrics.get(k) for k in PROVENANCE} | {"temperature": fit.temperature, "temperature_file": str(path)}
+            ecfg = _eval_config(self.cfg, {"model": self.cfg.model, "adapter": None}, dataset)
+            results[set_name] = write_evaluation(self.out / "eval" / f"ts-{set_name}", rows, ecfg, info)
+        return results
+
+    def train(self, name: str, tcfg: TrainConfig) -> dict[str, Any]:
+        from lab.train.trainer import finetune
+
+        self.check_stop()
+        directory = self.out / "models" / name
+        return stage(directory, self.events, f"train {name}",
+                     lambda: finetune(tcfg, directory, self.events, self.should_stop, stage=f"train:{name}",
+                                      records=self.pool["train"], val=self.pool[VALIDATION]))
+
+
+PROVENANCE = ("model", "adapter", "dataset", "split", "data_source", "device", "dtype")  # what TS rows inherit from base
+
+
+def run_cft(cfg: CftConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
+    protocol = _Protocol(cfg, out, events, should_stop)
+    base = {"model": cfg.model, "adapter": None}
+    results: dict[str, dict[str, Any]] = {"base": protocol.evaluate("base", base, with_validation=True)}
+    histories: dict[str, list] = {}
+    temperature = None
+    for name, tcfg in cfg.rows()[1:]:
+        if name == "ts":
+            ts = stage(out / "ts", events, "temperature scaling", protocol.temperature)
+            temperature = ts.pop("fit")
+            results["ts"] = {**ts, "winrate": results["base"]["winrate"]}  # T does not change sequence probabilities
+            continue
+        trained = protocol.train(name, tcfg)
+        histories[name] = trained.get("history", [])
+        results[name] = protocol.evaluate(name, trained)
+    return write_report(out, cfg, results, temperature, histories)

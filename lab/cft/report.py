@@ -1,0 +1,78 @@
+"""``report.json`` and ``report.md`` of the CFT protocol, laid out like the paper's Table 2.
+
+One row per method: conf-ECE (with its bootstrap interval), cw-ECE and accuracy in-domain and on
+each out-of-domain set, then the win rate on preference pairs (sum and per-token). The JSON holds
+the same rows as the FIRST report (``rows``: one per method and set), the fitted temperature, and
+each trained row's validation ECE/accuracy after every epoch (``training``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from lab.reports import pct, row, write_files
+
+NAMES = {"base": "Base model", "ts": "Temperature scaling", "ls": "Label smoothing", "cft": "CFT"}
+SETS_SKIPPED = ("validation", "winrate")
+
+
+def method_name(method: str) -> str:
+    if method.startswith("rcft_"):
+        return f"RCFT λ={method.removeprefix('rcft_')}"
+    return NAMES.get(method, method)
+
+
+def _lambda(method: str) -> Optional[float]:
+    return float(method.removeprefix("rcft_")) if method.startswith("rcft_") else None
+
+
+def markdown(report: dict[str, Any]) -> str:
+    sets = list(dict.fromkeys(r["set"] for r in report["rows"]))
+    head = ["Method"]
+    for s in sets:
+        first = next(r for r in report["rows"] if r["set"] == s)
+        where = "in-domain" if first["in_domain"] else "out-of-domain"
+        head += [f"{first['dataset']} ({where}, n={first['n']}) ECE ↓ [95% CI]", "cw-ECE ↓", "Acc ↑"]
+    head += ["Win rate ↑", "Win rate (per token) ↑"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for method, win in report["win_rate"].items():
+        cells = [method_name(method)]
+        for s in sets:
+            r = next((r for r in report["rows"] if r["method"] == method and r["set"] == s), None)
+            if r is None:
+                cells += ["–"] * 3
+                continue
+            ci = f" [{pct(r['ece_ci_low'])}, {pct(r['ece_ci_high'])}]" if r.get("ece_ci_low") is not None else ""
+            cells += [f"{pct(r['ece'])}{ci}", pct(r["cw_ece"]), pct(r["accuracy"])]
+        cells += [pct(win.get("win_rate")), pct(win.get("win_rate_norm"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = ["", "All figures in percent. Confidence: softmax over the option letters at the answer position "
+             "(cft_chat prompt). Win rate: share of preference pairs where the model gives the chosen response a "
+             f"higher log-probability than the rejected one (n = {next(iter(report['win_rate'].values())).get('n')}, "
+             "responses cut to the configured token budget); temperature scaling leaves it unchanged."]
+    t = report.get("temperature")
+    if t:
+        notes.append(f"Temperature scaling: T = {t['temperature']:.3f} fitted on {t['n']} validation questions by "
+                     f"{t['objective'].upper()}; validation NLL {t['nll_before']:.4f} → {t['nll_after']:.4f}, "
+                     f"ECE {pct(t['ece_before'])} → {pct(t['ece_after'])}.")
+    if report.get("training"):
+        notes += ["", "Validation (pooled in-domain) after each epoch:", "",
+                  "| Method | Epoch | ECE | Acc |", "|---|---|---|---|"]
+        for method, history in report["training"].items():
+            for h in history:
+                notes.append(f"| {method_name(method)} | {h['epoch']:g} | {pct(h['ece'])} | {pct(h['accuracy'])} |")
+    return "# CFT / RCFT: calibration-aware fine-tuning\n\n" + "\n".join(lines) + "\n" + "\n".join(notes) + "\n"
+
+
+def write_report(out: Path, cfg, results: dict[str, dict[str, Any]], temperature: Optional[dict[str, Any]],
+                 histories: dict[str, list]) -> dict[str, Any]:
+    rows = []
+    for method, sets in results.items():
+        for set_name, metrics in sets.items():
+            if set_name in SETS_SKIPPED:
+                continue
+            rows.append(row(method, metrics, set=set_name, in_domain=set_name == "in_domain", ece_lambda=_lambda(method)))
+    win = {m: {k: sets["winrate"].get(k) for k in ("win_rate", "win_rate_norm", "ties", "n", "max_response_tokens")}
+           for m, sets in results.items()}
+    report = {"rows": rows, "temperature": temperature, "win_rate": win, "training": histories, "config": cfg.to_dict()}
+    return write_files(out, report, markdown(report))

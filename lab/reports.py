@@ -1,0 +1,27 @@
+"""What the pipelines' ``report.json`` / ``report.md`` writers share."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lab.files import write_atomic
+
+ROW_KEYS = ("method", "dataset", "split", "in_domain", "n", "accuracy", "ece", "ece_ci_low", "ece_ci_high",
+            "cw_ece", "nll", "trust", "temperature")
+
+
+def pct(x: Any) -> str:
+    """A fraction as a percentage with one decimal, or an en dash for a missing value."""
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def row(method: str, metrics: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """One report row: the method and the metrics every table shows."""
+    return {"method": method, **{k: metrics.get(k) for k in ROW_KEYS if k != "method"}, **extra}
+
+
+def write_files(out: Path, report: dict[str, Any], markdown: str) -> dict[str, Any]:
+    write_atomic(out / "report.json", json.dumps(report, indent=2) + "\n")
+    write_atomic(out / "report.md", markdown)
+    return report

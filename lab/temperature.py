@@ -1,0 +1,143 @@
+"""Temperature scaling of stored option probabilities: apply, fit, save and load.
+
+Letter and cloze confidences are softmaxes over per-option scores, so ``log p`` are those scores
+up to a per-question constant and ``softmax(log p / T)`` is exactly temperature scaling of the
+logits: the fit and the UI's slider work from ``predictions.jsonl`` without the model.
+
+:func:`fit_temperature` minimises validation NLL over ``log T`` with L-BFGS (so T stays positive
+and the step size is scale-free) or picks the lowest-ECE temperature on a log grid. The CFT paper's
+released baseline never updates T (REFERENCE.md §3); ours is tested to move it. A fitted
+temperature is a small JSON artefact (:func:`save_temperature`) that evaluation, the UI and
+reports read back.
+
+Rows are ``(n, K)`` with a boolean ``mask`` of real options (questions may have 3–5 options);
+padded entries stay 0. numpy only at import: the web server applies temperatures too.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import numpy as np
+
+from lab import metrics
+from lab.files import write_atomic
+
+Objective = Literal["nll", "ece"]
+TEMPERATURE_FILE = "temperature.json"
+PROB_FLOOR = 1e-12  # log(0) guard: an option with probability 0 gets a very low, finite score
+GRID = np.exp(np.linspace(np.log(0.05), np.log(20.0), 401))  # the ECE objective's candidates
+
+
+def _logits(probs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.where(mask, np.log(np.clip(probs, PROB_FLOOR, None)), -np.inf)
+
+
+def scale(probs: Any, temperature: float, mask: Any | None = None) -> np.ndarray:
+    """``softmax(log p / T)`` per row over the masked options; T = 1 returns the rows renormalised."""
+    probs = np.asarray(probs, dtype=np.float64)
+    mask = np.ones(probs.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"Expected a positive temperature, but got {temperature!r}")
+    z = _logits(probs, mask) / temperature
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.where(mask, np.exp(z), 0.0)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _nll_at(logits: np.ndarray, labels: np.ndarray, temperature: float) -> float:
+    z = logits / temperature
+    z = z - z.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(z).sum(axis=1))
+    return float(np.mean(lse - z[np.arange(len(labels)), labels]))
+
+
+@dataclass(frozen=True)
+class TemperatureFit:
+    """A fitted temperature and what it did on the data it was fitted on."""
+
+    temperature: float
+    objective: str
+    n: int
+    nll_before: float
+    nll_after: float
+    ece_before: float
+    ece_after: float
+    bins: int
+
+
+def fit_temperature(probs: Any, labels: Any, mask: Any | None = None, objective: Objective = "nll",
+                    n_bins: int = 10, max_iter: int = 100) -> TemperatureFit:
+    """Fit one temperature on validation rows; returns it with NLL and ECE before and after."""
+    import torch  # only the NLL fit needs it; the server imports this module for ``scale``
+
+    probs = np.asarray(probs, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    mask = np.ones(probs.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    if probs.ndim != 2 or len(probs) == 0 or labels.shape != (len(probs),):
+        raise ValueError(f"Expected probs (n, K) with n > 0 and labels (n,), but got {probs.shape} and {labels.shape}")
+    if objective not in ("nll", "ece"):
+        raise ValueError(f"Expected objective 'nll' or 'ece', but got {objective!r}")
+    logits = np.where(mask, np.log(np.clip(probs, PROB_FLOOR, None)), -1e30)
+    if objective == "nll":
+        z = torch.tensor(logits, dtype=torch.float64)
+        y = torch.tensor(labels)
+        log_t = torch.zeros((), dtype=torch.float64, requires_grad=True)
+        opt = torch.optim.LBFGS([log_t], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe")
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(z / log_t.exp(), y)
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        temperature = float(log_t.detach().exp())
+    else:
+        eces = [metrics.ece(*_conf_correct(scale(probs, t, mask), labels), n_bins=n_bins) for t in GRID]
+        temperature = float(GRID[int(np.argmin(eces))])
+    before, after = scale(probs, 1.0, mask), scale(probs, temperature, mask)
+    return TemperatureFit(
+        temperature=temperature, objective=objective, n=len(labels), bins=n_bins,
+        nll_before=_nll_at(logits, labels, 1.0), nll_after=_nll_at(logits, labels, temperature),
+        ece_before=metrics.ece(*_conf_correct(before, labels), n_bins=n_bins),
+        ece_after=metrics.ece(*_conf_correct(after, labels), n_bins=n_bins),
+    )
+
+
+def _conf_correct(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    pred = probs.argmax(axis=1)
+    return probs[np.arange(len(labels)), pred], pred == labels
+
+
+def save_temperature(path: Path, fit: TemperatureFit, **provenance: Any) -> Path:
+    """Write ``temperature.json`` (``path`` a directory or a file): the fit plus where it came from."""
+    path = Path(path)
+    target = path / TEMPERATURE_FILE if path.is_dir() or not path.suffix else path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, json.dumps({**asdict(fit), "form": "logit", **provenance}, indent=2) + "\n")
+    return target
+
+
+def load_temperature(source: float | int | str | Path | None) -> Optional[float]:
+    """A temperature from a number, a ``temperature.json`` or a run directory holding one."""
+    if source is None:
+        return None
+    if isinstance(source, (int, float)) and not isinstance(source, bool):
+        value = float(source)
+    else:
+        path = Path(source)
+        if path.is_dir():
+            path = path / TEMPERATURE_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"No temperature file at {path}: fit one first (the CFT job's ts/ directory "
+                                    "or the temperature lab's save button writes it)")
+        try:
+            value = float(json.loads(path.read_text())["temperature"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path} is not a temperature file (expected JSON with a 'temperature' number): {e}") from None
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"Expected a positive temperature, but got {value!r}")
+    return value
