@@ -24,7 +24,7 @@ $(VENV)/.test-installed: $(VENV)/.runtime-installed requirements-test.txt
 	touch $@
 
 run: setup
-	$(PY) app.py --host $(HOST) --port $(PORT)
+	$(PY) app.py --host $(HOST) --port $(PORT) $(if $(wildcard ../shared/data),--allow-path ../shared/data)
 
 test: setup-test
 	$(PY) -m pytest -q

@@ -54,7 +54,7 @@ class EvalConfig(ConfigMixin):
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
     seed: int = field(default=0, metadata=doc("seed for split carving and the ECE bootstrap"))
     bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for the ECE interval (0: none)"))
-    temperature: Optional[Any] = field(default=None, metadata=doc("scale probabilities: a number or a temperature.json"))
+    temperature: Optional[str] = field(default=None, metadata=doc("scale probabilities by T: a number, a temperature.json or its directory"))
 
     def __post_init__(self) -> None:
         if self.scoring not in CONFIDENCE:
@@ -95,7 +95,7 @@ def _pad(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def _prediction_row(record: MCQRecord, probs: np.ndarray) -> dict[str, Any]:
     pred = int(np.argmax(probs))
     row: dict[str, Any] = {
-        "id": record.id, "question": record.question, "choices": list(record.choices),
+        "id": record.id, "source": record.source, "question": record.question, "choices": list(record.choices),
         "answer": record.answer, "probs": [float(p) for p in probs], "pred": pred,
         "confidence": float(probs[pred]), "correct": pred == record.answer,
     }

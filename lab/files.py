@@ -1,4 +1,4 @@
-"""Writing result files so that a reader (the UI, a resumed run) never sees half of one."""
+"""Files: writing results so that a reader (the UI, a resumed run) never sees half of one; the model cache."""
 from __future__ import annotations
 
 import os
@@ -20,3 +20,8 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$CALIBRATION_LAB_CACHE`` or ``~/.cache/calibration-lab``."""
+    return Path(os.environ.get("CALIBRATION_LAB_CACHE", Path.home() / ".cache" / "calibration-lab"))

@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from lab.errors import ModelLoadError
+from lab.files import cache_dir
 from lab.hub import hub_reachable
 
 BUNDLED = "bundled"
@@ -30,11 +31,6 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 log = logging.getLogger(__name__)
-
-
-def cache_dir() -> Path:
-    """Where converted models live: ``$CALIBRATION_LAB_CACHE`` or ``~/.cache/calibration-lab``."""
-    return Path(os.environ.get("CALIBRATION_LAB_CACHE", Path.home() / ".cache" / "calibration-lab"))
 
 
 def _bundled_gguf() -> Path:
@@ -165,11 +161,13 @@ def load_model(
     device: str = "auto",
     dtype: str = "auto",
     merge_adapter: bool = True,
+    quantize_4bit: bool = False,
 ) -> LoadedModel:
     """Load ``name`` (``bundled``, a local directory or a hub id) for inference.
 
     ``adapter`` is a PEFT (LoRA) directory; for evaluation it is merged into the weights so the
-    forward pass costs the same as the base model's.
+    forward pass costs the same as the base model's. ``quantize_4bit`` loads NF4 weights through
+    bitsandbytes (QLoRA training; CUDA only).
     """
     from transformers import AutoModelForCausalLM
 
@@ -177,14 +175,32 @@ def load_model(
     torch_device = select_device(device)
     torch_dtype = select_dtype(dtype, torch_device)
     tokenizer = load_tokenizer(path, name)
+    extra = {"quantization_config": _nf4_config(torch_device, torch_dtype)} if quantize_4bit else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=not hub_reachable())
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=not hub_reachable(), **extra)
     except (OSError, ValueError) as e:
         raise ModelLoadError(_offline_hint(name) if path == name else f"Cannot load model {name!r}: {e}") from e
     if adapter is not None:
         model = _attach_adapter(model, adapter, merge_adapter)
-    model.to(torch_device).eval()
+    if not quantize_4bit:  # a quantised model is placed on the GPU as it loads and refuses .to()
+        model.to(torch_device)
+    model.eval()
     return LoadedModel(model, tokenizer, name, path, adapter, torch_device, torch_dtype)
+
+
+def _nf4_config(device: torch.device, dtype: torch.dtype):
+    """QLoRA's storage: 4-bit NF4 weights, double quantisation, compute in ``dtype``."""
+    from transformers import BitsAndBytesConfig
+
+    if device.type != "cuda":
+        raise ModelLoadError("QLoRA (4-bit weights) needs a CUDA GPU; on this machine use method: lora")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ModelLoadError("QLoRA needs the bitsandbytes package: `.venv/bin/pip install bitsandbytes` "
+                             "(the setup installs it where nvidia-smi sees a GPU)") from None
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=dtype)
 
 
 def _attach_adapter(model: torch.nn.Module, adapter: str, merge: bool) -> torch.nn.Module:

@@ -22,6 +22,8 @@ from typing import Any, Callable, Optional
 import yaml
 
 from lab.cft.config import CftConfig
+from lab.compare import CompareConfig
+from lab.distill.job import ExtractConfig
 from lab.errors import USER_ERRORS, Stopped
 from lab.evaluate import EvalConfig, evaluate
 from lab.first.config import FirstConfig
@@ -105,10 +107,28 @@ def _run_cft(cfg: CftConfig, ctx: JobContext) -> dict[str, Any]:
     return {"rows": len(report["win_rate"]), "temperature": t.get("temperature")}
 
 
+def _run_extract(cfg: ExtractConfig, ctx: JobContext) -> dict[str, Any]:
+    from lab.distill.job import run_extract
+
+    manifest = run_extract(cfg, ctx.run_dir, ctx.events, ctx.should_stop)
+    return {"sequences": manifest["n_sequences"]}
+
+
+def _run_compare(cfg: CompareConfig, ctx: JobContext) -> dict[str, Any]:
+    from lab.compare import compare
+
+    report = compare(cfg, ctx.run_dir, log=lambda m: ctx.events.emit("log", message=m))
+    return {"models": len(report["results"])}
+
+
 JOB_KINDS.add("evaluate", JobKind("evaluate", "accuracy and calibration of a model on a dataset", EvalConfig, _run_evaluate))
 JOB_KINDS.add("finetune", JobKind("finetune", "hard-label fine-tuning (full or LoRA), ECE per epoch", TrainConfig, _run_finetune))
 JOB_KINDS.add("first", JobKind("first", "FIRST: teacher, top-k extraction, temperature sweep, four students, report",
                                FirstConfig, _run_first))
+JOB_KINDS.add("extract", JobKind("extract", "a teacher's top-k tokens over a dataset (FIRST's concentrated knowledge), "
+                                 "with the coverage curve", ExtractConfig, _run_extract))
+JOB_KINDS.add("compare", JobKind("compare", "2–4 models on one question: option probabilities and generated answers",
+                                 CompareConfig, _run_compare))
 JOB_KINDS.add("cft", JobKind("cft", "CFT/RCFT protocol: base, temperature scaling, label smoothing, CFT, RCFT per λ, "
                              "in/out of domain, win rate, report", CftConfig, _run_cft))
 

@@ -125,6 +125,11 @@ def load_temperature(source: float | int | str | Path | None) -> Optional[float]
     """A temperature from a number, a ``temperature.json`` or a run directory holding one."""
     if source is None:
         return None
+    if isinstance(source, str):
+        try:
+            source = float(source)  # "1.5" from the command line
+        except ValueError:
+            pass
     if isinstance(source, (int, float)) and not isinstance(source, bool):
         value = float(source)
     else:

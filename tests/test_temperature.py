@@ -72,7 +72,7 @@ def test_artefact_round_trip_and_errors(tmp_path):
     assert path.name == "temperature.json" and json.loads(path.read_text())["model"] == "bundled"
     assert load_temperature(tmp_path / "ts") == pytest.approx(fit.temperature)
     assert load_temperature(str(path)) == pytest.approx(fit.temperature)
-    assert load_temperature(1.5) == 1.5 and load_temperature(None) is None
+    assert load_temperature(1.5) == 1.5 and load_temperature("0.8") == 0.8 and load_temperature(None) is None
     with pytest.raises(FileNotFoundError, match="No temperature file"):
         load_temperature(tmp_path / "missing")
     (tmp_path / "bad.json").write_text("{}")

@@ -22,8 +22,8 @@ import torch
 
 from lab import calibration
 from lab.distill.extract import TopKStore, extract_topk
+from lab.distill.job import extract_records
 from lab.distill.losses import topk_kl_loss
-from lab.errors import Stopped
 from lab.evaluate import EvalConfig, evaluate
 from lab.events import EventWriter
 from lab.first.config import FirstConfig
@@ -47,20 +47,10 @@ def _extract(cfg: FirstConfig, teacher: dict[str, Any], out: Path, events: Event
     loaded = load_model(teacher["model"], adapter=teacher["adapter"], device=cfg.device, dtype=cfg.dtype)
     tok = loaded.tokenizer
     train = load_split_records(cfg.train_config(cfg.student, cfg.student_method), cfg.train_split, [], cfg.train_limit)
-    examples = build_examples(train, cfg.template, tok, cfg.completion_only, cfg.max_length)
     meta = {"model": teacher, "dataset": cfg.dataset, "split": cfg.train_split, "template": cfg.template}
-    done = 0
-
-    def progress(n: int) -> None:  # extract_topk reports each batch's count; events carry the running total
-        nonlocal done
-        done += n
-        events.emit("extract", step=done, total=len(examples))
-
-    manifest = extract_topk(loaded.model, [e["input_ids"] for e in examples], out / "train", k=cfg.k,
-                            logprob_dtype=cfg.logprob_dtype, pad_id=tok.pad_token_id, meta=meta,
-                            progress=progress, should_stop=should_stop)
-    if not manifest.get("complete", True):
-        raise Stopped(f"extraction stopped after {done} of {len(examples)} sequences; rerun to resume")
+    manifest = extract_records(loaded, train, cfg.template, out / "train", k=cfg.k, logprob_dtype=cfg.logprob_dtype,
+                               completion_only=cfg.completion_only, max_length=cfg.max_length, meta=meta, events=events,
+                               should_stop=should_stop)
     val = load_split_records(cfg.train_config(cfg.student, cfg.student_method), cfg.val_split, [], cfg.val_limit)
     render = get_template(cfg.template).render
     contexts, answers = [], []
@@ -71,7 +61,7 @@ def _extract(cfg: FirstConfig, teacher: dict[str, Any], out: Path, events: Event
     extract_topk(loaded.model, contexts, out / "val", k=cfg.k, logprob_dtype="float32", pad_id=tok.pad_token_id,
                  meta={**meta, "split": cfg.val_split, "answer_token_ids": answers})
     return {"coverage": manifest.get("coverage"), "storage": manifest.get("storage"),
-            "n_sequences": len(examples), "n_val": len(val)}
+            "n_sequences": manifest["n_sequences"], "n_val": len(val)}
 
 
 def _sweep(cfg: FirstConfig, topk_dir: Path, events: EventWriter) -> dict[str, Any]:

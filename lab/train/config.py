@@ -15,7 +15,8 @@ from lab.config import ConfigMixin, doc
 from lab.data import DATASETS
 from lab.templates import default_template, get_template
 
-Method = Literal["full", "lora"]
+Method = Literal["full", "lora", "qlora"]
+METHODS = ("full", "lora", "qlora")
 Objective = Literal["sft", "label_smoothing", "rcft"]
 OBJECTIVES = ("sft", "label_smoothing", "rcft")
 
@@ -23,7 +24,7 @@ OBJECTIVES = ("sft", "label_smoothing", "rcft")
 @dataclass
 class TrainConfig(ConfigMixin):
     model: str = field(default="bundled", metadata=doc("'bundled', a local directory or a hub id"))
-    method: Method = field(default="full", metadata=doc("full-parameter or LoRA fine-tuning"))
+    method: Method = field(default="full", metadata=doc("full-parameter, LoRA, or QLoRA (LoRA on 4-bit weights, CUDA)"))
     lora_r: int = field(default=16, metadata=doc("LoRA rank"))
     lora_alpha: int = field(default=32, metadata=doc("LoRA scaling numerator"))
     lora_dropout: float = field(default=0.05, metadata=doc("dropout on the LoRA path"))
@@ -60,8 +61,8 @@ class TrainConfig(ConfigMixin):
 
     def __post_init__(self) -> None:
         DATASETS.get(self.dataset)
-        if self.method not in ("full", "lora"):
-            raise ValueError(f"Expected `method` to be 'full' or 'lora', but got {self.method!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"Expected `method` to be one of {METHODS}, but got {self.method!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"Expected `objective` to be one of {OBJECTIVES}, but got {self.objective!r}")
         for name in ("batch_size", "grad_accum", "max_length", "lora_r", "bins", "ece_bins"):

@@ -103,14 +103,16 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device) ->
 
 def prepare_model(cfg: TrainConfig):
     """The model to train: fp32 weights (bf16 autocast on a GPU) for full training; a LoRA
-    wrapper around frozen weights (bf16 on a GPU) for LoRA."""
+    wrapper around frozen weights (bf16 on a GPU) for LoRA; around 4-bit NF4 weights for QLoRA."""
     device = select_device(cfg.device)
     dtype = "float32" if cfg.method == "full" or device.type == "cpu" else cfg.dtype
-    loaded = load_model(cfg.model, device=cfg.device, dtype=dtype)
+    loaded = load_model(cfg.model, device=cfg.device, dtype=dtype, quantize_4bit=cfg.method == "qlora")
     model = loaded.model
-    if cfg.method == "lora":
-        from peft import LoraConfig, get_peft_model
+    if cfg.method in ("lora", "qlora"):
+        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
+        if cfg.method == "qlora":
+            model = prepare_model_for_kbit_training(model)
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     model.train()
@@ -140,7 +142,7 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     trainer.train(resume_from_checkpoint=resume)
     if should_stop():
         raise Stopped(f"{stage} stopped at step {trainer.state.global_step}; checkpoint kept in {checkpoints}")
-    if cfg.method == "lora":
+    if cfg.method in ("lora", "qlora"):
         model.save_pretrained(out_dir / "adapter")
         saved = {"model": cfg.model, "adapter": str(out_dir / "adapter")}
     else:
@@ -178,7 +180,8 @@ def finetune(cfg: TrainConfig, out_dir: Path, events: EventWriter, should_stop: 
     estep = lambda m: letter_probs(m, tokenizer, kept, cfg.template)  # noqa: E731
     return run_training(RCFTTrainer, cfg, out_dir, examples, model, tokenizer, device, events, stage, should_stop, val,
                         collate, ece_lambda=cfg.ece_lambda, n_bins=cfg.ece_bins, estep_steps=cfg.estep_steps,
-                        estep=estep, answers=[r.answer for r in kept], events=events, stage=stage)
+                        estep=estep, answers=[r.answer for r in kept],
+                        on_estep=lambda **fields: events.emit(f"{stage}_estep", **fields))
 
 
 def _answer_logits(logits: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -240,10 +243,10 @@ class RCFTTrainer(_PartsLogging, Trainer):
     loss_is_scaled_for_ga = False
 
     def __init__(self, *args, ece_lambda: float, n_bins: int, estep_steps: Optional[int],
-                 estep: Callable[[Any], list], answers: Sequence[int], events: EventWriter, stage: str, **kwargs) -> None:
+                 estep: Callable[[Any], list], answers: Sequence[int], on_estep: Callable[..., None], **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.ece_lambda, self.n_bins, self.estep_steps = ece_lambda, n_bins, estep_steps
-        self._estep, self._answers, self._events, self._stage = estep, list(answers), events, stage
+        self._estep, self._answers, self._on_estep = estep, list(answers), on_estep
         self.bin_acc: Optional[torch.Tensor] = None
         self.add_callback(_EStep(self))
 
@@ -252,7 +255,7 @@ class RCFTTrainer(_PartsLogging, Trainer):
         confidence = torch.tensor([float(p.max()) for p in probs], dtype=torch.float64)
         correct = torch.tensor([int(p.argmax()) == a for p, a in zip(probs, self._answers)])
         self.bin_acc, counts = bin_accuracy(confidence, correct, self.n_bins)
-        self._events.emit(f"{self._stage}_estep", step=self.state.global_step, epoch=round(self.state.epoch or 0, 3),
+        self._on_estep(step=self.state.global_step, epoch=round(self.state.epoch or 0, 3),
                           accuracy=[None if torch.isnan(a) else round(float(a), 4) for a in self.bin_acc],
                           counts=[int(c) for c in counts], confidence=round(float(confidence.mean()), 4),
                           train_accuracy=round(float(correct.double().mean()), 4))

@@ -1,11 +1,13 @@
-"""Reproduction report: FIRST vs fine-tune vs distillation, in-domain and out-of-domain.
+"""Reproduction report of a pipeline job (FIRST or CFT/RCFT), in-domain and out-of-domain.
 
-    python bench/first_repro.py [--config examples/first-cpu.yaml] [--out runs/first-cpu]
+    python bench/repro.py --config examples/first-cpu.yaml [--out runs/first-cpu]
+    python bench/repro.py --config examples/cft-cpu.yaml [--out runs/cft-cpu]
 
 Runs the config (resuming a run directory that has finished stages), then writes
-``bench/results/first_repro_<device>.md``: the command, the machine, the report table (ECE with
-its 95 % bootstrap interval, accuracy, trust, n per dataset), the temperature sweep, and the wall
-time of each stage from the run's events.
+``bench/results/<kind>_repro_<device>.md``: the command, the machine, the job's report (ECE with
+its 95 % bootstrap interval, accuracy and the method's own extras: FIRST's sweep, CFT's
+temperature, win rate and per-epoch validation), and the wall time of each stage from the
+run's events.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
 from lab.events import EVENTS_FILE, read_events  # noqa: E402
-from lab.run import run  # noqa: E402
+from lab.run import load_config, run  # noqa: E402
 
 
 def stage_times(run_dir: Path) -> list[tuple[str, float]]:
@@ -30,9 +32,11 @@ def stage_times(run_dir: Path) -> list[tuple[str, float]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=REPO / "examples" / "first-cpu.yaml")
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "first-cpu")
+    parser.add_argument("--config", type=Path, required=True, help="a first or cft job config")
+    parser.add_argument("--out", type=Path, help="run directory (default: runs/<config name>)")
     args = parser.parse_args()
+    kind = load_config(args.config)[0].name
+    args.out = args.out or REPO / "runs" / args.config.stem
     start = time.time()
     code = run(args.config, args.out)
     if code != 0:
@@ -42,8 +46,8 @@ def main() -> int:
 
     device = "gpu" if torch.cuda.is_available() else "cpu"
     lines = [
-        f"# FIRST reproduction ({device})", "",
-        f"`python bench/first_repro.py --config {args.config.relative_to(REPO) if args.config.is_relative_to(REPO) else args.config}`"
+        f"# {kind.upper()} reproduction ({device})", "",
+        f"`python bench/repro.py --config {args.config.relative_to(REPO) if args.config.is_relative_to(REPO) else args.config}`"
         f" — {time.strftime('%Y-%m-%d')}, {platform.machine()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}"
         + (f", {torch.cuda.get_device_name()}" if device == "gpu" else "")
         + f"; this invocation took {(time.time() - start) / 60:.1f} min.", "",
@@ -52,7 +56,7 @@ def main() -> int:
         *[f"| {name} | {seconds / 60:.1f} |" for name, seconds in stage_times(args.out)], "",
         "## Config", "", "```yaml", args.config.read_text().strip(), "```", "",
     ]
-    target = REPO / "bench" / "results" / f"first_repro_{device}.md"
+    target = REPO / "bench" / "results" / f"{kind}_repro_{device}.md"
     target.write_text("\n".join(lines))
     print(f"wrote {target}")
     return 0

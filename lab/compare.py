@@ -1,0 +1,119 @@
+"""Several models on one question of the user's: option probabilities and the generated answer.
+
+FIRST's "Oslo or Helsinki" case study: ask each model the same question and see not only what it
+answers but how sure it is. With options, each model's probabilities over the option letters
+(letter scoring, optionally temperature-scaled) and its greedy generated answer; without options,
+the generated answer only. The generation's confidence is the product of its tokens'
+probabilities (``sequence_prob``) and the probability of its first token (``first_token_prob``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from lab.config import ConfigMixin, doc
+from lab.data.record import MCQRecord
+from lab.files import write_atomic
+from lab.temperature import load_temperature, scale
+from lab.templates import get_template
+
+RESULT = "compare.json"
+MAX_MODELS = 4
+
+
+@dataclass
+class CompareConfig(ConfigMixin):
+    question: str = field(default="", metadata=doc("the question"))
+    options: list[str] = field(default_factory=list, metadata=doc("answer options (none: free text only)"))
+    models: list[dict[str, Any]] = field(default_factory=lambda: [{"model": "bundled"}], metadata=doc(
+        f"up to {MAX_MODELS} models: [{{model, adapter, temperature, label}}]"))
+    template: str = field(default="cft_chat", metadata=doc("letter template for the options"))
+    max_new_tokens: int = field(default=48, metadata=doc("length of each generated answer"))
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda"))
+    dtype: str = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise ValueError("Expected a non-empty `question`")
+        if any(not isinstance(o, str) or not o.strip() for o in self.options):
+            raise ValueError(f"Expected every option to be non-empty text, but got {self.options!r}")
+        if len(self.options) == 1 or len(self.options) > 26:
+            raise ValueError(f"Expected 2 to 26 options (or none for free text), but got {len(self.options)}")
+        if not isinstance(self.models, list) or not 1 <= len(self.models) <= MAX_MODELS:
+            raise ValueError(f"Expected 1 to {MAX_MODELS} entries in `models`, but got {self.models!r}")
+        for entry in self.models:
+            if not isinstance(entry, dict) or not str(entry.get("model", "")).strip():
+                raise ValueError(f"Expected each `models` entry to be a mapping with `model`, but got {entry!r}")
+            unknown = sorted(set(entry) - {"model", "adapter", "temperature", "label"})
+            if unknown:
+                raise ValueError(f"Unknown key(s) {unknown} in {entry!r}; valid: model, adapter, temperature, label")
+            load_temperature(entry.get("temperature"))
+        if get_template(self.template).kind != "letter":
+            raise ValueError(f"Expected a letter template, but {self.template!r} is not one")
+        if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens <= 512:
+            raise ValueError(f"Expected `max_new_tokens` between 1 and 512, but got {self.max_new_tokens!r}")
+
+
+def _generate(loaded, text: str, chat: bool, max_new_tokens: int) -> dict[str, Any]:
+    import torch
+
+    tok = loaded.tokenizer
+    ids = tok(text, add_special_tokens=not chat, return_tensors="pt")["input_ids"].to(loaded.device)
+    with torch.inference_mode():
+        out = loaded.model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, output_scores=True,
+                                    return_dict_in_generate=True, pad_token_id=tok.pad_token_id or tok.eos_token_id)
+    new = out.sequences[0, ids.shape[1]:]
+    logps = [float(torch.log_softmax(s[0].float(), -1)[t]) for s, t in zip(out.scores, new)]
+    return {"text": tok.decode(new, skip_special_tokens=True).strip(), "tokens": len(new),
+            "sequence_prob": float(np.exp(sum(logps))) if logps else None,
+            "first_token_prob": float(np.exp(logps[0])) if logps else None}
+
+
+def _free_text_prompt(tokenizer, question: str) -> tuple[str, bool]:
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                             add_generation_prompt=True), True
+    return f"Question: {question}\nAnswer:", False
+
+
+def compare(cfg: CompareConfig, out: Path, log=print) -> dict[str, Any]:
+    """Run every model on the question; writes and returns ``compare.json``."""
+    from lab.models import load_model
+    from lab.scoring import score_letter
+
+    results = []
+    for entry in cfg.models:
+        label = entry.get("label") or entry["model"] + (f" + {Path(entry['adapter']).name}" if entry.get("adapter") else "")
+        log(f"loading {label}")
+        loaded = load_model(entry["model"], adapter=entry.get("adapter"), device=cfg.device, dtype=cfg.dtype)
+        item: dict[str, Any] = {"label": label, "model": entry["model"], "adapter": entry.get("adapter")}
+        if cfg.options:
+            record = MCQRecord("question", cfg.question.strip(), tuple(cfg.options), 0, "user")
+            prompt = get_template(cfg.template).render(record, loaded.tokenizer)
+            (score,) = score_letter(loaded.model, loaded.tokenizer, [prompt])
+            temperature = load_temperature(entry.get("temperature"))
+            probs = scale(score.probs[None], temperature)[0] if temperature else score.probs
+            item.update(temperature=temperature, probs=[float(p) for p in probs],
+                        raw_probs=[float(p) for p in score.probs], prediction=int(np.argmax(probs)),
+                        option_mass=float(np.sum(score.vocab_probs)))
+            item["generation"] = _generate(loaded, prompt.text, prompt.chat, cfg.max_new_tokens)
+        else:
+            text, chat = _free_text_prompt(loaded.tokenizer, cfg.question.strip())
+            item["generation"] = _generate(loaded, text, chat, cfg.max_new_tokens)
+        results.append(item)
+    report = {"question": cfg.question, "options": cfg.options, "results": results}
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / RESULT, json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def read_result(run_dir: Optional[str | Path]) -> Optional[dict[str, Any]]:
+    path = Path(run_dir or "") / RESULT
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,158 @@
+"""CFT/RCFT trainers and the protocol job on a tiny random model."""
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+from lab.cft.config import CftConfig
+from lab.cft.losses import ece_regulariser, option_probs, option_smoothing_loss
+from lab.cft.pipeline import run_cft
+from lab.data.record import MCQRecord
+from lab.events import EventWriter, read_events
+from lab.train.config import TrainConfig
+from lab.train.data import IGNORE, build_examples, pad_option_batch
+from lab.train.trainer import LabelSmoothingTrainer, RCFTTrainer, finetune
+
+RECORDS = [MCQRecord("a", "Where do fish live?", ("tree", "water", "sky"), 1, "t"),
+           MCQRecord("b", "What is hot?", ("ice", "snow", "fire", "rain"), 2, "t"),
+           MCQRecord("c", "Which is a fruit?", ("apple", "stone"), 0, "t")]
+
+
+@pytest.fixture
+def tiny(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def _batch(tok, completion_only):
+    examples = build_examples(RECORDS, "cft_chat", tok, completion_only=completion_only)
+    return pad_option_batch(examples, tok.pad_token_id)
+
+
+def _args(tmp_path):
+    return TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+
+
+def test_examples_know_their_answer_position_and_option_letters(tiny):
+    _, tok = tiny
+    batch = _batch(tok, completion_only=False)
+    for row, record in enumerate(RECORDS):
+        letters = [tok.decode([int(t)]) for t in batch["option_ids"][row] if t >= 0]
+        assert letters == ["A", "B", "C", "D"][: len(record.choices)]
+        answer_token = batch["input_ids"][row, batch["answer_pos"][row] + 1]
+        assert answer_token == batch["option_ids"][row, record.answer]
+    assert batch["option_mask"].sum(-1).tolist() == [3, 4, 2]
+
+
+def test_rcft_with_lambda_zero_is_plain_sft_and_adds_lambda_times_the_regulariser(tiny, tmp_path):
+    model, tok = tiny
+    batch = _batch(tok, completion_only=False)
+    plain = Trainer(model=model, args=_args(tmp_path))
+    sft = plain.compute_loss(model, {k: batch[k] for k in ("input_ids", "attention_mask", "labels")})
+
+    def rcft(lam):
+        return RCFTTrainer(model=model, args=_args(tmp_path), ece_lambda=lam, n_bins=10, estep_steps=None,
+                           estep=lambda m: [], answers=[], on_estep=lambda **fields: None)
+
+    zero = rcft(0.0)
+    zero.bin_acc = torch.full((10,), 0.25, dtype=torch.float64)
+    torch.testing.assert_close(zero.compute_loss(model, dict(batch)), sft)
+    two = rcft(2.0)
+    two.bin_acc = zero.bin_acc
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    answer_logits = logits[torch.arange(3), batch["answer_pos"]]
+    probs = option_probs(answer_logits.gather(1, batch["option_ids"].clamp(min=0)), batch["option_mask"])
+    reg = ece_regulariser(probs, batch["option_mask"], two.bin_acc)
+    assert float(reg) > 0
+    torch.testing.assert_close(two.compute_loss(model, dict(batch)), sft + 2.0 * reg, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("completion_only", [True, False])
+def test_label_smoothing_zero_is_plain_sft_and_smooths_only_the_answer_token(tiny, tmp_path, completion_only):
+    model, tok = tiny
+    batch = _batch(tok, completion_only)
+    sft = Trainer(model=model, args=_args(tmp_path)).compute_loss(
+        model, {k: batch[k] for k in ("input_ids", "attention_mask", "labels")})
+    zero = LabelSmoothingTrainer(model=model, args=_args(tmp_path), epsilon=0.0)
+    torch.testing.assert_close(zero.compute_loss(model, dict(batch)), sft, atol=1e-5, rtol=1e-5)
+    eps = 0.2
+    smoothed = LabelSmoothingTrainer(model=model, args=_args(tmp_path), epsilon=eps).compute_loss(model, dict(batch))
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    rows = torch.arange(3)
+    answer_logits = logits[rows, batch["answer_pos"]]
+    n_tokens = (batch["labels"][:, 1:] != IGNORE).sum()
+    change = (option_smoothing_loss(answer_logits, batch["option_ids"], batch["option_mask"], batch["answer"], eps)
+              - option_smoothing_loss(answer_logits, batch["option_ids"], batch["option_mask"], batch["answer"], 0.0))
+    torch.testing.assert_close(smoothed, sft + change.sum() / n_tokens, atol=1e-5, rtol=1e-5)
+
+
+def test_rcft_finetune_runs_the_e_step_every_epoch_or_every_n_steps(tiny_model_dir, tmp_path):
+    records = RECORDS * 4
+    common = dict(model=str(tiny_model_dir), dataset="csqa", template="cft_chat", objective="rcft", completion_only=False,
+                  epochs=2, batch_size=4, learning_rate=1e-3, warmup_ratio=0.0, ece_lambda=1.0)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    events = EventWriter(tmp_path / "a" / "events.jsonl")
+    result = finetune(TrainConfig(**common), tmp_path / "a", events, records=records, val=RECORDS)
+    seen, _ = read_events(tmp_path / "a" / "events.jsonl")
+    esteps = [e for e in seen if e["stage"] == "train_estep"]
+    assert [e["step"] for e in esteps] == [0, 3]  # before epoch 1 and before epoch 2 (3 steps per epoch)
+    assert sum(esteps[0]["counts"]) == 12 and len(esteps[0]["accuracy"]) == 10
+    steps = [e for e in seen if e["stage"] == "train"]
+    assert len(steps) == 6 and all("loss_ece" in e and "loss_sft" in e for e in steps)
+    assert [h["epoch"] for h in result["history"]] == [1.0, 2.0]
+    finetune(TrainConfig(**common, estep_steps=2, eval_steps=2), tmp_path / "b", EventWriter(tmp_path / "b" / "events.jsonl"),
+             records=records, val=RECORDS)
+    seen, _ = read_events(tmp_path / "b" / "events.jsonl")
+    assert [e["step"] for e in seen if e["stage"] == "train_estep"] == [0, 2, 4]
+    assert [e["step"] for e in seen if e["stage"] == "train_eval"] == [2, 3, 4, 6]  # every 2 steps and every epoch end
+
+
+def test_cft_config_refuses_bad_values():
+    with pytest.raises(ValueError, match="Unknown method"):
+        CftConfig(methods=["ts", "dpo"])
+    with pytest.raises(ValueError, match="may not set"):
+        CftConfig(training={"objective": "rcft"})
+    with pytest.raises(ValueError, match="Unknown TrainConfig"):
+        CftConfig(training={"epoch": 3})
+    with pytest.raises(ValueError, match="lambdas"):
+        CftConfig(lambdas=[-1])
+    with pytest.raises(ValueError, match="n"):
+        CftConfig(in_domain=[{"dataset": "mmlu", "n": 0}])
+
+
+def test_cft_protocol_end_to_end_and_resume(tiny_model_dir, shared_data, tmp_path):
+    cfg = CftConfig(
+        model=str(tiny_model_dir),
+        in_domain=[{"dataset": "mmlu", "data_files": [str(shared_data / "mmlu" / "test")], "split": "test", "n": 10},
+                   {"dataset": "medmcqa", "data_files": [str(shared_data / "medmcqa" / "dev.jsonl")], "split": "validation", "n": 10},
+                   {"dataset": "obqa", "data_files": [str(shared_data / "openbookqa" / "train.jsonl")], "split": "train", "n": 10}],
+        train_size=8, val_size=12, test_size=6,
+        ood=[{"dataset": "arc_challenge", "data_files": [str(shared_data / "arc_challenge" / "test.jsonl")], "n": 5}],
+        lambdas=[0.0, 1.0], preferences=[str(shared_data / "ultrafeedback_binarized_subset" / "eval.jsonl")],
+        preference_limit=3, max_response_tokens=16, bootstrap=20,
+        training={"method": "full", "epochs": 1, "batch_size": 4, "learning_rate": 1e-3, "max_length": 400},
+    )
+    report = run_cft(cfg, tmp_path, EventWriter(tmp_path / "events.jsonl"), lambda: False)
+    methods = ["base", "ts", "ls", "cft", "rcft_0", "rcft_1"]
+    assert [(r["method"], r["set"]) for r in report["rows"]] == [(m, s) for m in methods for s in ("in_domain", "arc_challenge")]
+    assert all(r["n"] == (6 if r["in_domain"] else 5) and 0 <= r["ece"] <= 1 for r in report["rows"])
+    t = report["temperature"]
+    assert t["n"] == 12 and t["temperature"] != pytest.approx(1.0, abs=1e-3) and t["nll_after"] < t["nll_before"]
+    ts_row = next(r for r in report["rows"] if r["method"] == "ts" and r["set"] == "in_domain")
+    assert ts_row["temperature"] == t["temperature"]
+    assert set(report["win_rate"]) == set(methods) and all(w["n"] == 3 for w in report["win_rate"].values())
+    assert report["win_rate"]["ts"] == report["win_rate"]["base"]
+    assert set(report["training"]) == {"ls", "cft", "rcft_0", "rcft_1"}
+    assert all(h and h[-1]["n"] == 12 for h in report["training"].values())
+    md = (tmp_path / "report.md").read_text()
+    assert "| RCFT λ=1 |" in md and "| Temperature scaling |" in md and "mmlu+medmcqa+obqa (in-domain, n=6)" in md
+    assert json.loads((tmp_path / "ts" / "temperature.json").read_text())["temperature"] == t["temperature"]
+    ts_preds = [json.loads(l) for l in (tmp_path / "eval" / "ts-in_domain" / "predictions.jsonl").read_text().splitlines()]
+    assert all("raw_probs" in r for r in ts_preds)
+    again = run_cft(cfg, tmp_path, EventWriter(tmp_path / "events2.jsonl"), lambda: False)
+    assert again["rows"] == report["rows"]
+    stages = [e for e in read_events(tmp_path / "events2.jsonl")[0] if e["stage"] == "stage"]
+    assert stages == []  # everything reused

@@ -1,0 +1,152 @@
+"""Plotly figures: structure (traces, colours, annotations), never pixels; empty input never raises."""
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from lab.results import calibration_summary
+from ui import plots
+from ui.plots import OVER, UNDER
+
+
+def _summary():
+    """Conf .95 .85 .75 .65 with correct 1 0 1 0: bins 9 and 7 under-confident, 8 and 6 over-confident."""
+    probs = np.array([[0.95, 0.05], [0.85, 0.15], [0.25, 0.75], [0.35, 0.65]])
+    return calibration_summary(probs, np.ones_like(probs, dtype=bool), np.array([0, 1, 1, 0]))
+
+
+def _trace(fig, name):
+    (trace,) = [t for t in fig.data if t.name == name]
+    return trace
+
+
+def _texts(fig):
+    return [a.text for a in fig.layout.annotations]
+
+
+def test_reliability_figure_draws_accuracy_gaps_diagonal_and_stats():
+    fig = plots.reliability_figure(_summary(), "teacher")
+    assert [t.name for t in fig.data] == ["accuracy", "over-confident", "under-confident", "perfect calibration"]
+    accuracy, over, under = _trace(fig, "accuracy"), _trace(fig, "over-confident"), _trace(fig, "under-confident")
+    assert accuracy.x == pytest.approx((0.65, 0.75, 0.85, 0.95))  # bin centres, empty bins skipped
+    assert accuracy.y == (0.0, 1.0, 0.0, 1.0) and accuracy.text == ("1", "1", "1", "1")
+    assert over.marker.color == OVER and under.marker.color == UNDER
+    assert over.x == pytest.approx((0.65, 0.85)) and over.y == pytest.approx((0.65, 0.85)) and over.base == (0.0, 0.0)
+    assert under.x == pytest.approx((0.75, 0.95)) and under.y == pytest.approx((-0.25, -0.05))
+    assert under.base == (1.0, 1.0)  # the gap runs down from accuracy to confidence
+    assert _texts(fig) == ["ECE 45.0% · n=4 · Trust 5.0%"]
+    assert fig.layout.title.text == "teacher" and fig.layout.barmode == "overlay"
+
+
+def test_reliability_figure_of_equal_mass_bins_sits_at_mean_confidence():
+    probs = np.array([[0.95, 0.05], [0.85, 0.15], [0.25, 0.75], [0.35, 0.65]])
+    summary = calibration_summary(probs, np.ones_like(probs, dtype=bool), np.array([0, 1, 1, 0]), 2, "mass")
+    fig = plots.reliability_figure(summary, "")
+    assert _trace(fig, "accuracy").x == pytest.approx((0.7, 0.9))
+    assert _trace(fig, "over-confident").y == pytest.approx((0.2, 0.4))
+    assert "ECE 30.0%" in _texts(fig)[0]
+
+
+def test_reliability_figure_draws_a_stored_metrics_json_summary():
+    stored = {"n": 2, "ece": 0.1, "trust": 0.4, "n_bins": 2, "reliability": [
+        {"lo": 0.0, "hi": 0.5, "count": 0, "conf": None, "acc": None, "gap": None},
+        {"lo": 0.5, "hi": 1.0, "count": 2, "conf": 0.6, "acc": 0.5, "gap": 0.1}]}
+    fig = plots.reliability_figure(stored, "run")
+    assert _trace(fig, "accuracy").x == (0.75,) and _trace(fig, "under-confident").x == ()
+    assert _texts(fig) == ["ECE 10.0% · n=2 · Trust 40.0%"]
+
+
+def test_side_by_side_has_one_subplot_per_run_with_a_shared_y_axis():
+    fig = plots.side_by_side([("teacher", _summary()), ("student", _summary()), ("first", _summary())])
+    assert len(fig.data) == 12
+    assert {t.xaxis for t in fig.data} == {"x", "x2", "x3"}
+    assert fig.layout.yaxis2.matches == "y" and fig.layout.yaxis3.matches == "y"
+    assert sum(t.showlegend is not False for t in fig.data) == 4  # one legend entry per kind of trace
+    texts = _texts(fig)
+    assert texts[:3] == ["teacher", "student", "first"] and texts.count("ECE 45.0% · n=4 · Trust 5.0%") == 3
+
+
+def test_sweep_figure_marks_optima_and_the_current_temperature():
+    df = pd.DataFrame({"temperature": [0.5, 1.0, 2.0, 4.0], "ece": [0.3, 0.1, 0.05, 0.2],
+                       "nll": [2.0, 1.5, 1.2, 1.3], "accuracy": [0.5] * 4})
+    fig = plots.sweep_figure(df, 2.0, 2.0, current_T=1.0)
+    assert fig.layout.xaxis.type == "log"
+    assert [t.name for t in fig.data] == ["ECE", "NLL", "best ECE T=2", "best NLL T=2"]
+    assert _trace(fig, "NLL").yaxis == "y2" and _trace(fig, "ECE").yaxis == "y"
+    assert _trace(fig, "best ECE T=2").y == (0.05,) and _trace(fig, "best NLL T=2").y == (1.2,)
+    (line,) = fig.layout.shapes
+    assert line.x0 == line.x1 == 1.0  # shapes take data values on a log axis
+    (label,) = fig.layout.annotations
+    assert label.text == "T = 1" and label.x == pytest.approx(math.log10(1.0))
+    assert not plots.sweep_figure(df, 2.0, 2.0).layout.shapes
+
+
+def test_coverage_figure_from_a_manifest():
+    manifest = {"k": 2, "coverage": {"k": [1, 2, 3], "mean": [0.5, 0.7, 0.8], "min": [0.1, 0.2, 0.3],
+                                     "max": [0.9, 0.95, 0.99], "positions": 10},
+                "storage": {"k": [1, 2, 3], "bytes_per_position": [4, 8, 12]}}
+    fig = plots.coverage_figure(manifest)
+    assert _trace(fig, "mean coverage").y == (0.5, 0.7, 0.8)
+    assert _trace(fig, "min–max over positions").fill == "tonexty"
+    assert _trace(fig, "bytes / position").yaxis == "y2"
+    assert "stored k = 2" in _texts(fig)
+    only_coverage = plots.coverage_figure(manifest["coverage"])
+    assert [t.name for t in only_coverage.data] == ["max", "min–max over positions", "mean coverage"]
+
+
+def test_training_figure_loss_per_step_and_validation_per_epoch():
+    events = [
+        {"stage": "stage", "name": "teacher"},
+        {"stage": "teacher", "step": 1, "loss": 2.0}, {"stage": "teacher", "step": 2, "loss": 1.5},
+        {"stage": "teacher_eval", "epoch": 1.0, "step": 2, "ece": 0.2, "accuracy": 0.4},
+        {"stage": "teacher_eval", "epoch": 2.0, "step": 4, "ece": 0.1, "accuracy": 0.5},
+        {"stage": "student:first", "step": 1, "loss": 3.0},
+        {"stage": "extract", "step": 8, "total": 64},
+    ]
+    fig = plots.training_figure(events, "teacher")
+    assert [t.name for t in fig.data] == ["teacher loss", "teacher val ece", "teacher val accuracy"]
+    assert _trace(fig, "teacher loss").x == (1, 2) and _trace(fig, "teacher loss").y == (2.0, 1.5)
+    assert _trace(fig, "teacher val ece").x == (1.0, 2.0) and _trace(fig, "teacher val ece").y == (0.2, 0.1)
+    assert _trace(fig, "teacher val accuracy").xaxis == "x2"
+    assert [t.name for t in plots.training_figure(events, "student:").data] == ["student:first loss"]
+
+
+def test_option_bars_groups_models_per_option():
+    fig = plots.option_bars([{"model": "teacher", "probs": [0.7, 0.2, 0.1]},
+                             {"model": "student", "probs": [0.4, 0.6], "labels": ["yes", "no"]}])
+    assert fig.layout.barmode == "group"
+    assert [t.name for t in fig.data] == ["teacher", "student"]
+    assert fig.data[0].x == ("A", "B", "C") and fig.data[1].x == ("yes", "no")
+    assert fig.data[0].y == (0.7, 0.2, 0.1)
+
+
+def test_positionwise_figure():
+    df = pd.DataFrame({"rank": [1, 2], "mean_prob": [0.6, 0.2], "answer_in_topk": [0.5, 0.9]})
+    fig = plots.positionwise_figure(df)
+    assert [t.type for t in fig.data] == ["bar", "scatter"]
+    assert list(fig.data[0].x) == ["top-1", "top-2"] and list(fig.data[1].y) == [0.5, 0.9]
+    assert list(fig.data[0].y) == [0.6, 0.2]
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: plots.reliability_figure({}, "empty"),
+    lambda: plots.reliability_figure({"reliability": [{"count": 0, "acc": None}]}, ""),
+    lambda: plots.side_by_side([]),
+    lambda: plots.sweep_figure(pd.DataFrame(columns=["temperature", "ece", "nll", "accuracy"]), 1.0, 1.0),
+    lambda: plots.coverage_figure({}),
+    lambda: plots.training_figure([], "teacher"),
+    lambda: plots.option_bars([]),
+    lambda: plots.positionwise_figure(pd.DataFrame(columns=["rank", "mean_prob", "answer_in_topk"])),
+])
+def test_empty_input_gives_a_no_data_figure(draw):
+    fig = draw()
+    assert isinstance(fig, go.Figure) and not fig.data
+    assert _texts(fig) == ["no data"]
+    fig.to_json()  # valid for the browser
+
+
+def test_input_that_cannot_be_drawn_says_why_instead_of_raising():
+    fig = plots.option_bars([{"model": "x", "probs": None}])
+    assert not fig.data and _texts(fig)[0].startswith("cannot draw: TypeError")

@@ -1,0 +1,315 @@
+"""Reading stored evaluations: finding runs, loading predictions, recalibrating, tables."""
+import io
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lab import metrics
+from lab.calibration import temperature_paper
+from lab.results import (
+    EvalRun, calibration_summary, case_table, filter_cases, find_evaluations, load_predictions,
+    positionwise_topk, recalibrate, results_csv, results_table, same_question, temperature_sweep,
+)
+
+
+def _row(i, probs, answer, **extra):
+    pred = int(np.argmax(probs))
+    return {"id": f"q{i}", "question": f"question {i}?", "choices": [f"choice {j}" for j in range(len(probs))],
+            "answer": answer, "probs": probs, "pred": pred, "confidence": max(probs), "correct": pred == answer,
+            **extra}
+
+
+def write_eval(directory, rows, mtime=None, **info):
+    """A run directory as lab.evaluate writes it: metrics.json plus predictions.jsonl."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = {"n": len(rows), "accuracy": 0.5, "ece": 0.1, "cw_ece": 0.05, "nll": 1.0, "trust": 0.4,
+            "model": "bundled", "dataset": "arc_challenge", "split": "test", "scoring": "letter", "temperature": None}
+    (directory / "metrics.json").write_text(json.dumps({**base, **info}))
+    if mtime is not None:
+        os.utime(directory / "metrics.json", (mtime, mtime))
+    return directory
+
+
+# four 2-option questions whose numbers are worked out by hand below
+HAND_PROBS = [[0.95, 0.05], [0.85, 0.15], [0.25, 0.75], [0.35, 0.65]]
+HAND_LABELS = [0, 1, 1, 0]
+
+
+@pytest.fixture
+def hand(tmp_path):
+    return load_predictions(write_eval(tmp_path / "hand", [_row(i, p, a) for i, (p, a) in
+                                                           enumerate(zip(HAND_PROBS, HAND_LABELS))]))
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """3- and 5-option questions; the first was temperature-scaled, so it keeps raw_probs."""
+    rows = [
+        _row(0, [0.5, 0.3, 0.2], 0, raw_probs=[0.6, 0.3, 0.1], temperature=2.0),
+        _row(1, [0.1, 0.2, 0.3, 0.15, 0.25], 4, meta={"dataset": "csqa"}),
+        _row(2, [0.7, 0.2, 0.1], 1),
+    ]
+    return load_predictions(write_eval(tmp_path / "mixed", rows, dataset="pooled"))
+
+
+# ---------------------------------------------------------------- find_evaluations
+def test_find_evaluations_finds_plain_and_nested_runs_newest_first_and_skips_damaged(tmp_path):
+    rows = [_row(0, [0.6, 0.4], 0)]
+    write_eval(tmp_path / "00001-evaluate", rows, mtime=1000, accuracy=0.75, ece=0.125)
+    write_eval(tmp_path / "00002-first" / "eval" / "teacher-csqa", rows, mtime=3000, dataset="csqa")
+    write_eval(tmp_path / "12" / "eval" / "cft-in_domain", rows, mtime=2000, temperature=1.5)
+    half = write_eval(tmp_path / "00003-evaluate", rows)
+    (half / "metrics.json").write_text('{"n": 1, "accuracy": 0.')  # a job killed mid-write
+    write_eval(tmp_path / "00004-evaluate", rows).joinpath("metrics.json").write_text("[1, 2]")
+    (tmp_path / "00005-evaluate").mkdir()
+    (tmp_path / "00005-evaluate" / "metrics.json").write_text("{}")  # no predictions.jsonl: not an evaluation
+    write_eval(tmp_path / "a" / "b" / "c" / "d" / "e", rows)  # deeper than the search goes
+
+    runs = find_evaluations(tmp_path)
+
+    assert [r.name for r in runs] == ["00002-first/eval/teacher-csqa", "12/eval/cft-in_domain", "00001-evaluate"]
+    assert runs[0].dataset == "csqa" and runs[1].temperature == 1.5
+    assert runs[1].path == tmp_path / "12" / "eval" / "cft-in_domain"
+    assert runs[2] == EvalRun(path=tmp_path / "00001-evaluate", name="00001-evaluate", model="bundled",
+                              dataset="arc_challenge", split="test", n=1, accuracy=0.75, ece=0.125, cw_ece=0.05,
+                              nll=1.0, trust=0.4, temperature=None, scoring="letter")
+
+
+def test_find_evaluations_of_a_missing_or_empty_root_is_empty(tmp_path):
+    assert find_evaluations(tmp_path / "absent") == []
+    assert find_evaluations(tmp_path) == []
+
+
+# ---------------------------------------------------------------- load_predictions
+def test_load_predictions_pads_masks_and_prefers_raw_probs(mixed, tmp_path):
+    np.testing.assert_array_equal(mixed.probs, [[0.6, 0.3, 0.1, 0, 0], [0.1, 0.2, 0.3, 0.15, 0.25],
+                                                [0.7, 0.2, 0.1, 0, 0]])
+    np.testing.assert_array_equal(mixed.mask.sum(axis=1), [3, 5, 3])
+    np.testing.assert_array_equal(mixed.labels, [0, 4, 1])
+    assert mixed.probs.dtype == np.float64 and mixed.mask.dtype == bool
+    assert [r["id"] for r in mixed.rows] == ["q0", "q1", "q2"] and mixed.dataset == "pooled"
+    same = load_predictions(tmp_path / "mixed" / "predictions.jsonl")  # the file itself works too
+    np.testing.assert_array_equal(same.probs, mixed.probs)
+
+
+@pytest.mark.parametrize("content, where, what", [
+    ("", "", "empty"),
+    ("\n  \n", "", "empty"),
+    ('{"answer": 0, "probs": [1.0]}\n{"answer": 0, "pro\n', ":2:", "not valid JSON"),
+    ('{"answer": 2, "probs": [0.5, 0.5]}\n', ":1:", "'answer'"),
+    ('{"answer": 0}\n', ":1:", "'probs'"),
+    ('{"answer": 0, "probs": [0.5, "x"]}\n', ":1:", "'probs'"),
+    ('{"answer": 0, "probs": [0.5, 0.5], "raw_probs": [1.0]}\n', ":1:", "'raw_probs'"),
+    ('[0.5, 0.5]\n', ":1:", "JSON object"),
+])
+def test_load_predictions_names_the_file_and_line_of_bad_input(tmp_path, content, where, what):
+    path = tmp_path / "predictions.jsonl"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=what) as error:
+        load_predictions(path)
+    assert f"{path}{where}" in str(error.value)
+
+
+def test_load_predictions_of_a_missing_file_says_where(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No predictions"):
+        load_predictions(tmp_path)
+
+
+# ---------------------------------------------------------------- recalibrate
+def test_recalibrate_at_one_is_the_renormalised_input(mixed):
+    mixed.probs[2, :3] = [0.35, 0.1, 0.05]  # a row that does not sum to 1
+    out = recalibrate(mixed, 1.0, "logit")
+    np.testing.assert_allclose(out[2], [0.7, 0.2, 0.1, 0, 0], atol=1e-12)
+    np.testing.assert_allclose(out[:2], mixed.probs[:2], atol=1e-12)
+
+
+@pytest.mark.parametrize("t", [0.3, 1.0, 2.5])
+def test_recalibrate_logit_is_softmax_of_log_p_over_t_per_row(mixed, t):
+    out = recalibrate(mixed, t, "logit")
+    for i, row in enumerate(mixed.rows):
+        k = len(row["probs"])
+        z = np.log(np.asarray(mixed.probs[i, :k])) / t
+        expected = np.exp(z) / np.exp(z).sum()
+        np.testing.assert_allclose(out[i, :k], expected, rtol=1e-12)
+        assert np.all(out[i, k:] == 0)
+
+
+@pytest.mark.parametrize("c", [0.05, 0.5, 1.0])
+def test_recalibrate_paper_is_first_eq4_on_the_present_options(mixed, c):
+    out = recalibrate(mixed, c, "paper")
+    for i, row in enumerate(mixed.rows):
+        k = len(row["probs"])
+        np.testing.assert_allclose(out[i, :k], temperature_paper(mixed.probs[i, :k], c), rtol=1e-12)
+        assert np.all(out[i, k:] == 0)
+
+
+@pytest.mark.parametrize("t, form", [(0.0, "logit"), (-1.0, "paper"), (float("nan"), "logit"), (1.0, "cubic")])
+def test_recalibrate_refuses_bad_arguments(hand, t, form):
+    with pytest.raises(ValueError):
+        recalibrate(hand, t, form)
+
+
+# ---------------------------------------------------------------- calibration_summary
+def test_calibration_summary_matches_hand_computed_numbers(hand):
+    s = calibration_summary(hand.probs, hand.mask, hand.labels)
+    # conf .95 .85 .75 .65, correct 1 0 1 0: each alone in its bin
+    assert s["n"] == 4 and s["accuracy"] == 0.5
+    assert s["ece"] == pytest.approx((0.05 + 0.85 + 0.25 + 0.65) / 4)
+    assert s["trust"] == pytest.approx(0.5 - 0.45)
+    assert s["nll"] == pytest.approx(-np.mean(np.log([0.95, 0.15, 0.75, 0.35])))
+    assert s["brier"] == pytest.approx((2 * 0.05**2 + 2 * 0.85**2 + 2 * 0.25**2 + 2 * 0.65**2) / 4)
+    assert s["cw_ece"] == metrics.classwise_ece(hand.probs, hand.labels, 10, hand.mask)
+    assert s["strategy"] == "width" and s["n_bins"] == 10
+    gaps = {m: b["gap"] for m, b in enumerate(s["reliability"]) if b["count"]}
+    assert gaps == pytest.approx({6: 0.65, 7: -0.25, 8: 0.85, 9: -0.05})
+    assert s["reliability"][0] == {"lo": 0.0, "hi": 0.1, "count": 0, "conf": None, "acc": None, "gap": None}
+    json.dumps(s, allow_nan=False)  # JSON-ready, like metrics.json
+
+
+def test_calibration_summary_equal_mass_bins(hand):
+    s = calibration_summary(hand.probs, hand.mask, hand.labels, n_bins=2, strategy="mass")
+    # sorted conf .65 .75 | .85 .95 -> (conf .70, acc .5) and (conf .90, acc .5)
+    assert s["ece"] == pytest.approx((2 * 0.2 + 2 * 0.4) / 4)
+    assert [b["conf"] for b in s["reliability"]] == pytest.approx([0.7, 0.9])
+    assert [b["acc"] for b in s["reliability"]] == [0.5, 0.5]
+
+
+def test_calibration_summary_with_padding_agrees_with_lab_metrics(mixed):
+    s = calibration_summary(mixed.probs, mixed.mask, mixed.labels, n_bins=5)
+    full = metrics.summarize(mixed.probs, mixed.labels, n_bins=5, mask=mixed.mask, n_boot=0)
+    for key in ("accuracy", "ece", "nll", "brier", "cw_ece", "trust"):
+        assert s[key] == pytest.approx(full[key], abs=1e-12), key
+    assert s["reliability"] == full["reliability"]
+
+
+# ---------------------------------------------------------------- temperature_sweep
+@pytest.mark.parametrize("form", ["logit", "paper"])
+def test_temperature_sweep_matches_a_brute_force_loop(mixed, form):
+    grid = [0.05, 0.2, 0.5, 1.0, 2.0, 4.0]
+    table, best_ece, best_nll = temperature_sweep(mixed, grid, form, n_bins=5)
+    eces, nlls = [], []
+    for t in grid:
+        q = recalibrate(mixed, t, form)
+        pred, conf = metrics.predictions(q, mixed.mask)
+        eces.append(metrics.ece(conf, pred == mixed.labels, 5))
+        nlls.append(metrics.nll(q, mixed.labels))
+    assert list(table.columns) == ["temperature", "ece", "nll", "accuracy"]
+    np.testing.assert_allclose(table["ece"], eces)
+    np.testing.assert_allclose(table["nll"], nlls)
+    assert best_ece == grid[int(np.argmin(eces))] and best_nll == grid[int(np.argmin(nlls))]
+    assert table["accuracy"].nunique() == 1  # temperature keeps each row's order
+
+
+def test_temperature_sweep_default_grid_finds_the_nll_optimum_of_an_overconfident_model(tmp_path):
+    rng = np.random.default_rng(0)
+    z = rng.normal(0, 1.5, size=(300, 4))
+    true = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    labels = [int(rng.choice(4, p=p)) for p in true]
+    reported = np.exp(3 * z) / np.exp(3 * z).sum(1, keepdims=True)  # three times too sharp
+    pred = load_predictions(write_eval(tmp_path / "over", [_row(i, p.tolist(), a) for i, (p, a) in
+                                                            enumerate(zip(reported, labels))]))
+    sweep = temperature_sweep(pred)
+    assert len(sweep.table) == 81 and 2.0 < sweep.best_nll < 4.5
+
+
+def test_temperature_sweep_refuses_an_empty_grid(hand):
+    with pytest.raises(ValueError, match="temperatures"):
+        temperature_sweep(hand, [])
+
+
+# ---------------------------------------------------------------- cases
+def test_case_table_rows(mixed):
+    df = case_table(mixed)
+    assert list(df.columns) == ["id", "dataset", "question", "options", "answer", "prediction", "confidence",
+                                "correct", "overconfident_wrong"]
+    assert df["dataset"].tolist() == ["pooled", "csqa", "pooled"]  # meta names a pooled question's source
+    assert df.loc[0, "options"] == "A. choice 0 · B. choice 1 · C. choice 2"
+    assert df["answer"].tolist() == ["A", "E", "B"] and df["prediction"].tolist() == ["A", "C", "A"]
+    # default: what the run reported (row 0 after its temperature), not raw_probs
+    np.testing.assert_allclose(df["confidence"], [0.5, 0.3, 0.7])
+    np.testing.assert_allclose(df["overconfident_wrong"], [0.0, 0.3, 0.7])
+    scaled = case_table(mixed, recalibrate(mixed, 1.0))
+    assert scaled.loc[0, "confidence"] == pytest.approx(0.6)
+
+
+def test_case_table_refuses_probs_of_another_shape(mixed):
+    with pytest.raises(ValueError, match="shape"):
+        case_table(mixed, np.ones((3, 2)))
+
+
+@pytest.fixture
+def cases():
+    return pd.DataFrame({
+        "id": list("abcdef"), "dataset": ["x", "x", "y", "x", "y", "x"],
+        "confidence": [0.9, 0.4, 0.8, 0.95, 0.6, 0.3], "correct": [True, False, False, True, False, False],
+    }).assign(overconfident_wrong=lambda d: np.where(d["correct"], 0.0, d["confidence"]))
+
+
+def test_filter_cases_puts_the_surest_wrong_answers_first(cases):
+    assert filter_cases(cases)["id"].tolist() == ["c", "e", "b", "f", "d", "a"]
+    assert filter_cases(cases, "wrong")["id"].tolist() == ["c", "e", "b", "f"]
+    assert filter_cases(cases, "correct")["id"].tolist() == ["d", "a"]
+    # accuracy of the table is 2/6: wrong answers surer than that
+    assert filter_cases(cases, "overconfident_wrong")["id"].tolist() == ["c", "e", "b"]
+
+
+def test_filter_cases_by_confidence_and_dataset(cases):
+    assert filter_cases(cases, "all", (0.4, 0.9))["id"].tolist() == ["c", "e", "b", "a"]  # inclusive
+    assert filter_cases(cases, "all", dataset="y")["id"].tolist() == ["c", "e"]
+    # within x, accuracy is 2/4: only b (0.4) and f (0.3) are wrong, neither above 0.5
+    assert filter_cases(cases, "overconfident_wrong", dataset="x").empty
+    assert filter_cases(cases, "wrong", dataset="x")["id"].tolist() == ["b", "f"]
+
+
+def test_filter_cases_refuses_an_unknown_kind(cases):
+    with pytest.raises(ValueError, match="kind"):
+        filter_cases(cases, "lucky")
+
+
+def test_same_question_across_runs(tmp_path):
+    one = write_eval(tmp_path / "one", [_row(0, [0.2, 0.8], 1), _row(7, [0.6, 0.4], 1)])
+    two = write_eval(tmp_path / "two", [_row(7, [0.1, 0.9], 1)])
+    three = write_eval(tmp_path / "three", [_row(1, [0.5, 0.5], 0)])
+    df = same_question([one, two, three], "q7")
+    assert list(df.columns) == ["run", "answer", "prediction", "confidence", "correct", "probs"]
+    assert df["run"].tolist() == [one.as_posix(), two.as_posix()]
+    assert df["prediction"].tolist() == ["A", "B"] and df["correct"].tolist() == [False, True]
+    assert df["confidence"].tolist() == [0.6, 0.9] and df["probs"].tolist() == [[0.6, 0.4], [0.1, 0.9]]
+    assert same_question([three], "q7").empty
+
+
+# ---------------------------------------------------------------- tables
+def test_results_table_and_csv(tmp_path):
+    rows = [_row(0, [0.6, 0.4], 0)]
+    write_eval(tmp_path / "1", rows, mtime=1000, ece=0.123456, accuracy=0.654321, trust=0.530865, cw_ece=0.0499999)
+    write_eval(tmp_path / "2" / "eval" / "first-csqa", rows, mtime=2000, dataset="csqa", n=100)
+    df = results_table(tmp_path)
+    assert list(df.columns) == ["run", "model", "dataset", "n", "ECE", "accuracy", "Trust", "cw-ECE"]
+    assert df["run"].tolist() == ["2/eval/first-csqa", "1"]
+    assert df.iloc[1][["ECE", "accuracy", "Trust", "cw-ECE"]].tolist() == [0.1235, 0.6543, 0.5309, 0.05]
+    assert df.iloc[0]["n"] == 100 and df.iloc[0]["dataset"] == "csqa"
+    back = pd.read_csv(io.StringIO(results_csv(df)), dtype={"run": str})
+    assert back.columns.tolist() == df.columns.tolist() and back["run"].tolist() == df["run"].tolist()
+    assert results_table(tmp_path / "none").empty
+
+
+def test_positionwise_topk(tmp_path):
+    def top(*pairs):
+        return [{"token": t, "prob": p} for t, p in pairs]
+
+    rows = [
+        _row(0, [0.5, 0.5], 1, top_tokens=top((" A", 0.5), ("b", 0.3), ("C", 0.1))),  # answer B, rank 2
+        _row(1, [0.5, 0.5], 0, top_tokens=top(("The", 0.2), (" a", 0.6), ("B", 0.1))),  # answer A, rank 1 once sorted
+        _row(2, [0.5, 0.5], 0),  # cloze rows have no top tokens
+    ]
+    df = positionwise_topk(load_predictions(write_eval(tmp_path / "r", rows)))
+    assert df.columns.tolist() == ["rank", "mean_prob", "answer_in_topk"]
+    assert df["rank"].tolist() == [1, 2, 3]
+    np.testing.assert_allclose(df["mean_prob"], [0.55, 0.25, 0.1])
+    np.testing.assert_allclose(df["answer_in_topk"], [0.5, 1.0, 1.0])
+    cloze = positionwise_topk(load_predictions(write_eval(tmp_path / "c", rows[2:])))
+    assert cloze.empty and cloze.columns.tolist() == ["rank", "mean_prob", "answer_in_topk"]

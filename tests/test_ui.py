@@ -1,0 +1,235 @@
+"""The browser lab without a browser: forms, path checks, uploads, progress, the explore pages'
+computations, and the whole app driven in-process through gradio_client."""
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import app
+from jobs.store import ConfigError
+from lab.data import DataError
+from lab.evaluate import EvalConfig, write_evaluation
+from lab.events import EventWriter
+from lab.temperature import load_temperature
+from ui import explore_pages, forms
+from ui.context import LabContext
+from ui.paths import PathNotAllowed, check_paths
+from ui.progress import EventCache, progress
+from ui.uploads import accept_upload
+
+
+# ---------------------------------------------------------------- forms
+@pytest.mark.parametrize("kind", ["evaluate", "finetune", "first", "cft", "extract", "compare"])
+def test_every_form_round_trips_its_defaults(kind):
+    values = forms.preset_values(kind, None)
+    if kind == "compare":  # the one config without a usable default: the question
+        values[[f.name for f in forms.fields(kind)].index("question")] = "Which is larger?"
+    config = forms.config_from_values(kind, values)
+    assert config["kind"] == kind and set(config) - {"kind"} == {f.name for f in forms.fields(kind)}
+
+
+def test_presets_come_from_the_examples():
+    assert {"defaults", "cft-quick", "cft-paper", "cft-cpu"} <= set(forms.presets("cft"))
+    values = forms.preset_values("cft", "cft-quick")
+    config = forms.config_from_values("cft", values)
+    assert config["train_size"] == 24 and config["training"]["method"] == "lora"
+
+
+def test_form_errors_name_the_field():
+    names = [f.name for f in forms.fields("evaluate")]
+    values = forms.preset_values("evaluate", None)
+    values[names.index("limit")] = "ten"
+    with pytest.raises(ValueError, match="`limit` needs a number"):
+        forms.config_from_values("evaluate", values)
+    values[names.index("limit")] = "2.5"
+    with pytest.raises(ValueError, match="whole number"):
+        forms.config_from_values("evaluate", values)
+    values[names.index("limit")] = ""
+    values[names.index("dataset")] = "arc_chalenge"
+    with pytest.raises(KeyError, match="arc_challenge"):  # did-you-mean from the registry
+        forms.config_from_values("evaluate", values)
+    cft = forms.preset_values("cft", None)
+    cft[[f.name for f in forms.fields("cft")].index("training")] = "epochs: [1"
+    with pytest.raises(ValueError, match="`training` is not valid YAML"):
+        forms.config_from_values("cft", cft)
+
+
+# ---------------------------------------------------------------- paths
+def test_paths_must_stay_inside_the_allowed_folders(tmp_path):
+    allowed, outside = tmp_path / "runs", tmp_path / "secret"
+    (allowed / "data").mkdir(parents=True)
+    outside.mkdir()
+    (allowed / "data" / "q.jsonl").write_text("{}")
+    (outside / "q.jsonl").write_text("{}")
+    (allowed / "link").symlink_to(outside)
+    ok = {"kind": "evaluate", "model": "HuggingFaceTB/SmolLM2-135M-Instruct", "temperature": "1.3",
+          "data_files": [f"test={allowed / 'data' / 'q.jsonl'}", str(allowed / "data" / "*.jsonl")]}
+    check_paths(ok, [allowed])
+    for bad in ({"data_files": [str(outside / "q.jsonl")]},
+                {"data_files": [str(allowed / ".." / "secret" / "q.jsonl")]},
+                {"data_files": [f"train={allowed / 'link' / 'q.jsonl'}"]},  # a symlink out of the root
+                {"adapter": "/etc"}, {"model": str(outside)}, {"temperature": "/etc/passwd"},
+                {"in_domain": [{"dataset": "mmlu", "data_files": ["/etc/hosts"]}]},
+                {"training": {"val_data_files": ["../../../etc/hosts"]}}):
+        with pytest.raises(PathNotAllowed, match="outside the folders"):
+            check_paths(bad, [allowed])
+
+
+def test_the_context_refuses_a_config_reading_outside_before_queueing(tmp_path):
+    ctx = LabContext(tmp_path / "runs")
+    with pytest.raises(ConfigError, match="outside the folders"):
+        ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": ["/etc/hostname"]})
+    assert ctx.store.list() == []
+
+
+# ---------------------------------------------------------------- uploads
+def test_an_upload_is_checked_previewed_and_stored(tmp_path):
+    good = tmp_path / "mine.csv"
+    good.write_text("question,A,B,answer\nSky colour?,blue,green,A\nBad row,x,y,Z\n2+2?,4,5,A\n")
+    up = accept_upload(good, "mine.csv", tmp_path / "uploads")
+    assert up.n_questions == 2 and len(up.problems) == 1 and "mine.csv:3" in up.problems[0]
+    assert list(up.preview["question"]) == ["Sky colour?", "2+2?"] and up.path.parent == tmp_path / "uploads"
+    assert accept_upload(good, "mine.csv", tmp_path / "uploads").path == up.path  # same content, stored once
+    with pytest.raises(DataError, match="expected a .jsonl"):
+        accept_upload(good, "mine.exe", tmp_path / "uploads")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("{not json\n")
+    with pytest.raises(DataError):
+        accept_upload(broken, "broken.jsonl", tmp_path / "uploads")
+    assert len(list((tmp_path / "uploads").iterdir())) == 1  # the unusable file was not kept
+
+
+# ---------------------------------------------------------------- progress
+def test_progress_eta_and_incremental_events(tmp_path):
+    events = [{"time": 100.0, "stage": "train", "step": 1, "total": 11},
+              {"time": 110.0, "stage": "train", "step": 3, "total": 11},
+              {"time": 111.0, "stage": "log", "message": "x"}]
+    p = progress(events)
+    assert (p.stage, p.step, p.total) == ("train", 3, 11) and p.eta_s == pytest.approx(40.0)
+    assert "3/11" in p.text and "ETA 40s" in p.text
+    writer, cache = EventWriter(tmp_path / "events.jsonl"), EventCache()
+    writer.emit("start")
+    assert [e["stage"] for e in cache.events(tmp_path)] == ["start"]
+    writer.emit("train", step=1, total=2)
+    assert [e["stage"] for e in cache.events(tmp_path)] == ["start", "train"]
+
+
+# ---------------------------------------------------------------- explore pages
+@pytest.fixture
+def run_root(tmp_path):
+    """Two evaluation runs written by the real writer: an over-confident model, and a pipeline row."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(200):
+        logits = rng.normal(0, 1, 4)
+        truth = int(rng.choice(4, p=np.exp(logits) / np.exp(logits).sum()))
+        probs = np.exp(3 * logits) / np.exp(3 * logits).sum()  # three times too sharp
+        pred = int(np.argmax(probs))
+        rows.append({"id": f"q{i}", "source": "mmlu" if i % 2 else "obqa", "question": f"Question {i}?",
+                     "choices": ["a", "b", "c", "d"], "answer": truth, "probs": probs.tolist(), "pred": pred,
+                     "confidence": float(probs[pred]), "correct": pred == truth})
+    cfg = EvalConfig(dataset="mmlu", bootstrap=0)
+    write_evaluation(tmp_path / "00001-evaluate", rows, cfg, {"model": "toy"})
+    write_evaluation(tmp_path / "00002-cft" / "eval" / "base-in_domain", rows[:50], cfg, {"model": "toy"})
+    return tmp_path
+
+
+def test_temperature_lab_recomputes_and_saves(run_root):
+    ctx = LabContext(run_root)
+    _, text_1, _ = explore_pages.temperature_view(ctx, "00001-evaluate", 1.0, "logit", "10 equal-width bins")
+    _, text_3, _ = explore_pages.temperature_view(ctx, "00001-evaluate", 3.0, "logit", "10 equal-width bins")
+    ece = lambda text: float(text.split("id='ece-value'>")[1].split("%")[0])  # noqa: E731
+    assert ece(text_3) < ece(text_1) / 2  # the right temperature undoes the sharpening
+    assert "positive number" in explore_pages.temperature_view(ctx, "00001-evaluate", "abc", "logit", "")[1]
+    assert "Pick" in explore_pages.temperature_view(ctx, "../../etc", 1.0, "logit", "")[1]  # not a found run
+    saved = explore_pages.save_chosen_temperature(ctx, "00001-evaluate", 3.0, "logit")
+    assert "Saved" in saved and load_temperature(run_root / "00001-evaluate") == 3.0
+    assert "logit form" in explore_pages.save_chosen_temperature(ctx, "00001-evaluate", 0.5, "paper")
+
+
+def test_reliability_cases_and_results(run_root):
+    ctx = LabContext(run_root)
+    figure, message = explore_pages.reliability_view(ctx, ["00001-evaluate", "00002-cft/eval/base-in_domain"],
+                                                     "10 equal-mass bins", "reliability diagram")
+    assert figure is not None and message == ""
+    table, datasets, note = explore_pages.cases_view(ctx, "00001-evaluate", "overconfident_wrong", 0.0, 1.0, "")
+    assert not table["correct"].any() and list(table["confidence"]) == sorted(table["confidence"], reverse=True)
+    assert set(datasets["choices"]) == {"", "mmlu", "obqa"} and "of 200 questions" in note
+    only_obqa, _, _ = explore_pages.cases_view(ctx, "00001-evaluate", "all", 0.0, 1.0, "obqa")
+    assert set(only_obqa["dataset"]) == {"obqa"} and len(only_obqa) == 100
+
+
+def test_auth_is_required_off_loopback(monkeypatch):
+    monkeypatch.delenv("CALIBRATION_LAB_AUTH", raising=False)
+    assert app.resolve_auth("127.0.0.1", None) is None
+    with pytest.raises(SystemExit, match="without a login"):
+        app.resolve_auth("0.0.0.0", None)
+    assert app.resolve_auth("0.0.0.0", "ada:s3cret") == ("ada", "s3cret")
+    monkeypatch.setenv("CALIBRATION_LAB_AUTH", "bob:pw")
+    assert app.resolve_auth("0.0.0.0", None) == ("bob", "pw")
+    with pytest.raises(SystemExit, match="user:password"):
+        app.resolve_auth("127.0.0.1", "nocolon")
+
+
+# ---------------------------------------------------------------- the whole app, in-process
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served(tmp_path, shared_data, bundled):
+    """The app with its scheduler, on a free loopback port; ``../shared/data`` allowed."""
+    from jobs.scheduler import Scheduler
+    from ui.app import CSS, build
+
+    ctx = LabContext(tmp_path / "runs", (shared_data,))
+    stop = threading.Event()
+    threading.Thread(target=Scheduler(ctx.store).run_forever, args=(stop, 0.2), daemon=True).start()
+    demo = build(ctx)
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    yield ctx, f"http://127.0.0.1:{port}/"
+    stop.set()
+    demo.close()
+
+
+def wait_for(ctx: LabContext, job_id: int, timeout: float = 240) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = ctx.store.get(job_id).status
+        if status not in ("queued", "running"):
+            return status
+        time.sleep(0.5)
+    raise TimeoutError(f"job {job_id} still {status} after {timeout}s")
+
+
+def test_gradio_client_submits_an_evaluation_and_reads_its_results(served, shared_data):
+    from gradio_client import Client
+
+    ctx, url = served
+    client = Client(url, verbose=False)
+    bad = client.predict("kind: evaluate\ndataset: nope\n", 0, api_name="/submit_job")
+    assert bad["ok"] is False and "nope" in bad["error"]
+    outside = client.predict("kind: evaluate\ndataset: custom\ndata_files: [/etc/hostname]\n", 0, api_name="/submit_job")
+    assert outside["ok"] is False and "outside the folders" in outside["error"]
+    config = (f"kind: evaluate\nmodel: bundled\ndataset: arc_challenge\n"
+              f"data_files: [{shared_data / 'arc_challenge' / 'test.jsonl'}]\nlimit: 6\nbootstrap: 50\n")
+    submitted = client.predict(config, 0, api_name="/submit_job")
+    assert submitted["ok"], submitted
+    deadline = time.time() + 240
+    while (status := client.predict(submitted["id"], api_name="/job_status"))["status"] in ("queued", "running"):
+        assert time.time() < deadline, status
+        time.sleep(1)
+    assert status["status"] == "succeeded", status
+    (name,) = status["evaluations"]
+    metrics = client.predict(name, api_name="/run_metrics")
+    stored = json.loads((ctx.runs / name / "metrics.json").read_text())
+    assert metrics["n"] == 6 and metrics["ece"] == pytest.approx(stored["ece"]) and len(metrics["reliability"]) == 10
+    assert client.predict(99999, api_name="/job_status")["ok"] is False  # the server keeps serving

@@ -1,0 +1,1 @@
+"""Browser UI helpers (plotly figures) for the Calibration Lab."""

@@ -1,0 +1,152 @@
+"""Job configs ⇄ form values, without Gradio: what the launch page shows and submits.
+
+Each job kind's config is a dataclass whose fields carry their help text, so the form for a kind
+is generated from it: a field's type decides its widget (choice, checkbox, number, text, a list
+one entry per line, or YAML for nested values). Values come back as strings and numbers from
+the browser; :func:`config_from_values` turns them into a config mapping and validates it with
+the same code the job store uses, so the form cannot submit what ``python -m jobs submit`` would
+refuse — and every refusal is a message naming the field, never a traceback.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from lab.run import JOB_KINDS, parse_config
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# The fields a user changes most, shown first; the rest go under "more options".
+KEY_FIELDS = {
+    "evaluate": ("model", "adapter", "dataset", "data_files", "split", "limit", "scoring", "template", "temperature"),
+    "finetune": ("model", "method", "dataset", "data_files", "split", "limit", "objective", "epochs", "learning_rate",
+                 "batch_size", "lora_r"),
+    "first": ("teacher", "student", "teacher_method", "student_method", "dataset", "data_files", "train_limit",
+              "test_limit", "epochs", "learning_rate", "k"),
+    "cft": ("model", "in_domain", "ood", "train_size", "val_size", "test_size", "methods", "lambdas", "training",
+            "preferences"),
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One form field: the widget it needs and how its text comes back."""
+
+    name: str
+    widget: str  # choice | bool | int | float | text | lines | yaml
+    default: Any
+    help: str
+    choices: tuple = ()
+    optional: bool = False
+
+
+def _widget(kind: Any) -> tuple[str, tuple, bool]:
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    optional = origin is typing.Union and type(None) in args
+    if optional:
+        kind = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is typing.Literal:
+        return "choice", args, optional
+    if origin is list and args and args[0] is str:
+        return "lines", (), optional
+    if origin in (list, dict) or kind is typing.Any:
+        return "yaml", (), optional
+    return {bool: "bool", int: "int", float: "float"}.get(kind, "text"), (), optional
+
+
+def fields(kind: str) -> list[Field]:
+    """The form fields of a job kind, key fields first."""
+    cls = JOB_KINDS.get(kind).config
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        widget, choices, optional = _widget(hints[f.name])
+        out.append(Field(f.name, widget, default, f.metadata.get("help", ""), choices, optional))
+    key = KEY_FIELDS.get(kind, ())
+    return sorted(out, key=lambda f: key.index(f.name) if f.name in key else len(key))
+
+
+def is_key(kind: str, name: str) -> bool:
+    return name in KEY_FIELDS.get(kind, ())
+
+
+def to_widget_value(field: Field, value: Any) -> Any:
+    """A config value as its widget shows it."""
+    if field.widget == "lines":
+        return "\n".join(map(str, value or []))
+    if field.widget == "yaml":
+        return "" if value in (None, [], {}) else yaml.safe_dump(value, sort_keys=False, default_flow_style=None).strip()
+    if field.widget in ("text",):
+        return "" if value is None else str(value)
+    return value
+
+
+def from_widget_value(field: Field, value: Any) -> Any:
+    """A widget's value as the config wants it; raises ValueError naming the field."""
+    if field.widget == "lines":
+        return [line.strip() for line in str(value or "").splitlines() if line.strip()]
+    if field.widget == "yaml":
+        text = str(value or "").strip()
+        if not text:
+            return None if field.optional else type(field.default)()
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ValueError(f"`{field.name}` is not valid YAML: {str(e).splitlines()[0]}") from None
+    if field.widget in ("int", "float"):
+        if value is None or (isinstance(value, str) and not value.strip()):
+            if field.optional:
+                return None
+            raise ValueError(f"`{field.name}` needs a number")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"`{field.name}` needs a number, got {value!r}") from None
+        if field.widget == "int":
+            if number != int(number):
+                raise ValueError(f"`{field.name}` needs a whole number, got {value!r}")
+            return int(number)
+        return number
+    if field.widget == "text":
+        text = str(value or "").strip()
+        return None if (field.optional and not text) else text
+    if field.widget == "choice" and value is None and field.optional:
+        return None
+    return value
+
+
+def config_from_values(kind: str, values: list[Any]) -> dict[str, Any]:
+    """Form values (in :func:`fields` order) → a validated, complete config mapping with ``kind``."""
+    form = fields(kind)
+    config = {f.name: from_widget_value(f, v) for f, v in zip(form, values)}
+    job_kind, parsed = parse_config({"kind": kind, **config})
+    return {"kind": job_kind.name, **parsed.to_dict()}
+
+
+def config_yaml(config: dict[str, Any]) -> str:
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def presets(kind: str) -> dict[str, dict[str, Any]]:
+    """The example configs of a kind (``examples/*.yaml``), by file name: offline quick, paper recipe."""
+    found = {"defaults": {}}
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and data.get("kind") == kind:
+            found[path.stem] = {k: v for k, v in data.items() if k != "kind"}
+    return found
+
+
+def preset_values(kind: str, preset: Optional[str]) -> list[Any]:
+    """Widget values of a preset: its fields over the defaults."""
+    chosen = presets(kind).get(preset or "defaults", {})
+    return [to_widget_value(f, chosen.get(f.name, f.default)) for f in fields(kind)]

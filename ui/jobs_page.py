@@ -1,0 +1,126 @@
+"""Jobs: the live queue and one job's page (progress, curves, log, cancel, clone, what went wrong).
+
+Everything shown is read from the job store and the run directory, never from this session's
+memory, so another tab or a restarted server shows the same state. The two-second poll reads
+only events appended since the last poll (:class:`ui.progress.EventCache`) and redraws the
+curves only when there are new ones.
+"""
+from __future__ import annotations
+
+import html
+import time
+from typing import Any, Optional
+
+import gradio as gr
+import pandas as pd
+
+from jobs.scheduler import cancel
+from jobs.store import Job
+from ui.context import LabContext
+from ui.plots import sweep_figure, training_figure
+from ui.progress import EventCache, format_seconds, log_tail, progress
+
+POLL_S = 2.0
+JOB_COLUMNS = ["id", "kind", "status", "progress", "elapsed", "ETA", "GPUs", "error"]
+CACHE = EventCache()
+
+
+def _elapsed(job: Job) -> Optional[float]:
+    return ((job.finished or time.time()) - job.started) if job.started else None
+
+
+def jobs_table(ctx: LabContext) -> pd.DataFrame:
+    """The queue: queued jobs in order, then the rest newest first, with progress for running ones."""
+    rows = []
+    for job in ctx.store.list():
+        p = progress(CACHE.events(job.run_dir)) if job.status == "running" else None
+        rows.append([job.id, job.kind, job.status, p.text if p else ("done" if job.status == "succeeded" else ""),
+                     format_seconds(_elapsed(job)), format_seconds(p.eta_s) if p else "", job.devices or "",
+                     job.error or ""])
+    return pd.DataFrame(rows, columns=JOB_COLUMNS)
+
+
+def _choices(ctx: LabContext) -> list[tuple[str, int]]:
+    return [(f"{j.id} · {j.kind} · {j.status}", j.id) for j in ctx.store.list()]
+
+
+def sweep_events_figure(events: list[dict[str, Any]]):
+    """FIRST's temperature sweep as it fills: one ``sweep`` event per temperature tried."""
+    df = pd.DataFrame([{"temperature": e["value"], "ece": e["ece"], "nll": e["nll"]} for e in events])
+    df = df.sort_values("temperature")
+    best_ece = float(df.loc[df["ece"].idxmin(), "temperature"])
+    best_nll = float(df.loc[df["nll"].idxmin(), "temperature"])
+    return sweep_figure(df, best_ece, best_nll)
+
+
+def job_view(ctx: LabContext, job_id: Optional[int]) -> tuple[str, Any, Any, str, str]:
+    """Status text, training figure, sweep figure, log tail and config of one job."""
+    if job_id is None:
+        return "Pick a job.", None, None, "", ""
+    try:
+        job = ctx.store.get(int(job_id))
+    except (KeyError, ValueError):
+        return f"No job {job_id}.", None, None, "", ""
+    events = CACHE.events(job.run_dir)
+    p = progress(events) if job.status == "running" else None
+    lines = [f"### Job {job.id} · {job.kind} · **{job.status}**",
+             f"Elapsed {format_seconds(_elapsed(job)) or '–'}" + (f" · {p.text}" if p else "")
+             + (f" · GPUs {job.devices}" if job.devices else "") + f" · run directory `{job.run_dir}`"]
+    if job.status == "failed" and job.error:
+        lines.append(f"<div class='lab-error'>⚠️ <b>What went wrong:</b> {html.escape(job.error)}</div>")
+    training = training_figure(events, "") if any("loss" in e for e in events) else None
+    sweeps = [e for e in events if e.get("stage") == "sweep"]
+    return "\n\n".join(lines), training, sweep_events_figure(sweeps) if sweeps else None, log_tail(job.run_dir), job.config
+
+
+def build_jobs(ctx: LabContext) -> None:
+    table = gr.Dataframe(value=lambda: jobs_table(ctx), label="Jobs (live)", elem_id="jobs-table", interactive=False)
+    with gr.Row():
+        picked = gr.Dropdown(_choices(ctx), label="Job", elem_id="job-picker", scale=4)
+        cancel_btn = gr.Button("Cancel", variant="stop", scale=1)
+        clone_btn = gr.Button("Clone (run again)", scale=1)
+    action = gr.HTML()
+    status = gr.Markdown(elem_id="job-status")
+    with gr.Row():
+        training = gr.Plot(label="Training: loss per step, validation ECE / accuracy per epoch")
+        sweep = gr.Plot(label="Temperature sweep")
+    log = gr.Code(label="Log (last 40 lines)", language=None, interactive=False)
+    with gr.Accordion("Config", open=False):
+        config = gr.Code(language="yaml", interactive=False)
+    seen = gr.State(0)  # number of events already drawn for the picked job
+
+    def refresh_all():
+        return jobs_table(ctx), gr.update(choices=_choices(ctx))
+
+    def show(job_id):
+        return (*job_view(ctx, job_id), len(CACHE.events(ctx.store.get(job_id).run_dir)) if job_id else 0)
+
+    def poll(job_id, n_seen):
+        if job_id is None:
+            return (gr.skip(),) * 6
+        job = ctx.store.get(int(job_id))
+        n = len(CACHE.events(job.run_dir))
+        text, fig, sweep_fig, tail, cfg = job_view(ctx, job_id)
+        if n == n_seen:  # nothing new: keep the plots as they are (no redraw flicker)
+            return text, gr.skip(), gr.skip(), tail, gr.skip(), n
+        return text, fig, sweep_fig, tail, cfg, n
+
+    def on_cancel(job_id):
+        if job_id is None:
+            return "<div class='lab-error'>Pick a job first.</div>"
+        job = cancel(ctx.store, int(job_id), grace=5.0)
+        return f"Job {job.id} is now {job.status}."
+
+    def on_clone(job_id):
+        if job_id is None:
+            return "<div class='lab-error'>Pick a job first.</div>"
+        job = ctx.store.clone(int(job_id))
+        return f"<div class='lab-ok'>✅ Cloned as job {job.id}.</div>"
+
+    outputs = [status, training, sweep, log, config, seen]
+    picked.change(show, inputs=picked, outputs=outputs, api_visibility="private")
+    cancel_btn.click(on_cancel, inputs=picked, outputs=action, api_visibility="private")
+    clone_btn.click(on_clone, inputs=picked, outputs=action, api_visibility="private")
+    timer = gr.Timer(POLL_S)
+    timer.tick(refresh_all, outputs=[table, picked], api_visibility="private")
+    timer.tick(poll, inputs=[picked, seen], outputs=outputs, api_visibility="private")

@@ -1,0 +1,135 @@
+"""Launch: one form per job kind, generated from its config, with presets, uploads and the YAML."""
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from jobs.store import ConfigError
+from lab.data import DataError, dataset_names
+from lab.run import JOB_KINDS
+from lab.templates import template_names
+from ui import forms
+from ui.context import LabContext
+from ui.uploads import accept_upload
+
+DATA_KINDS = ("evaluate", "finetune", "first")  # kinds with a top-level dataset + data_files
+
+
+def _component(field: forms.Field, value: Any) -> gr.components.Component:
+    label, info = field.name, field.help
+    if field.name in ("dataset",):
+        return gr.Dropdown(dataset_names(), value=value, label=label, info=info)
+    if field.name == "template":
+        return gr.Dropdown([""] + template_names(), value=value or "", label=label, info=info, allow_custom_value=True)
+    if field.name in ("model", "teacher", "student"):
+        return gr.Dropdown(["bundled"], value=value, label=label, info=info + " (type a hub id or a path)",
+                           allow_custom_value=True)
+    if field.widget == "choice":
+        return gr.Dropdown(list(field.choices), value=value, label=label, info=info)
+    if field.widget == "bool":
+        return gr.Checkbox(value=bool(value), label=label, info=info)
+    if field.widget in ("int", "float"):
+        # Text rather than gr.Number: an empty box means "unset" for optional fields, and a
+        # non-number is answered with a message that names the field instead of a red box.
+        return gr.Textbox(value="" if value is None else str(value), label=label, info=info)
+    lines = 4 if field.widget in ("lines", "yaml") else 1
+    return gr.Textbox(value=value, label=label, info=info, lines=lines, max_lines=20)
+
+
+def _error(message: str) -> str:
+    return f"<div class='lab-error'>⚠️ {message}</div>"
+
+
+def _kind_tab(ctx: LabContext, kind: str) -> None:
+    form = forms.fields(kind)
+    defaults = forms.preset_values(kind, None)
+    presets = list(forms.presets(kind))
+    with gr.Row():
+        preset = gr.Dropdown(presets, value="defaults", label="Preset", scale=3,
+                             info="defaults, or an example config (…-quick: offline on a CPU; …-paper: the paper's recipe)")
+        gpus = gr.Number(value=0, precision=0, minimum=0, label="GPUs", scale=1, info="0: run on the CPU")
+    components: list[gr.components.Component] = []
+    with gr.Group():
+        for field, value in zip(form, defaults):
+            if forms.is_key(kind, field.name):
+                components.append(_component(field, value))
+    with gr.Accordion("More options", open=False):
+        for field, value in zip(form, defaults):
+            if not forms.is_key(kind, field.name):
+                components.append(_component(field, value))
+    order = [f for f in form if forms.is_key(kind, f.name)] + [f for f in form if not forms.is_key(kind, f.name)]
+    position = [form.index(f) for f in order]
+
+    def values_in_field_order(widget_values: tuple) -> list[Any]:
+        out: list[Any] = [None] * len(form)
+        for i, v in zip(position, widget_values):
+            out[i] = v
+        return out
+
+    if kind in DATA_KINDS:
+        with gr.Accordion("Your own questions (JSONL / JSON / CSV)", open=False):
+            upload = gr.File(label="Question file", file_types=[".jsonl", ".json", ".csv"], type="filepath")
+            upload_msg = gr.Markdown()
+            upload_preview = gr.Dataframe(interactive=False, visible=False)
+        data_index = [f.name for f in order].index("data_files")
+        dataset_index = [f.name for f in order].index("dataset")
+
+        def on_upload(path: str | None):
+            if not path:
+                return gr.update(), gr.update(), "", gr.update(visible=False)
+            try:
+                up = accept_upload(path, path, ctx.uploads)
+            except (DataError, OSError) as e:
+                return gr.update(), gr.update(), _error(str(e)), gr.update(visible=False)
+            notes = f"✅ {up.n_questions} questions read; stored as `{up.path}` and set as the data file."
+            if up.problems:
+                notes += f" {len(up.problems)} rows skipped:\n\n" + "\n".join(f"- {p}" for p in up.problems[:10])
+            return "custom", str(up.path), notes, gr.update(value=up.preview, visible=True)
+
+        upload.upload(on_upload, inputs=upload,
+                      outputs=[components[dataset_index], components[data_index], upload_msg, upload_preview])
+    with gr.Row():
+        show = gr.Button("Show config", variant="secondary")
+        submit = gr.Button(f"Submit {kind} job", variant="primary", elem_id=f"submit-{kind}")
+    message = gr.HTML(elem_id=f"launch-message-{kind}")
+    yaml_box = gr.Code(label="Config (YAML): what will run; copy it to run from a terminal", language="yaml",
+                       visible=False)
+
+    def build_config(*widget_values):
+        return forms.config_from_values(kind, values_in_field_order(widget_values))
+
+    def on_show(*widget_values):
+        try:
+            config = build_config(*widget_values)
+        except (ValueError, KeyError, TypeError) as e:
+            return _error(str(e)), gr.update(visible=False)
+        return "", gr.update(value=forms.config_yaml(config), visible=True)
+
+    def on_submit(n_gpus, *widget_values):
+        try:
+            config = build_config(*widget_values)
+            if n_gpus is None or int(n_gpus) != n_gpus or n_gpus < 0:
+                raise ValueError(f"GPUs must be a whole number ≥ 0, got {n_gpus!r}")
+            job = ctx.submit(config, gpus=int(n_gpus))
+        except (ConfigError, ValueError, KeyError, TypeError) as e:
+            return _error(str(e))
+        return f"<div class='lab-ok'>✅ Job {job.id} queued ({kind}); follow it on the Jobs tab.</div>"
+
+    def on_preset(name: str):
+        values = forms.preset_values(kind, name)
+        return [values[i] if forms.fields(kind)[i].widget not in ("int", "float") or values[i] is None
+                else str(values[i]) for i in position]
+
+    show.click(on_show, inputs=components, outputs=[message, yaml_box], api_visibility="private")
+    submit.click(on_submit, inputs=[gpus, *components], outputs=message, api_visibility="private")
+    preset.change(on_preset, inputs=preset, outputs=components, api_visibility="private")
+
+
+def build_launch(ctx: LabContext) -> None:
+    gr.Markdown("Pick a job, a preset, and change what you need. Jobs run in the background: you can close the tab.")
+    with gr.Tabs():
+        for kind in JOB_KINDS.names():
+            with gr.Tab(kind, id=f"launch-{kind}"):
+                gr.Markdown(f"**{kind}** — {JOB_KINDS.get(kind).description}")
+                _kind_tab(ctx, kind)
