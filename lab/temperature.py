@@ -28,6 +28,7 @@ from lab.files import write_atomic
 Objective = Literal["nll", "ece"]
 TEMPERATURE_FILE = "temperature.json"
 PROB_FLOOR = 1e-12  # log(0) guard: an option with probability 0 gets a very low, finite score
+T_MIN, T_MAX = 0.01, 100.0  # a fit outside is clamped and flagged: beyond, the rows are one-hot or uniform
 GRID = np.exp(np.linspace(np.log(0.05), np.log(20.0), 401))  # the ECE objective's candidates
 
 
@@ -66,6 +67,7 @@ class TemperatureFit:
     ece_before: float
     ece_after: float
     bins: int
+    at_bound: bool = False  # the optimum is beyond [T_MIN, T_MAX]: e.g. a model no better than chance → T = ∞
 
 
 def fit_temperature(probs: Any, labels: Any, mask: Any | None = None, objective: Objective = "nll",
@@ -95,12 +97,17 @@ def fit_temperature(probs: Any, labels: Any, mask: Any | None = None, objective:
 
         opt.step(closure)
         temperature = float(log_t.detach().exp())
+        # A model whose confidence carries no signal is best "calibrated" flat: NLL falls all the
+        # way to T = ∞. Stop at T_MAX and say so rather than report T = 2e5.
+        at_bound = not T_MIN <= temperature <= T_MAX
+        temperature = float(np.clip(temperature, T_MIN, T_MAX))
     else:
         eces = [metrics.ece(*_conf_correct(scale(probs, t, mask), labels), n_bins=n_bins) for t in GRID]
         temperature = float(GRID[int(np.argmin(eces))])
+        at_bound = temperature in (GRID[0], GRID[-1])
     before, after = scale(probs, 1.0, mask), scale(probs, temperature, mask)
     return TemperatureFit(
-        temperature=temperature, objective=objective, n=len(labels), bins=n_bins,
+        temperature=temperature, objective=objective, n=len(labels), bins=n_bins, at_bound=at_bound,
         nll_before=_nll_at(logits, labels, 1.0), nll_after=_nll_at(logits, labels, temperature),
         ece_before=metrics.ece(*_conf_correct(before, labels), n_bins=n_bins),
         ece_after=metrics.ece(*_conf_correct(after, labels), n_bins=n_bins),

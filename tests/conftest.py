@@ -1,3 +1,5 @@
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,28 @@ def tiny_model_dir(tmp_path_factory, bundled):
 @pytest.fixture
 def csqa_files(shared_data):
     return [f"train={shared_data / 'commonsenseqa' / 'train.jsonl'}", f"validation={shared_data / 'commonsenseqa' / 'dev.jsonl'}"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served(tmp_path, shared_data, bundled):
+    """The app with its scheduler, on a free loopback port; ``../shared/data`` allowed."""
+    from jobs.scheduler import Scheduler
+    from ui.app import CSS, build
+    from ui.context import LabContext
+
+    ctx = LabContext(tmp_path / "runs", (shared_data,))
+    stop = threading.Event()
+    threading.Thread(target=Scheduler(ctx.store).run_forever, args=(stop, 0.2), daemon=True).start()
+    demo = build(ctx)
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    yield ctx, f"http://127.0.0.1:{port}/"
+    stop.set()
+    demo.close()
+

@@ -49,6 +49,15 @@ def test_nll_fit_moves_t_to_the_grid_minimum(sharpness, direction):
     assert fit.nll_after == pytest.approx(metrics.nll(scale(probs, fit.temperature), labels), rel=1e-9)
 
 
+def test_a_fit_running_off_to_infinity_stops_at_the_bound_and_says_so():
+    # Confident answers, right exactly as often at every rank: the confidence carries no signal,
+    # so NLL keeps falling as T grows (uniform is the best one can say).
+    probs = np.tile([0.7, 0.2, 0.07, 0.03], (40, 1))
+    fit = fit_temperature(probs, np.arange(40) % 4)
+    assert fit.at_bound and fit.temperature == 100.0 and fit.nll_after < fit.nll_before
+    assert not fit_temperature(*_synthetic(3.0)).at_bound
+
+
 def test_ece_fit_lowers_ece_and_reports_it():
     probs, labels = _synthetic(3.0)
     fit = fit_temperature(probs, labels, objective="ece")

@@ -1,11 +1,7 @@
 """The browser lab without a browser: forms, path checks, uploads, progress, the explore pages'
 computations, and the whole app driven in-process through gradio_client."""
 import json
-import os
-import socket
-import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,6 +81,16 @@ def test_the_context_refuses_a_config_reading_outside_before_queueing(tmp_path):
     with pytest.raises(ConfigError, match="outside the folders"):
         ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": ["/etc/hostname"]})
     assert ctx.store.list() == []
+
+
+def test_an_unknown_model_is_refused_at_submit_when_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub counts as unreachable, as on these machines
+    ctx = LabContext(tmp_path / "runs")
+    with pytest.raises(ConfigError, match="Unknown model 'no-such-org/no-such-model'"):
+        ctx.submit({"kind": "evaluate", "model": "no-such-org/no-such-model"})
+    with pytest.raises(ConfigError, match="Unknown model"):
+        ctx.submit({"kind": "compare", "question": "Q?", "models": [{"model": "bundled"}, {"model": "nope/nope"}]})
+    assert ctx.submit({"kind": "evaluate", "model": "bundled"}).status == "queued"
 
 
 # ---------------------------------------------------------------- uploads
@@ -177,39 +183,6 @@ def test_auth_is_required_off_loopback(monkeypatch):
 
 
 # ---------------------------------------------------------------- the whole app, in-process
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def served(tmp_path, shared_data, bundled):
-    """The app with its scheduler, on a free loopback port; ``../shared/data`` allowed."""
-    from jobs.scheduler import Scheduler
-    from ui.app import CSS, build
-
-    ctx = LabContext(tmp_path / "runs", (shared_data,))
-    stop = threading.Event()
-    threading.Thread(target=Scheduler(ctx.store).run_forever, args=(stop, 0.2), daemon=True).start()
-    demo = build(ctx)
-    port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
-    yield ctx, f"http://127.0.0.1:{port}/"
-    stop.set()
-    demo.close()
-
-
-def wait_for(ctx: LabContext, job_id: int, timeout: float = 240) -> str:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = ctx.store.get(job_id).status
-        if status not in ("queued", "running"):
-            return status
-        time.sleep(0.5)
-    raise TimeoutError(f"job {job_id} still {status} after {timeout}s")
-
-
 def test_gradio_client_submits_an_evaluation_and_reads_its_results(served, shared_data):
     from gradio_client import Client
 

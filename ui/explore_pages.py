@@ -154,8 +154,8 @@ def build_temperature(ctx: LabContext) -> None:
         name = gr.Dropdown(list(_runs(ctx)), label="Evaluation run", scale=4, elem_id="temperature-run")
         refresh = gr.Button("↻ Refresh runs", scale=1)
     with gr.Row():
-        slider = gr.Slider(0.05, 5.0, value=1.0, step=0.01, label="Temperature", elem_id="temperature-slider", scale=4)
-        number = gr.Number(value=1.0, label="T", scale=1, elem_id="temperature-number")
+        slider = gr.Slider(0.05, 5.0, value=1.0, step=0.01, label="Temperature (drag, or type in the box)",
+                           elem_id="temperature-slider", scale=4)
         form = gr.Radio(["logit", "paper"], value="logit", label="Form", scale=1)
         binning = gr.Radio(list(BINNINGS), value="10 equal-width bins", label="Bins", scale=2)
     text = gr.HTML(elem_id="temperature-text")
@@ -169,8 +169,6 @@ def build_temperature(ctx: LabContext) -> None:
     outputs = [plot, text, sweep]
     view = lambda *a: temperature_view(ctx, *a)  # noqa: E731
     slider.change(view, inputs=inputs, outputs=outputs, trigger_mode="always_last", api_name="temperature_view")
-    slider.change(lambda v: v, inputs=slider, outputs=number, api_visibility="private")
-    number.submit(lambda v: v, inputs=number, outputs=slider, api_visibility="private")
     for control in (name, form, binning):
         control.change(view, inputs=inputs, outputs=outputs, api_visibility="private")
     refresh.click(lambda: _refresh(ctx), outputs=name, api_visibility="private")

@@ -16,8 +16,14 @@ from ui.uploads import accept_upload
 DATA_KINDS = ("evaluate", "finetune", "first")  # kinds with a top-level dataset + data_files
 
 
-def _component(field: forms.Field, value: Any) -> gr.components.Component:
+def _component(kind: str, field: forms.Field, value: Any) -> gr.components.Component:
     label, info = field.name, field.help
+    component = _widget(field, value, label, info)
+    component.elem_id = f"{kind}-{field.name}"
+    return component
+
+
+def _widget(field: forms.Field, value: Any, label: str, info: str) -> gr.components.Component:
     if field.name in ("dataset",):
         return gr.Dropdown(dataset_names(), value=value, label=label, info=info)
     if field.name == "template":
@@ -53,11 +59,11 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     with gr.Group():
         for field, value in zip(form, defaults):
             if forms.is_key(kind, field.name):
-                components.append(_component(field, value))
+                components.append(_component(kind, field, value))
     with gr.Accordion("More options", open=False):
         for field, value in zip(form, defaults):
             if not forms.is_key(kind, field.name):
-                components.append(_component(field, value))
+                components.append(_component(kind, field, value))
     order = [f for f in form if forms.is_key(kind, f.name)] + [f for f in form if not forms.is_key(kind, f.name)]
     position = [form.index(f) for f in order]
 
@@ -130,6 +136,6 @@ def build_launch(ctx: LabContext) -> None:
     gr.Markdown("Pick a job, a preset, and change what you need. Jobs run in the background: you can close the tab.")
     with gr.Tabs():
         for kind in JOB_KINDS.names():
-            with gr.Tab(kind, id=f"launch-{kind}"):
+            with gr.Tab(kind, id=f"launch-{kind}", elem_id=f"launch-{kind}"):
                 gr.Markdown(f"**{kind}** — {JOB_KINDS.get(kind).description}")
                 _kind_tab(ctx, kind)

@@ -52,8 +52,10 @@ def markdown(report: dict[str, Any]) -> str:
              "responses cut to the configured token budget); temperature scaling leaves it unchanged."]
     t = report.get("temperature")
     if t:
+        bound = (" — at the bound of the search: the fit wanted a more extreme T (a model whose confidence "
+                 "carries no signal is fitted flat, T → ∞)") if t.get("at_bound") else ""
         notes.append(f"Temperature scaling: T = {t['temperature']:.3f} fitted on {t['n']} validation questions by "
-                     f"{t['objective'].upper()}; validation NLL {t['nll_before']:.4f} → {t['nll_after']:.4f}, "
+                     f"{t['objective'].upper()}{bound}; validation NLL {t['nll_before']:.4f} → {t['nll_after']:.4f}, "
                      f"ECE {pct(t['ece_before'])} → {pct(t['ece_after'])}.")
     if report.get("training"):
         notes += ["", "Validation (pooled in-domain) after each epoch:", "",
