@@ -155,10 +155,12 @@ def compute_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: 
     return metrics.summarize(probs, labels, n_bins=n_bins, mask=mask, n_boot=n_boot, seed=seed)
 
 
-def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[str], None] = print) -> dict[str, Any]:
+def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[str], None] = print,
+             **info: Any) -> dict[str, Any]:
     """Run one evaluation end to end and write the run directory ``out``.
 
-    ``progress_factory(total)`` returns a callable advanced by the number of questions scored.
+    ``progress_factory(total)`` returns a callable advanced by the number of questions scored;
+    ``info`` goes into ``metrics.json`` as well (a pipeline's ``in_domain``).
     """
     from lab.models import load_model
 
@@ -173,7 +175,7 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
     loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype)
     log(f"scoring {len(data.records)} questions from {data.source} with {cfg.model} ({cfg.scoring}, template {cfg.template})")
     progress = progress_factory(len(data.records)) if progress_factory else None
-    return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress)
+    return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress, **info)
 
 
 def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Path, source: str, n_skipped: int = 0,

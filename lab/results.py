@@ -40,7 +40,8 @@ TOPK_COLUMNS = ["rank", "mean_prob", "answer_in_topk"]
 CASE_COLUMNS = ["id", "dataset", "question", "options", "answer", "prediction", "confidence", "correct",
                 "overconfident_wrong"]
 SAME_QUESTION_COLUMNS = ["run", "answer", "prediction", "confidence", "correct", "probs"]
-RESULTS_COLUMNS = ["run", "model", "dataset", "n", "ECE", "accuracy", "Trust", "cw-ECE"]
+RESULTS_COLUMNS = ["run", "model", "dataset", "domain", "n", "ECE", "accuracy", "Trust", "cw-ECE"]
+DOMAIN = {True: "in", False: "out", None: ""}
 
 
 # ---------------------------------------------------------------- finding evaluations
@@ -61,6 +62,7 @@ class EvalRun:
     trust: Optional[float] = None
     temperature: Optional[float] = None
     scoring: Optional[str] = None
+    in_domain: Optional[bool] = None  # set by the FIRST and CFT pipelines for their evaluations
 
 
 def _read_metrics(path: Path) -> Optional[dict[str, Any]]:
@@ -116,6 +118,7 @@ def _eval_run(root: Path, directory: Path) -> Optional[tuple[float, EvalRun]]:
         accuracy=_number(data.get("accuracy")), ece=_number(data.get("ece")), cw_ece=_number(data.get("cw_ece")),
         nll=_number(data.get("nll")), trust=_number(data.get("trust")),
         temperature=_number(data.get("temperature")), scoring=_text(data.get("scoring")),
+        in_domain=data["in_domain"] if isinstance(data.get("in_domain"), bool) else None,
     )
     return mtime, run
 
@@ -411,7 +414,8 @@ def same_question(runs: Sequence[Path], question_id: Any) -> pd.DataFrame:
 def results_table(root: Path) -> pd.DataFrame:
     """FIRST Table 1 across every evaluation under ``root``, newest first, numbers rounded to 4."""
     records = [
-        {"run": r.name, "model": r.model, "dataset": r.dataset, "n": r.n, "ECE": r.ece, "accuracy": r.accuracy,
+        {"run": r.name, "model": r.model, "dataset": r.dataset, "domain": DOMAIN[r.in_domain], "n": r.n,
+         "ECE": r.ece, "accuracy": r.accuracy,
          "Trust": r.trust, "cw-ECE": r.cw_ece}
         for r in find_evaluations(root)
     ]

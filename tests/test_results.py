@@ -286,9 +286,10 @@ def test_same_question_across_runs(tmp_path):
 def test_results_table_and_csv(tmp_path):
     rows = [_row(0, [0.6, 0.4], 0)]
     write_eval(tmp_path / "1", rows, mtime=1000, ece=0.123456, accuracy=0.654321, trust=0.530865, cw_ece=0.0499999)
-    write_eval(tmp_path / "2" / "eval" / "first-csqa", rows, mtime=2000, dataset="csqa", n=100)
+    write_eval(tmp_path / "2" / "eval" / "first-csqa", rows, mtime=2000, dataset="csqa", n=100, in_domain=True)
     df = results_table(tmp_path)
-    assert list(df.columns) == ["run", "model", "dataset", "n", "ECE", "accuracy", "Trust", "cw-ECE"]
+    assert list(df.columns) == ["run", "model", "dataset", "domain", "n", "ECE", "accuracy", "Trust", "cw-ECE"]
+    assert df["domain"].tolist() == ["in", ""]  # a plain evaluation belongs to no pipeline
     assert df["run"].tolist() == ["2/eval/first-csqa", "1"]
     assert df.iloc[1][["ECE", "accuracy", "Trust", "cw-ECE"]].tolist() == [0.1235, 0.6543, 0.5309, 0.05]
     assert df.iloc[0]["n"] == 100 and df.iloc[0]["dataset"] == "csqa"

@@ -116,7 +116,7 @@ class _Protocol:
                                         dtype=self.cfg.dtype)
                 label = self.pool_label if set_name in (IN_DOMAIN, VALIDATION) else dataset
                 return evaluate_records(_eval_config(self.cfg, trained, dataset), loaded, records, d, set_name,
-                                        dataset=label, split=set_name)
+                                        dataset=label, split=set_name, in_domain=set_name in (IN_DOMAIN, VALIDATION))
 
             results[set_name] = stage(directory, self.events, f"evaluate {name} on {set_name}", work)
         self.check_stop()
@@ -170,7 +170,7 @@ class _Protocol:
                                       records=self.pool["train"], val=self.pool[VALIDATION]))
 
 
-PROVENANCE = ("model", "adapter", "dataset", "split", "data_source", "device", "dtype")  # what TS rows inherit from base
+PROVENANCE = ("model", "adapter", "dataset", "split", "data_source", "device", "dtype", "in_domain")  # what TS rows inherit from base
 
 
 def run_cft(cfg: CftConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
