@@ -161,3 +161,18 @@ def test_bundled_model_smoke(bundled, tmp_path):
         ids, lp = store[i]
         assert ids.shape == (len(seq), 5) and np.all(lp[:, 0] <= 0) and np.all(np.diff(lp, axis=1) <= 0)
     assert 0 < manifest["coverage"]["mean"][4] < 1
+
+
+def test_the_extract_job_writes_a_store_with_its_coverage_curve(tiny_model_dir, csqa_files, tmp_path):
+    import yaml
+
+    from lab.run import run
+
+    config = tmp_path / "extract.yaml"
+    config.write_text(yaml.safe_dump({"kind": "extract", "model": str(tiny_model_dir), "dataset": "csqa",
+                                      "data_files": csqa_files, "split": "train", "limit": 4, "k": 3}))
+    assert run(config, tmp_path / "run") == 0
+    manifest = json.loads((tmp_path / "run" / "topk" / "manifest.json").read_text())
+    assert manifest["k"] == 3 and manifest["n_sequences"] == 4 and manifest["complete"]
+    assert len(manifest["coverage"]["mean"]) == manifest["coverage_k"]
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "succeeded"

@@ -70,3 +70,27 @@ def test_responses_are_cut_to_the_token_budget(bundled):
     prompt = pair_prompt(bundled.tokenizer, pair, 8)
     assert all(len(bundled.tokenizer(o, add_special_tokens=False)["input_ids"]) <= 9 for o in prompt.options)
     assert prompt.chat and prompt.text.endswith("assistant\n")
+
+
+def test_the_hub_default_is_argillas_layout(monkeypatch):
+    """Without files the pairs come from argilla/ultrafeedback-binarized-preferences (a fake load_dataset)."""
+    import datasets
+
+    import lab.data.preferences as preferences
+
+    calls = []
+
+    def fake_load_dataset(name, split):
+        calls.append((name, split))
+        return [{"instruction": "Hi?", "chosen_response": "Hello.", "rejected_response": "Go.", "chosen_avg_rating": 5.0},
+                {"instruction": "Same?", "chosen_response": "x", "rejected_response": "x"}]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(preferences, "hub_reachable", lambda: True)
+    pairs, problems = load_pairs()
+    assert calls == [("argilla/ultrafeedback-binarized-preferences", "train")]
+    assert pairs == [PreferencePair("train-0", "Hi?", "Hello.", "Go.")] and problems[0].line == 1
+    monkeypatch.setattr(preferences, "hub_reachable", lambda: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(DataError, match="cannot be reached"):
+        load_pairs()
