@@ -34,7 +34,7 @@ def test_pad_batch_masks_padding():
     assert batch["labels"].tolist() == [[IGNORE, 6, 7], [8, IGNORE, IGNORE]]
 
 
-@pytest.mark.parametrize("bad, field", [({"method": "qlora"}, "method"), ({"epochs": 0}, "epochs"),
+@pytest.mark.parametrize("bad, field", [({"method": "dora"}, "method"), ({"epochs": 0}, "epochs"),
                                         ({"template": "cloze_qa"}, "cloze"), ({"batch_size": 0}, "batch_size"),
                                         ({"dataset": "csq"}, "csq"), ({"lr": 1}, "lr")])
 def test_train_config_refuses_bad_values(bad, field):

@@ -13,7 +13,8 @@ from ui import forms
 from ui.context import LabContext
 from ui.uploads import accept_upload
 
-DATA_KINDS = ("evaluate", "finetune", "first")  # kinds with a top-level dataset + data_files
+DATA_KINDS = ("evaluate", "finetune", "first", "extract")  # kinds with a top-level dataset + data_files
+ORDER = ("evaluate", "finetune", "first", "cft", "extract", "compare")  # the workflow's order, then any others
 
 
 def _component(kind: str, field: forms.Field, value: Any) -> gr.components.Component:
@@ -135,7 +136,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
 def build_launch(ctx: LabContext) -> None:
     gr.Markdown("Pick a job, a preset, and change what you need. Jobs run in the background: you can close the tab.")
     with gr.Tabs():
-        for kind in JOB_KINDS.names():
+        for kind in [*ORDER, *(k for k in JOB_KINDS.names() if k not in ORDER)]:
             with gr.Tab(kind, id=f"launch-{kind}", elem_id=f"launch-{kind}"):
                 gr.Markdown(f"**{kind}** — {JOB_KINDS.get(kind).description}")
                 _kind_tab(ctx, kind)

@@ -158,6 +158,6 @@ def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Cal
             metrics = stage(directory, events, f"evaluate {name} on {spec['dataset']}",
                              lambda e=ecfg, d=directory, i=spec["dataset"] == cfg.dataset:
                              evaluate(e, d, log=lambda m: events.emit("log", message=m), in_domain=i))
-            rows.append({"method": name, "in_domain": spec["dataset"] == cfg.dataset,
-                         "temperature": sweep["best"] if name == "first" else None, **metrics})
+            rows.append({**metrics, "method": name, "in_domain": spec["dataset"] == cfg.dataset,
+                         "temperature": sweep["best"] if name == "first" else None})
     return write_report(out, cfg, rows, sweep)
