@@ -8,6 +8,7 @@ outside it.
 """
 from __future__ import annotations
 
+import functools
 import html
 import json
 from pathlib import Path
@@ -99,6 +100,22 @@ def _export_html(ctx: LabContext, figure, stem: str):
 
 
 # ---------------------------------------------------------------- temperature lab
+@functools.lru_cache(maxsize=32)
+def _loaded(path: Path, mtime: float) -> results.Predictions:
+    """A run's predictions, read once per version of the file (``mtime`` in the key) per server."""
+    return results.load_predictions(path)
+
+
+@functools.lru_cache(maxsize=32)
+def _sweep(path: Path, mtime: float, form: str, n_bins: int) -> results.Sweep:
+    """The ECE/NLL sweep does not depend on the slider: computed once per run, form and binning."""
+    return results.temperature_sweep(_loaded(path, mtime), form=form, n_bins=n_bins)
+
+
+def _mtime(run: results.EvalRun) -> float:
+    return (run.path / results.PREDICTIONS_FILE).stat().st_mtime
+
+
 def temperature_view(ctx: LabContext, name: Optional[str], temperature: Any, form: str, binning: str):
     """Reliability at one temperature, its metrics, and the sweep with the optimum and the current T."""
     run = _run(ctx, name)
@@ -112,10 +129,11 @@ def temperature_view(ctx: LabContext, name: Optional[str], temperature: Any, for
         return gr.skip(), _error(f"The temperature must be a positive number, got {temperature!r}"), gr.skip()
     n_bins, strategy = BINNINGS.get(binning, (10, "width"))
     try:
-        pred = results.load_predictions(run.path)
+        mtime = _mtime(run)
+        pred = _loaded(run.path, mtime)
         summary = results.calibration_summary(results.recalibrate(pred, t, form), pred.mask, pred.labels, n_bins, strategy)
         base = results.calibration_summary(pred.probs, pred.mask, pred.labels, n_bins, strategy)
-        sweep = results.temperature_sweep(pred, form=form, n_bins=n_bins)
+        sweep = _sweep(run.path, mtime, form, n_bins)
     except (ValueError, OSError) as e:
         return None, _error(str(e)), None
     text = (f"<div id='temperature-metrics'>T = <b>{t:.3g}</b> ({form} form) · "

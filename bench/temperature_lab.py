@@ -1,0 +1,79 @@
+"""How fast the temperature lab answers a slider move, against asking the model again.
+
+    python bench/temperature_lab.py
+
+One slider move recomputes, from a run's stored option probabilities: the probabilities at the
+new temperature and two summaries (ECE, NLL, Brier, cw-ECE, accuracy, reliability table; at T and
+at T = 1) — what ``ui.explore_pages.temperature_view`` does per move; the 81-point ECE/NLL sweep
+is computed once per run and cached. Timed on synthetic runs of 1,000 and 10,000 four-option
+questions. The baseline, measured in the same
+run, is what re-scoring would cost instead: the bundled model's letter-scoring time per question
+(32 ARC-Challenge-like prompts) times the run's size.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
+
+from lab import results  # noqa: E402
+from lab.data.record import MCQRecord  # noqa: E402
+
+REPEATS = 5
+
+
+def synthetic(n: int, seed: int = 0) -> results.Predictions:
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 2, size=(n, 4))
+    probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    labels = rng.integers(0, 4, size=n)
+    rows = [{"probs": p.tolist(), "answer": int(y)} for p, y in zip(probs, labels)]
+    return results.Predictions(probs, np.ones_like(probs, dtype=bool), labels, rows)
+
+
+def slider_move(pred: results.Predictions, t: float) -> None:
+    results.calibration_summary(results.recalibrate(pred, t), pred.mask, pred.labels)
+    results.calibration_summary(pred.probs, pred.mask, pred.labels)
+
+
+def scoring_seconds_per_question(n: int = 32) -> float:
+    from lab.models import load_model
+    from lab.scoring import score_letter
+    from lab.templates import get_template
+
+    loaded = load_model("bundled", device="cpu")
+    render = get_template("cft_chat").render
+    records = [MCQRecord(f"q{i}", f"Which of these is number {i}?", (f"{i}", f"{i + 1}", f"{i + 2}", f"{i + 3}"), 0, "x")
+               for i in range(n)]
+    prompts = [render(r, loaded.tokenizer) for r in records]
+    score_letter(loaded.model, loaded.tokenizer, prompts[:4])  # warm-up
+    start = time.perf_counter()
+    score_letter(loaded.model, loaded.tokenizer, prompts, batch_size=16)
+    return (time.perf_counter() - start) / n
+
+
+def main() -> None:
+    per_question = scoring_seconds_per_question()
+    print(f"baseline: re-scoring with the bundled model, {1000 * per_question:.1f} ms per question (CPU, batch 16)")
+    for n in (1_000, 10_000):
+        pred = synthetic(n)
+        times = []
+        for t in np.linspace(0.5, 3.0, REPEATS):
+            start = time.perf_counter()
+            slider_move(pred, float(t))
+            times.append(time.perf_counter() - start)
+        ms = 1000 * statistics.median(times)
+        start = time.perf_counter()
+        results.temperature_sweep(pred)
+        sweep_ms = 1000 * (time.perf_counter() - start)
+        print(f"n = {n:>6}: slider move {ms:6.1f} ms (the sweep, once per run: {sweep_ms:6.1f} ms); "
+              f"re-scoring would take {n * per_question:7.1f} s = {n * per_question / (ms / 1000):,.0f}x longer")
+
+
+if __name__ == "__main__":
+    main()
