@@ -1,4 +1,3 @@
-import json
 
 from jobs import failures, preflight
 from lab.events import EventWriter, read_events

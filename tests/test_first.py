@@ -1,7 +1,6 @@
 """The FIRST pipeline end to end on a tiny random model: every stage, the report, resuming."""
 import json
 
-import pytest
 import torch
 
 from lab.distill.losses import topk_kl_loss

@@ -206,3 +206,34 @@ def test_gradio_client_submits_an_evaluation_and_reads_its_results(served, share
     stored = json.loads((ctx.runs / name / "metrics.json").read_text())
     assert metrics["n"] == 6 and metrics["ece"] == pytest.approx(stored["ece"]) and len(metrics["reliability"]) == 10
     assert client.predict(99999, api_name="/job_status")["ok"] is False  # the server keeps serving
+
+
+def test_knowledge_page_finds_stores_and_draws_their_coverage(tmp_path):
+    store = tmp_path / "00003-extract" / "topk"
+    store.mkdir(parents=True)
+    manifest = {"k": 5, "n_sequences": 4, "complete": True, "meta": {"model": "bundled", "dataset": "csqa", "split": "train"},
+                "coverage": {"k": [1, 2, 3], "mean": [0.5, 0.7, 0.8], "min": [0.1, 0.2, 0.3], "max": [0.9, 0.95, 0.99]},
+                "storage": {"k": [1, 2, 3], "bytes_per_position": [4, 8, 12]}}
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    ctx = LabContext(tmp_path)
+    assert list(explore_pages._manifests(ctx)) == ["00003-extract/topk"]
+    figure, text = explore_pages.knowledge_view(ctx, "00003-extract/topk")
+    assert "k = 5" in text and "4 sequences" in text
+    assert [trace.name for trace in figure.data][-2:] == ["mean coverage", "bytes / position"]
+    assert explore_pages.knowledge_view(ctx, "../../etc")[0] is None
+
+
+def test_compare_page_offers_trained_models_and_adapters(tmp_path):
+    from ui.compare_page import trained_models
+
+    adapter = tmp_path / "00004-finetune" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    (tmp_path / "00004-finetune" / "config.yaml").write_text("kind: finetune\nmodel: some/base\n")
+    full = tmp_path / "00005-cft" / "models" / "cft" / "model"
+    full.mkdir(parents=True)
+    (full / "config.json").write_text("{}")
+    (tmp_path / "00005-cft" / "models" / "cft" / "checkpoints" / "checkpoint-3" / "model").mkdir(parents=True)
+    assert trained_models(tmp_path) == [
+        ("bundled", "bundled|"), ("00004-finetune (LoRA on some/base)", f"some/base|{adapter}"),
+        ("00005-cft/models/cft (full)", f"{full}|")]

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import gradio as gr
 import pandas as pd
+import yaml
 
 from jobs.store import ConfigError
 from lab.compare import MAX_MODELS, read_result
@@ -23,31 +24,30 @@ SCAN_DEPTH = 5
 
 
 def trained_models(runs: Path) -> list[tuple[str, str]]:
-    """(label, "model|adapter") for every trained model and adapter under ``runs``, plus ``bundled``."""
+    """(label, "model|adapter") for ``bundled`` and every saved model or adapter under ``runs``.
+
+    Training jobs save full models as ``<run>/model/`` and LoRA adapters as ``<run>/adapter/``
+    (pipelines one level deeper per row); epoch checkpoints are not offered.
+    """
     found = [("bundled", "bundled|")]
-    for pattern, kind in (("adapter_config.json", "adapter"), ("config.json", "model")):
-        for depth in range(1, SCAN_DEPTH + 1):
-            for cfg in sorted(runs.glob("/".join(["*"] * depth) + "/" + pattern)):
-                directory = cfg.parent
-                if kind == "model" and (directory.name != "model" or "checkpoint" in str(directory)):
-                    continue
-                if kind == "adapter" and (directory.name != "adapter"):
-                    continue
-                label = str(directory.parent.relative_to(runs))
-                if kind == "adapter":
-                    base = _adapter_base(directory)
-                    found.append((f"{label} (LoRA on {base})", f"{base}|{directory}"))
-                else:
-                    found.append((f"{label} (full)", f"{directory}|"))
+    for depth in range(1, SCAN_DEPTH + 1):
+        for directory in sorted(runs.glob("/".join(["*"] * depth))):
+            if "checkpoint" in directory.as_posix():
+                continue
+            label = directory.parent.relative_to(runs).as_posix()
+            if directory.name == "adapter" and (directory / "adapter_config.json").is_file():
+                base = _adapter_base(directory)
+                found.append((f"{label} (LoRA on {base})", f"{base}|{directory}"))
+            elif directory.name == "model" and (directory / "config.json").is_file():
+                found.append((f"{label} (full)", f"{directory}|"))
     return found
 
 
 def _adapter_base(directory: Path) -> str:
-    """The base model an adapter was trained on, as the job that made it named it."""
-    for config in (directory.parents[i] / "config.yaml" for i in range(min(4, len(directory.parents)))):
+    """The base model an adapter was trained on, as the config of the job that made it names it."""
+    for parent in list(directory.parents)[:4]:
+        config = parent / "config.yaml"
         if config.is_file():
-            import yaml
-
             data = yaml.safe_load(config.read_text()) or {}
             for key in ("model", "student", "teacher"):
                 if isinstance(data.get(key), str):
