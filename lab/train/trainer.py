@@ -217,16 +217,19 @@ class LabelSmoothingTrainer(_PartsLogging, Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         extra = {k: inputs.pop(k) for k in OPTION_KEYS}
         labels = inputs.pop("labels")
-        outputs = model(**inputs)
-        targets = labels[:, 1:]  # position t predicts token t+1
-        token_loss = torch.nn.functional.cross_entropy(outputs.logits[:, :-1].float().transpose(1, 2), targets,
-                                                       ignore_index=IGNORE, reduction="none")  # (B, T-1)
-        option_ids = extra["option_ids"]
-        smoothed = option_smoothing_loss(_answer_logits(outputs.logits, extra), option_ids, extra["option_mask"],
-                                         extra["answer"], self.epsilon)
-        token_loss = token_loss.index_put((torch.arange(len(labels), device=labels.device), extra["answer_pos"]), smoothed)
-        loss = token_loss.sum() / (targets != IGNORE).sum().clamp(min=1)
+        keep = torch.zeros_like(labels, dtype=torch.bool)
+        keep[:, :-1] = labels[:, 1:] != IGNORE  # position t predicts token t+1
+        # Logits only where there is a loss (DistillTrainer does the same): (N, V), not (B, T, V).
+        outputs = model(**inputs, logits_to_keep=keep)
+        logits = outputs.logits.reshape(-1, outputs.logits.shape[-1])
+        token_loss = torch.nn.functional.cross_entropy(logits.float(), labels[:, 1:][keep[:, :-1]], reduction="none")
+        rows = torch.arange(len(labels), device=labels.device)
+        answer_row = keep.flatten().cumsum(0).reshape(keep.shape)[rows, extra["answer_pos"]] - 1  # its row in (N, V)
+        smoothed = option_smoothing_loss(logits[answer_row], extra["option_ids"], extra["option_mask"], extra["answer"],
+                                         self.epsilon)
+        token_loss = token_loss.index_put((answer_row,), smoothed)
         self._record(answer=smoothed.mean())
+        loss = token_loss.mean()
         return (loss, outputs) if return_outputs else loss
 
 
