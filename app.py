@@ -61,12 +61,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     auth = resolve_auth(args.host, args.auth)
     ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()))
+    ctx.exports.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     scheduler = Scheduler(ctx.store, cpu_slots=args.cpu_slots)
     threading.Thread(target=scheduler.run_forever, args=(stop,), name="scheduler", daemon=True).start()
     try:
+        # Gradio serves only its own uploads and what handlers return from allowed_paths: here the
+        # CSV/HTML exports the Results and Reliability pages write, and nothing else of runs/.
         build(ctx).launch(server_name=args.host, server_port=args.port, auth=auth, css=CSS,
-                          max_file_size=MAX_BYTES, footer_links=["api"])
+                          max_file_size=MAX_BYTES, footer_links=["api"], allowed_paths=[str(ctx.exports)])
     finally:
         stop.set()  # running jobs are left running: they are their own sessions
 

@@ -56,6 +56,11 @@ class LabContext:
         return self.runs / "uploads"
 
     @property
+    def exports(self) -> Path:
+        """Where the pages write CSV / HTML exports for the browser to download."""
+        return self.runs / "exports"
+
+    @property
     def roots(self) -> tuple[Path, ...]:
         """Folders a browser-submitted config may name files in."""
         return (self.runs, cache_dir(), *self.allowed)

@@ -93,7 +93,7 @@ def build_reliability(ctx: LabContext) -> None:
 def _export_html(ctx: LabContext, figure, stem: str):
     if figure is None:
         return gr.update(visible=False)
-    target = ctx.runs / "exports" / f"{stem}.html"
+    target = ctx.exports / f"{stem}.html"
     target.parent.mkdir(parents=True, exist_ok=True)
     figure.write_html(target, include_plotlyjs="cdn")
     return gr.update(value=str(target), visible=True)
@@ -287,7 +287,7 @@ def build_results(ctx: LabContext) -> None:
     csv_file = gr.File(label="CSV", visible=False)
 
     def on_export():
-        target = ctx.runs / "exports" / "results.csv"
+        target = ctx.exports / "results.csv"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(results.results_csv(results.results_table(ctx.runs)))
         return gr.update(value=str(target), visible=True)
