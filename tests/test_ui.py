@@ -206,6 +206,13 @@ def test_gradio_client_submits_an_evaluation_and_reads_its_results(served, share
     stored = json.loads((ctx.runs / name / "metrics.json").read_text())
     assert metrics["n"] == 6 and metrics["ece"] == pytest.approx(stored["ece"]) and len(metrics["reliability"]) == 10
     assert client.predict(99999, api_name="/job_status")["ok"] is False  # the server keeps serving
+    import urllib.error
+    import urllib.request
+
+    for path in ("/etc/hostname", str(ctx.runs / name / "metrics.json")):  # no file is served by path
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}gradio_api/file={path}")
+        assert refused.value.code in (403, 404)
 
 
 def test_knowledge_page_finds_stores_and_draws_their_coverage(tmp_path):
