@@ -153,8 +153,10 @@ def test_temperature_lab_recomputes_and_saves(run_root):
     assert ece(text_3) < ece(text_1) / 2  # the right temperature undoes the sharpening
     assert "positive number" in explore_pages.temperature_view(ctx, "00001-evaluate", "abc", "logit", "")[1]
     assert "Pick" in explore_pages.temperature_view(ctx, "../../etc", 1.0, "logit", "")[1]  # not a found run
+    assert explore_pages.stored_temperature(ctx, "00001-evaluate") is None
     saved = explore_pages.save_chosen_temperature(ctx, "00001-evaluate", 3.0, "logit")
     assert "Saved" in saved and load_temperature(run_root / "00001-evaluate") == 3.0
+    assert explore_pages.stored_temperature(ctx, "00001-evaluate") == 3.0  # the slider starts there next time
     assert "logit form" in explore_pages.save_chosen_temperature(ctx, "00001-evaluate", 0.5, "paper")
 
 

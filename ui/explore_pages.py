@@ -18,7 +18,7 @@ import gradio as gr
 import pandas as pd
 
 from lab import results
-from lab.temperature import TemperatureFit, save_temperature
+from lab.temperature import TemperatureFit, load_temperature, save_temperature
 from ui.context import LabContext
 from ui.plots import (coverage_figure, positionwise_figure, reliability_figure, side_by_side, sweep_figure)
 
@@ -144,6 +144,19 @@ def temperature_view(ctx: LabContext, name: Optional[str], temperature: Any, for
             sweep_figure(sweep.table, sweep.best_ece, sweep.best_nll, current_T=t))
 
 
+def stored_temperature(ctx: LabContext, name: Optional[str]) -> Optional[float]:
+    """A temperature saved for this run: beside its predictions, or its pipeline's fitted ``ts/``."""
+    run = _run(ctx, name)
+    if run is None:
+        return None
+    for directory in (run.path, run.path.parent.parent / "ts"):
+        try:
+            return load_temperature(directory)
+        except (FileNotFoundError, ValueError):
+            continue
+    return None
+
+
 def save_chosen_temperature(ctx: LabContext, name: Optional[str], temperature: Any, form: str) -> str:
     """Write the chosen T as ``temperature.json`` beside the run's predictions (logit form only)."""
     run = _run(ctx, name)
@@ -187,8 +200,11 @@ def build_temperature(ctx: LabContext) -> None:
     outputs = [plot, text, sweep]
     view = lambda *a: temperature_view(ctx, *a)  # noqa: E731
     slider.change(view, inputs=inputs, outputs=outputs, trigger_mode="always_last", api_name="temperature_view")
-    for control in (name, form, binning):
+    for control in (form, binning):
         control.change(view, inputs=inputs, outputs=outputs, api_visibility="private")
+    # Picking a run starts the slider at its saved or fitted temperature, if it has one.
+    name.change(lambda n: stored_temperature(ctx, n) or 1.0, inputs=name, outputs=slider, api_visibility="private") \
+        .then(view, inputs=inputs, outputs=outputs, api_visibility="private")
     refresh.click(lambda: _refresh(ctx), outputs=name, api_visibility="private")
     save.click(lambda *a: save_chosen_temperature(ctx, *a), inputs=[name, slider, form], outputs=saved,
                api_visibility="private")
