@@ -81,17 +81,6 @@ class EvalConfig(ConfigMixin):
             )
 
 
-def _pad(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Stack per-question option vectors of different lengths into (n, K_max) plus a presence mask."""
-    width = max(len(r) for r in rows)
-    out = np.zeros((len(rows), width))
-    mask = np.zeros((len(rows), width), dtype=bool)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-        mask[i, : len(r)] = True
-    return out, mask
-
-
 def _prediction_row(record: MCQRecord, probs: np.ndarray) -> dict[str, Any]:
     pred = int(np.argmax(probs))
     row: dict[str, Any] = {
@@ -121,7 +110,7 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
             row["option_vocab_probs"] = [float(p) for p in s.vocab_probs]
             row["top_tokens"] = [{"token": t, "prob": p} for t, p in s.top_tokens]
         # The FIRST authors' definition: confidence = full-vocabulary probability of the answer token.
-        vocab, _ = _pad([s.vocab_probs for s in scores])
+        vocab, _ = metrics.padded([s.vocab_probs for s in scores])
         conf = vocab[np.arange(len(rows)), [r["pred"] for r in rows]]
         correct = np.array([r["correct"] for r in rows])
         extra["option_mass_mean"] = float(vocab.sum(axis=1).mean())
@@ -150,7 +139,7 @@ def apply_temperature(rows: list[dict[str, Any]], temperature: float) -> list[di
 
 def compute_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: int) -> dict[str, Any]:
     """Metrics from prediction rows alone: what ``metrics.json`` holds, recomputable from the file."""
-    probs, mask = _pad([np.asarray(r["probs"]) for r in rows])
+    probs, mask = metrics.padded([np.asarray(r["probs"]) for r in rows])
     labels = np.array([r["answer"] for r in rows])
     return metrics.summarize(probs, labels, n_bins=n_bins, mask=mask, n_boot=n_boot, seed=seed)
 

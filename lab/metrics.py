@@ -18,7 +18,7 @@ Brier 1950, Błasiok & Nakkiran 2023 (smECE); see ``shared/REFERENCE.md`` §1.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
@@ -171,6 +171,18 @@ def _l1_gap(sum_conf: np.ndarray, sum_target: np.ndarray, n: np.ndarray | int) -
 
 
 # ----------------------------------------------------------------- public metrics
+def padded(vectors: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-question option vectors of different lengths (3–5 options) as (n, K_max), zero-padded,
+    plus the (n, K_max) mask of real options that every function here accepts."""
+    width = max(len(v) for v in vectors)
+    out = np.zeros((len(vectors), width))
+    mask = np.zeros((len(vectors), width), dtype=bool)
+    for i, v in enumerate(vectors):
+        out[i, : len(v)] = v
+        mask[i, : len(v)] = True
+    return out, mask
+
+
 def predictions(probs: Any, mask: Any | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Predicted option (n,) = argmax over present options (first on ties), and its probability."""
     probs, mask = _check_probs(probs, mask)

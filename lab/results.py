@@ -154,17 +154,6 @@ class Predictions:
     dataset: Optional[str] = None
 
 
-def _pad(vectors: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-question vectors of different lengths as (n, K_max) zero-padded plus a presence mask."""
-    width = max(len(v) for v in vectors)
-    out = np.zeros((len(vectors), width))
-    mask = np.zeros((len(vectors), width), dtype=bool)
-    for i, v in enumerate(vectors):
-        out[i, : len(v)] = v
-        mask[i, : len(v)] = True
-    return out, mask
-
-
 def _vector(row: dict[str, Any], key: str, where: str) -> list[float]:
     """``row[key]`` as floats, or a ValueError saying where: a bad row is named, not skipped."""
     values = row.get(key)
@@ -220,7 +209,7 @@ def load_predictions(path: Path) -> Predictions:
     file = path / PREDICTIONS_FILE if path.is_dir() else path
     numbered = _read_rows(file)
     vectors = [_row_probs(row, f"{file}:{number}") for number, row in numbered]
-    probs, mask = _pad(vectors)
+    probs, mask = metrics.padded(vectors)
     rows = [row for _, row in numbered]
     labels = np.array([row["answer"] for row in rows], dtype=np.int64)
     run_metrics = _read_metrics(file.parent / METRICS_FILE) or {}
@@ -229,7 +218,7 @@ def load_predictions(path: Path) -> Predictions:
 
 def _reported(pred: Predictions) -> np.ndarray:
     """The probabilities the run reported (its rows' ``probs``, after any temperature it applied)."""
-    return _pad([row["probs"] for row in pred.rows])[0]
+    return metrics.padded([row["probs"] for row in pred.rows])[0]
 
 
 # ---------------------------------------------------------------- recalibration and summaries

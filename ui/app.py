@@ -16,25 +16,18 @@ CSS = """
 """
 
 
+PAGES = (("Launch", "launch", build_launch), ("Jobs", "jobs", build_jobs), ("Reliability", "reliability", build_reliability),
+         ("Temperature lab", "temperature", build_temperature), ("Case studies", "cases", build_cases),
+         ("Compare models", "compare", build_compare), ("Knowledge", "knowledge", build_knowledge),
+         ("Results", "results", build_results))
+
+
 def build(ctx: LabContext) -> gr.Blocks:
     with gr.Blocks(title="Calibration Lab") as demo:
         gr.Markdown("# Calibration Lab\nHow accurate is a model, and how honest is its confidence?")
         with gr.Tabs():
-            with gr.Tab("Launch", id="launch"):
-                build_launch(ctx)
-            with gr.Tab("Jobs", id="jobs"):
-                build_jobs(ctx)
-            with gr.Tab("Reliability", id="reliability"):
-                build_reliability(ctx)
-            with gr.Tab("Temperature lab", id="temperature"):
-                build_temperature(ctx)
-            with gr.Tab("Case studies", id="cases"):
-                build_cases(ctx)
-            with gr.Tab("Compare models", id="compare"):
-                build_compare(ctx)
-            with gr.Tab("Knowledge", id="knowledge"):
-                build_knowledge(ctx)
-            with gr.Tab("Results", id="results"):
-                build_results(ctx)
+            for title, tab_id, build_page in PAGES:
+                with gr.Tab(title, id=tab_id):
+                    build_page(ctx)
         register_api(ctx)
     return demo

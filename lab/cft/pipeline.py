@@ -17,9 +17,8 @@ import random
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-import numpy as np
-
 from lab.cft.config import CftConfig
+from lab.metrics import padded
 from lab.cft.report import write_report
 from lab.data import DataError, MCQRecord, load_records
 from lab.data.preferences import load_pairs
@@ -139,12 +138,7 @@ class _Protocol:
     def temperature(self) -> dict[str, Any]:
         """Fit T on the base model's validation predictions; apply it to its other sets."""
         val = _read_rows(self.out / "eval" / f"base-{VALIDATION}")
-        width = max(len(r["probs"]) for r in val)
-        probs = np.zeros((len(val), width))
-        mask = np.zeros((len(val), width), dtype=bool)
-        for i, r in enumerate(val):
-            probs[i, : len(r["probs"])] = r["probs"]
-            mask[i, : len(r["probs"])] = True
+        probs, mask = padded([r["probs"] for r in val])
         fit = fit_temperature(probs, [r["answer"] for r in val], mask, objective=self.cfg.ts_objective, n_bins=self.cfg.bins)
         path = save_temperature(self.out / "ts", fit, model=self.cfg.model, fitted_on="validation part of the in-domain pool",
                                 predictions=str(self.out / "eval" / f"base-{VALIDATION}" / "predictions.jsonl"))
