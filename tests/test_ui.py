@@ -2,6 +2,7 @@
 computations, and the whole app driven in-process through gradio_client."""
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -246,3 +247,24 @@ def test_compare_page_offers_trained_models_and_adapters(tmp_path):
     assert trained_models(tmp_path) == [
         ("bundled", "bundled|"), ("00004-finetune (LoRA on some/base)", f"some/base|{adapter}"),
         ("00005-cft/models/cft (full)", f"{full}|")]
+
+
+def test_job_page_shows_progress_curves_activity_and_the_error(tmp_path):
+    from ui.jobs_page import job_view, jobs_table
+
+    ctx = LabContext(tmp_path)
+    job = ctx.store.submit({"kind": "finetune", "model": "bundled", "dataset": "csqa"})
+    events = EventWriter(Path(job.run_dir) / "events.jsonl")
+    events.emit("start", pid=1)
+    events.emit("stage", name="train")
+    for step in (1, 2):
+        events.emit("train", step=step, total=4, epoch=step / 2, loss=2.0 / step, lr=1e-4)
+    events.emit("train_eval", epoch=1.0, step=2, n=10, accuracy=0.4, ece=0.2)
+    ctx.store.update(job.id, status="running", started=time.time() - 30)
+    text, training, sweep, said, config = job_view(ctx, job.id)
+    assert "running" in text and "train 2/4 (50%)" in text and sweep is None and "kind: finetune" in config
+    assert training is not None and "stage: train" in said
+    assert jobs_table(ctx).loc[0, "progress"].startswith("train 2/4")
+    ctx.store.update(job.id, status="failed", error="out of memory: lower batch_size")
+    assert "What went wrong" in job_view(ctx, job.id)[0] and "lower batch_size" in job_view(ctx, job.id)[0]
+    assert job_view(ctx, 999)[0] == "No job 999."

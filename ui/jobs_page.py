@@ -70,7 +70,16 @@ def job_view(ctx: LabContext, job_id: Optional[int]) -> tuple[str, Any, Any, str
         lines.append(f"<div class='lab-error'>⚠️ <b>What went wrong:</b> {html.escape(job.error)}</div>")
     training = training_figure(events, "") if any("loss" in e for e in events) else None
     sweeps = [e for e in events if e.get("stage") == "sweep"]
-    return "\n\n".join(lines), training, sweep_events_figure(sweeps) if sweeps else None, log_tail(job.run_dir), job.config
+    return "\n\n".join(lines), training, sweep_events_figure(sweeps) if sweeps else None, activity(events, job.run_dir), \
+        job.config
+
+
+def activity(events: list[dict[str, Any]], run_dir: Optional[str]) -> str:
+    """What the job said: its stage changes, messages and warnings (events), then its log's tail."""
+    said = [f"{time.strftime('%H:%M:%S', time.localtime(e['time']))}  {e['stage']}: {e.get('message') or e.get('name', '')}"
+            for e in events if e.get("stage") in ("start", "stage", "log", "warning", "stopped", "done")][-40:]
+    tail = log_tail(run_dir, 20)
+    return "\n".join(said) + (f"\n\n--- log.txt ---\n{tail}" if tail.strip() else "")
 
 
 def build_jobs(ctx: LabContext) -> None:
@@ -84,13 +93,18 @@ def build_jobs(ctx: LabContext) -> None:
     with gr.Row():
         training = gr.Plot(label="Training: loss per step, validation ECE / accuracy per epoch")
         sweep = gr.Plot(label="Temperature sweep")
-    log = gr.Code(label="Log (last 40 lines)", language=None, interactive=False)
+    log = gr.Code(label="Activity: stages and messages, then the end of log.txt", language=None, interactive=False)
     with gr.Accordion("Config", open=False):
         config = gr.Code(language="yaml", interactive=False)
     seen = gr.State(0)  # number of events already drawn for the picked job
 
-    def refresh_all():
-        return jobs_table(ctx), gr.update(choices=_choices(ctx))
+    def refresh_all(current):
+        """The table, and the picker's choices; with nothing picked yet, the running (or newest) job."""
+        choices = _choices(ctx)
+        if current is None and choices:
+            running = [j.id for j in ctx.store.list(("running",))]
+            return jobs_table(ctx), gr.update(choices=choices, value=running[0] if running else max(c[1] for c in choices))
+        return jobs_table(ctx), gr.update(choices=choices)
 
     def show(job_id):
         return (*job_view(ctx, job_id), len(CACHE.events(ctx.store.get(job_id).run_dir)) if job_id else 0)
@@ -122,5 +136,5 @@ def build_jobs(ctx: LabContext) -> None:
     cancel_btn.click(on_cancel, inputs=picked, outputs=action, api_visibility="private")
     clone_btn.click(on_clone, inputs=picked, outputs=action, api_visibility="private")
     timer = gr.Timer(POLL_S)
-    timer.tick(refresh_all, outputs=[table, picked], api_visibility="private")
+    timer.tick(refresh_all, inputs=picked, outputs=[table, picked], api_visibility="private")
     timer.tick(poll, inputs=[picked, seen], outputs=outputs, api_visibility="private")
