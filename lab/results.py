@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal, NamedTuple, Optional, Sequence
@@ -123,6 +124,24 @@ def _eval_run(root: Path, directory: Path) -> Optional[tuple[float, EvalRun]]:
     return mtime, run
 
 
+def evaluation(root: Path, name: str) -> Optional[EvalRun]:
+    """The evaluation called ``name`` (a :attr:`EvalRun.name`) under ``root``, or None.
+
+    What a browser sends is a name; it must resolve (through ``..`` and symlinks) to a directory
+    inside ``root`` holding both files. One lookup instead of a scan of the whole tree.
+    """
+    if not name:
+        return None
+    base = Path(os.path.realpath(root))
+    directory = Path(os.path.realpath(base / name))
+    if directory != base and base not in directory.parents:
+        return None
+    if not (directory / PREDICTIONS_FILE).is_file():
+        return None
+    found = _eval_run(base, directory)
+    return found[1] if found else None
+
+
 def find_evaluations(root: Path, max_depth: int = MAX_DEPTH) -> list[EvalRun]:
     """Every evaluation under ``root`` (``root`` itself included), newest ``metrics.json`` first.
 
@@ -216,7 +235,7 @@ def load_predictions(path: Path) -> Predictions:
     return Predictions(probs, mask, labels, rows, file, _text(run_metrics.get("dataset")))
 
 
-def _reported(pred: Predictions) -> np.ndarray:
+def reported_probs(pred: Predictions) -> np.ndarray:
     """The probabilities the run reported (its rows' ``probs``, after any temperature it applied)."""
     return metrics.padded([row["probs"] for row in pred.rows])[0]
 
@@ -337,7 +356,7 @@ def case_table(pred: Predictions, probs: Optional[np.ndarray] = None) -> pd.Data
     temperature; default the ones the run reported. ``overconfident_wrong`` is the confidence put
     on a wrong answer (0 for a right one): the sort key of :func:`filter_cases`.
     """
-    probs = _reported(pred) if probs is None else np.asarray(probs, dtype=np.float64)
+    probs = reported_probs(pred) if probs is None else np.asarray(probs, dtype=np.float64)
     if probs.shape != pred.mask.shape:
         raise ValueError(f"Expected `probs` of shape {pred.mask.shape}, but got {probs.shape}")
     choice, conf = metrics.predictions(probs, pred.mask)

@@ -314,3 +314,16 @@ def test_positionwise_topk(tmp_path):
     np.testing.assert_allclose(df["answer_in_topk"], [0.5, 1.0, 1.0])
     cloze = positionwise_topk(load_predictions(write_eval(tmp_path / "c", rows[2:])))
     assert cloze.empty and cloze.columns.tolist() == ["rank", "mean_prob", "answer_in_topk"]
+
+
+def test_evaluation_looks_up_one_name_and_nothing_outside_the_root(tmp_path):
+    from lab.results import evaluation
+
+    root = tmp_path / "runs"
+    write_eval(root / "00001-evaluate", [_row(0, [0.6, 0.4], 0)])
+    outside = write_eval(tmp_path / "elsewhere", [_row(0, [0.6, 0.4], 0)])
+    (root / "link").symlink_to(outside)
+    assert evaluation(root, "00001-evaluate").path == (root / "00001-evaluate").resolve()
+    assert evaluation(root, "00001-evaluate").n == 1
+    for name in ("", "../elsewhere", "link", str(outside), "00001-evaluate/../../elsewhere", "missing"):
+        assert evaluation(root, name) is None, name

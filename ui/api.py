@@ -44,13 +44,12 @@ def register_api(ctx: LabContext) -> None:
 
     def run_metrics(name: str) -> dict[str, Any]:
         """Headline metrics and reliability table of one evaluation (a name from ``job_status``)."""
-        run = {r.name: r for r in results.find_evaluations(ctx.runs)}.get(name or "")
+        run = results.evaluation(ctx.runs, name or "")
         if run is None:
             return {"ok": False, "error": f"No evaluation {name!r}"}
         pred = results.load_predictions(run.path)
-        probs = results.recalibrate(pred, run.temperature) if run.temperature else pred.probs
         return {"ok": True, "name": run.name, "model": run.model, "dataset": run.dataset,
-                **results.calibration_summary(probs, pred.mask, pred.labels)}
+                **results.calibration_summary(results.reported_probs(pred), pred.mask, pred.labels)}
 
     gr.api(submit_job, api_name="submit_job")
     gr.api(job_status, api_name="job_status")

@@ -3,8 +3,8 @@
 Every page recomputes from ``predictions.jsonl`` / ``manifest.json`` with :mod:`lab.results`
 (numpy), so moving the temperature slider redraws in milliseconds with no model call. Runs are
 picked from what :func:`lab.results.find_evaluations` found under the runs directory, and a
-picked name is resolved against that list again on the server: a request cannot name a file
-outside it.
+picked name is resolved again on the server (:func:`lab.results.evaluation`): a request cannot
+name a file outside the runs directory.
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def _runs(ctx: LabContext) -> dict[str, results.EvalRun]:
 
 
 def _run(ctx: LabContext, name: Optional[str]) -> Optional[results.EvalRun]:
-    """The evaluation called ``name`` among those found under the runs directory (else None)."""
-    return _runs(ctx).get(name) if name else None
+    """The evaluation called ``name`` under the runs directory, or None (nothing outside it)."""
+    return results.evaluation(ctx.runs, name or "")
 
 
 def _error(message: str) -> str:
@@ -43,8 +43,7 @@ def _error(message: str) -> str:
 def _reported_summary(run: results.EvalRun, n_bins: int, strategy: str) -> dict[str, Any]:
     """The run's calibration as it reported it (after the temperature it applied, if any)."""
     pred = results.load_predictions(run.path)
-    probs = results.recalibrate(pred, run.temperature) if run.temperature else pred.probs
-    return results.calibration_summary(probs, pred.mask, pred.labels, n_bins, strategy)
+    return results.calibration_summary(results.reported_probs(pred), pred.mask, pred.labels, n_bins, strategy)
 
 
 def _refresh(ctx: LabContext, multiselect: bool = False):

@@ -95,10 +95,13 @@ class _Protocol:
         if self.should_stop():
             raise Stopped("CFT protocol stopped between stages; rerun the same config in the same directory to resume")
 
-    def evaluate(self, name: str, trained: dict[str, Any], with_validation: bool = False) -> dict[str, dict[str, Any]]:
-        """Evaluate one model on every set (loading it once, only if some set is not done yet)."""
+    def _load(self, trained: dict[str, Any]):
         from lab.models import load_model
 
+        return load_model(trained["model"], adapter=trained["adapter"], device=self.cfg.device, dtype=self.cfg.dtype)
+
+    def evaluate(self, name: str, trained: dict[str, Any], with_validation: bool = False) -> dict[str, dict[str, Any]]:
+        """Evaluate one model on every set (loading it once, only if some set is not done yet)."""
         loaded = None
         sets = dict(self.sets)
         if with_validation:
@@ -110,9 +113,7 @@ class _Protocol:
 
             def work(d: Path = directory, dataset: str = dataset, records: list = records, set_name: str = set_name):
                 nonlocal loaded
-                if loaded is None:
-                    loaded = load_model(trained["model"], adapter=trained["adapter"], device=self.cfg.device,
-                                        dtype=self.cfg.dtype)
+                loaded = loaded or self._load(trained)
                 label = self.pool_label if set_name in (IN_DOMAIN, VALIDATION) else dataset
                 return evaluate_records(_eval_config(self.cfg, trained, dataset), loaded, records, d, set_name,
                                         dataset=label, split=set_name, in_domain=set_name in (IN_DOMAIN, VALIDATION))
@@ -124,14 +125,12 @@ class _Protocol:
         return results
 
     def _win_rate(self, trained: dict[str, Any], loaded) -> dict[str, Any]:
-        from lab.models import load_model
         from lab.winrate import score_pairs
 
         pairs, problems = load_pairs(self.cfg.preferences or None, limit=self.cfg.preference_limit)
         if problems:
             self.events.emit("log", message=f"preferences: skipped {len(problems)} bad rows, e.g. {problems[0]}")
-        if loaded is None:
-            loaded = load_model(trained["model"], adapter=trained["adapter"], device=self.cfg.device, dtype=self.cfg.dtype)
+        loaded = loaded or self._load(trained)
         return score_pairs(loaded.model, loaded.tokenizer, pairs, self.cfg.max_response_tokens,
                            batch_size=max(1, self.cfg.eval_batch_size // 4))
 
