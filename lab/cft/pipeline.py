@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from lab.cft.config import CftConfig
-from lab.metrics import padded
 from lab.cft.report import write_report
 from lab.data import DataError, MCQRecord, load_records
 from lab.data.preferences import load_pairs
 from lab.errors import Stopped
 from lab.evaluate import EvalConfig, apply_temperature, evaluate_records, write_evaluation
 from lab.events import EventWriter
+from lab.results import load_predictions
 from lab.stages import stage
 from lab.temperature import fit_temperature, save_temperature
 from lab.train.config import TrainConfig
@@ -63,10 +63,6 @@ def _eval_config(cfg: CftConfig, trained: dict[str, Any], dataset: str) -> EvalC
     return EvalConfig(model=trained["model"], adapter=trained["adapter"], dataset=dataset, scoring="letter",
                       template=TEMPLATE, bins=cfg.bins, batch_size=cfg.eval_batch_size, device=cfg.device,
                       dtype=cfg.dtype, bootstrap=cfg.bootstrap, seed=cfg.seed)
-
-
-def _read_rows(directory: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (directory / "predictions.jsonl").read_text().splitlines() if line]
 
 
 def _count(records: Sequence[MCQRecord]) -> dict[str, int]:
@@ -136,9 +132,8 @@ class _Protocol:
 
     def temperature(self) -> dict[str, Any]:
         """Fit T on the base model's validation predictions; apply it to its other sets."""
-        val = _read_rows(self.out / "eval" / f"base-{VALIDATION}")
-        probs, mask = padded([r["probs"] for r in val])
-        fit = fit_temperature(probs, [r["answer"] for r in val], mask, objective=self.cfg.ts_objective, n_bins=self.cfg.bins)
+        val = load_predictions(self.out / "eval" / f"base-{VALIDATION}")
+        fit = fit_temperature(val.probs, val.labels, val.mask, objective=self.cfg.ts_objective, n_bins=self.cfg.bins)
         path = save_temperature(self.out / "ts", fit, model=self.cfg.model, fitted_on="validation part of the in-domain pool",
                                 predictions=str(self.out / "eval" / f"base-{VALIDATION}" / "predictions.jsonl"))
         self.events.emit("temperature", temperature=fit.temperature, nll_before=fit.nll_before, nll_after=fit.nll_after,
@@ -146,7 +141,7 @@ class _Protocol:
         results: dict[str, Any] = {"fit": {**fit.__dict__, "path": str(path)}}
         for set_name, (dataset, _) in self.sets.items():
             base_dir = self.out / "eval" / f"base-{set_name}"
-            rows = apply_temperature(_read_rows(base_dir), fit.temperature)
+            rows = apply_temperature(load_predictions(base_dir).rows, fit.temperature)
             base_metrics = json.loads((base_dir / "metrics.json").read_text())
             info = {k: base_metrics.get(k) for k in PROVENANCE} | {"temperature": fit.temperature, "temperature_file": str(path)}
             ecfg = _eval_config(self.cfg, {"model": self.cfg.model, "adapter": None}, dataset)
