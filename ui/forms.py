@@ -82,7 +82,7 @@ def to_widget_value(field: Field, value: Any) -> Any:
         return "\n".join(map(str, value or []))
     if field.widget == "yaml":
         return "" if value in (None, [], {}) else yaml.safe_dump(value, sort_keys=False, default_flow_style=None).strip()
-    if field.widget in ("text",):
+    if field.widget in ("text", "int", "float"):  # numbers are typed into text boxes (see launch_page)
         return "" if value is None else str(value)
     return value
 

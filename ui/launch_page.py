@@ -39,7 +39,7 @@ def _widget(field: forms.Field, value: Any, label: str, info: str) -> gr.compone
     if field.widget in ("int", "float"):
         # Text rather than gr.Number: an empty box means "unset" for optional fields, and a
         # non-number is answered with a message that names the field instead of a red box.
-        return gr.Textbox(value="" if value is None else str(value), label=label, info=info)
+        return gr.Textbox(value=value, label=label, info=info)
     lines = 4 if field.widget in ("lines", "yaml") else 1
     return gr.Textbox(value=value, label=label, info=info, lines=lines, max_lines=20)
 
@@ -125,8 +125,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
 
     def on_preset(name: str):
         values = forms.preset_values(kind, name)
-        return [values[i] if forms.fields(kind)[i].widget not in ("int", "float") or values[i] is None
-                else str(values[i]) for i in position]
+        return [values[i] for i in position]
 
     show.click(on_show, inputs=components, outputs=[message, yaml_box], api_visibility="private")
     submit.click(on_submit, inputs=[gpus, *components], outputs=message, api_visibility="private")
