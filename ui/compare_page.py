@@ -116,9 +116,10 @@ def build_compare(ctx: LabContext) -> None:
                  **({"chosen option": "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[r["prediction"]],
                      "its probability": r["probs"][r["prediction"]], "T": r.get("temperature")} if "probs" in r else {})}
                 for r in result["results"]]
-        figure = option_bars([{"model": r["label"], "probs": r["probs"]} for r in result["results"]]) \
+        labels = [f"{chr(ord('A') + i)}. {o}" for i, o in enumerate(result["options"])]
+        figure = option_bars([{"model": r["label"], "probs": r["probs"], "labels": labels} for r in result["results"]]) \
             if result["options"] else None
-        return f"<div class='lab-ok'>✅ Job {job.id} done.</div>", figure, pd.DataFrame(rows), None
+        return f"<div class='lab-ok'>✅ Job {job.id} done.</div>", figure, pd.DataFrame(rows).round(4), None
 
     run.click(on_run, inputs=[question, options, *models, *temps], outputs=[message, job_state], api_visibility="private")
     rescan.click(lambda: [gr.update(choices=trained_models(ctx.runs)) for _ in models], outputs=models,
