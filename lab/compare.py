@@ -19,7 +19,7 @@ from lab.config import ConfigMixin, doc
 from lab.data.record import MCQRecord
 from lab.files import write_atomic
 from lab.temperature import load_temperature, scale
-from lab.templates import get_template
+from lab.templates import get_template, user_turn
 
 RESULT = "compare.json"
 MAX_MODELS = 4
@@ -73,13 +73,6 @@ def _generate(loaded, text: str, chat: bool, max_new_tokens: int) -> dict[str, A
             "first_token_prob": float(np.exp(logps[0])) if logps else None}
 
 
-def _free_text_prompt(tokenizer, question: str) -> tuple[str, bool]:
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                             add_generation_prompt=True), True
-    return f"Question: {question}\nAnswer:", False
-
-
 def compare(cfg: CompareConfig, out: Path, log=print) -> dict[str, Any]:
     """Run every model on the question; writes and returns ``compare.json``."""
     from lab.models import load_model
@@ -102,7 +95,8 @@ def compare(cfg: CompareConfig, out: Path, log=print) -> dict[str, Any]:
                         option_mass=float(np.sum(score.vocab_probs)))
             item["generation"] = _generate(loaded, prompt.text, prompt.chat, cfg.max_new_tokens)
         else:
-            text, chat = _free_text_prompt(loaded.tokenizer, cfg.question.strip())
+            question = cfg.question.strip()
+            text, chat = user_turn(loaded.tokenizer, question, f"Question: {question}\nAnswer:")
             item["generation"] = _generate(loaded, text, chat, cfg.max_new_tokens)
         results.append(item)
     report = {"question": cfg.question, "options": cfg.options, "results": results}

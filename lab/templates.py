@@ -135,6 +135,15 @@ def cft_chat(record: MCQRecord, tokenizer=None) -> Prompt:
     return Prompt(f"{CFT_SYSTEM}\n\n{user}", tuple(f" {l}" for l in letters))
 
 
+def user_turn(tokenizer, message: str, plain: str) -> tuple[str, bool]:
+    """``message`` as the user's turn of the model's chat template, ready for the reply; for a
+    model without a chat template, the ``plain`` text. Returns (text, whether it is chat-rendered)."""
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
+                                             add_generation_prompt=True), True
+    return plain, False
+
+
 @register("mmlu", "letter", "MMLU / lm-evaluation-harness format: question, 'A. …' lines, 'Answer:' then ' A'")
 def mmlu(record: MCQRecord, tokenizer=None) -> Prompt:
     letters = _letters(record)

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from lab.data.preferences import PreferencePair
-from lab.templates import Prompt
+from lab.templates import Prompt, user_turn
 
 
 def win_rate(chosen: Any, rejected: Any) -> dict[str, float]:
@@ -38,11 +38,8 @@ def _truncate(tokenizer, text: str, max_tokens: Optional[int]) -> str:
 def pair_prompt(tokenizer, pair: PreferencePair, max_response_tokens: Optional[int]) -> Prompt:
     """The context (user turn) and the two responses to score after it, chosen first."""
     options = tuple(_truncate(tokenizer, r, max_response_tokens) for r in (pair.chosen, pair.rejected))
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": pair.prompt}], tokenize=False,
-                                             add_generation_prompt=True)
-        return Prompt(text, options, chat=True)
-    return Prompt(pair.prompt.rstrip() + "\n", options)
+    text, chat = user_turn(tokenizer, pair.prompt, pair.prompt.rstrip() + "\n")
+    return Prompt(text, options, chat=chat)
 
 
 def score_pairs(model, tokenizer, pairs: Sequence[PreferencePair], max_response_tokens: Optional[int] = 256,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -66,10 +67,7 @@ def _eval_config(cfg: CftConfig, trained: dict[str, Any], dataset: str) -> EvalC
 
 
 def _count(records: Sequence[MCQRecord]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.source] = counts.get(r.source, 0) + 1
-    return counts
+    return dict(Counter(r.source for r in records))
 
 
 class _Protocol:
