@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Optional
 
 from jobs.scheduler import Scheduler
-from ui.app import CSS, build
+from ui.app import build
 from ui.context import LabContext
+from ui.messages import CSS
 from ui.uploads import MAX_BYTES
 
 RUNS = Path(os.environ.get("CALIBRATION_LAB_RUNS", "runs"))

@@ -60,8 +60,9 @@ def _free_port() -> int:
 def served(tmp_path, shared_data, bundled):
     """The app with its scheduler, on a free loopback port; ``../shared/data`` allowed."""
     from jobs.scheduler import Scheduler
-    from ui.app import CSS, build
+    from ui.app import build
     from ui.context import LabContext
+    from ui.messages import CSS
 
     ctx = LabContext(tmp_path / "runs", (shared_data,))
     stop = threading.Event()

@@ -250,7 +250,7 @@ def test_compare_page_offers_trained_models_and_adapters(tmp_path):
 
 
 def test_job_page_shows_progress_curves_activity_and_the_error(tmp_path):
-    from ui.jobs_page import job_view, jobs_table
+    from ui.jobs_page import job_figures, job_view, jobs_table
 
     ctx = LabContext(tmp_path)
     job = ctx.store.submit({"kind": "finetune", "model": "bundled", "dataset": "csqa"})
@@ -261,7 +261,8 @@ def test_job_page_shows_progress_curves_activity_and_the_error(tmp_path):
         events.emit("train", step=step, total=4, epoch=step / 2, loss=2.0 / step, lr=1e-4)
     events.emit("train_eval", epoch=1.0, step=2, n=10, accuracy=0.4, ece=0.2)
     ctx.store.update(job.id, status="running", started=time.time() - 30)
-    text, training, sweep, said, config = job_view(ctx, job.id)
+    text, seen, said, config = job_view(ctx, job.id)
+    training, sweep = job_figures(seen)
     assert "running" in text and "train 2/4 (50%)" in text and sweep is None and "kind: finetune" in config
     assert training is not None and "stage: train" in said
     assert jobs_table(ctx).loc[0, "progress"].startswith("train 2/4")

@@ -10,10 +10,6 @@ from ui.explore_pages import build_cases, build_knowledge, build_reliability, bu
 from ui.jobs_page import build_jobs
 from ui.launch_page import build_launch
 
-CSS = """
-.lab-error { color: #b00020; background: #fdecea; border-radius: 6px; padding: 8px 12px; }
-.lab-ok { color: #1b5e20; background: #e8f5e9; border-radius: 6px; padding: 8px 12px; }
-"""
 
 
 PAGES = (("Launch", "launch", build_launch), ("Jobs", "jobs", build_jobs), ("Reliability", "reliability", build_reliability),

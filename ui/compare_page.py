@@ -6,7 +6,6 @@ when it is done — a few seconds for small models once the worker has started.
 """
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any, Optional
 
@@ -17,6 +16,7 @@ import yaml
 from jobs.store import ConfigError
 from lab.compare import MAX_MODELS, read_result
 from ui.context import LabContext
+from ui.messages import error, ok
 from ui.plots import option_bars
 
 POLL_S = 1.0
@@ -97,7 +97,7 @@ def build_compare(ctx: LabContext) -> None:
         try:
             job = ctx.submit(config)
         except ConfigError as e:
-            return f"<div class='lab-error'>⚠️ {html.escape(str(e))}</div>", None
+            return error(str(e)), None
         return f"Running as job {job.id}…", job.id
 
     def poll(job_id):
@@ -107,7 +107,7 @@ def build_compare(ctx: LabContext) -> None:
         if job.status in ("queued", "running"):
             return f"Job {job.id} {job.status}…", gr.skip(), gr.skip(), job_id
         if job.status != "succeeded":
-            return (f"<div class='lab-error'>⚠️ Job {job.id} {job.status}: {html.escape(job.error or '')}</div>",
+            return (error(f"Job {job.id} {job.status}: {job.error or ''}"),
                     gr.skip(), gr.skip(), None)
         result = read_result(job.run_dir) or {"results": [], "options": []}
         rows = [{"model": r["label"], "answer": r["generation"]["text"],
@@ -119,7 +119,7 @@ def build_compare(ctx: LabContext) -> None:
         labels = [f"{chr(ord('A') + i)}. {o}" for i, o in enumerate(result["options"])]
         figure = option_bars([{"model": r["label"], "probs": r["probs"], "labels": labels} for r in result["results"]]) \
             if result["options"] else None
-        return f"<div class='lab-ok'>✅ Job {job.id} done.</div>", figure, pd.DataFrame(rows).round(4), None
+        return ok(f"Job {job.id} done."), figure, pd.DataFrame(rows).round(4), None
 
     run.click(on_run, inputs=[question, options, *models, *temps], outputs=[message, job_state], api_visibility="private")
     rescan.click(lambda: [gr.update(choices=trained_models(ctx.runs)) for _ in models], outputs=models,

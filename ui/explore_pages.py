@@ -9,7 +9,6 @@ name a file outside the runs directory.
 from __future__ import annotations
 
 import functools
-import html
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +19,7 @@ import pandas as pd
 from lab import results
 from lab.temperature import TemperatureFit, load_temperature, save_temperature
 from ui.context import LabContext
+from ui.messages import error, ok
 from ui.plots import (coverage_figure, positionwise_figure, reliability_figure, side_by_side, sweep_figure)
 
 BINNINGS = {"10 equal-width bins": (10, "width"), "14 equal-width bins": (14, "width"),
@@ -36,19 +36,14 @@ def _run(ctx: LabContext, name: Optional[str]) -> Optional[results.EvalRun]:
     return results.evaluation(ctx.runs, name or "")
 
 
-def _error(message: str) -> str:
-    return f"<div class='lab-error'>⚠️ {html.escape(message)}</div>"
-
-
 def _reported_summary(run: results.EvalRun, n_bins: int, strategy: str) -> dict[str, Any]:
     """The run's calibration as it reported it (after the temperature it applied, if any)."""
     pred = results.load_predictions(run.path)
     return results.calibration_summary(results.reported_probs(pred), pred.mask, pred.labels, n_bins, strategy)
 
 
-def _refresh(ctx: LabContext, multiselect: bool = False):
-    names = list(_runs(ctx))
-    return gr.update(choices=names)
+def _refresh(ctx: LabContext):
+    return gr.update(choices=list(_runs(ctx)))
 
 
 # ---------------------------------------------------------------- reliability
@@ -63,7 +58,7 @@ def reliability_view(ctx: LabContext, names: list[str], binning: str, view: str)
             return positionwise_figure(results.positionwise_topk(results.load_predictions(run.path))), ""
         summaries = [(r.name, _reported_summary(r, n_bins, strategy)) for r in runs]
     except (ValueError, OSError) as e:
-        return None, _error(str(e))
+        return None, error(str(e))
     figure = reliability_figure(summaries[0][1], summaries[0][0]) if len(summaries) == 1 else side_by_side(summaries)
     return figure, ""
 
@@ -125,7 +120,7 @@ def temperature_view(ctx: LabContext, name: Optional[str], temperature: Any, for
         if not t > 0:
             raise ValueError
     except (TypeError, ValueError):
-        return gr.skip(), _error(f"The temperature must be a positive number, got {temperature!r}"), gr.skip()
+        return gr.skip(), error(f"The temperature must be a positive number, got {temperature!r}"), gr.skip()
     n_bins, strategy = BINNINGS.get(binning, (10, "width"))
     try:
         mtime = _mtime(run)
@@ -134,7 +129,7 @@ def temperature_view(ctx: LabContext, name: Optional[str], temperature: Any, for
         base = results.calibration_summary(pred.probs, pred.mask, pred.labels, n_bins, strategy)
         sweep = _sweep(run.path, mtime, form, n_bins)
     except (ValueError, OSError) as e:
-        return None, _error(str(e)), None
+        return None, error(str(e)), None
     text = (f"<div id='temperature-metrics'>T = <b>{t:.3g}</b> ({form} form) · "
             f"ECE <b id='ece-value'>{100 * summary['ece']:.2f}%</b> (at T=1: {100 * base['ece']:.2f}%) · "
             f"NLL {summary['nll']:.4f} (at T=1: {base['nll']:.4f}) · accuracy {100 * summary['accuracy']:.1f}% · "
@@ -160,21 +155,20 @@ def save_chosen_temperature(ctx: LabContext, name: Optional[str], temperature: A
     """Write the chosen T as ``temperature.json`` beside the run's predictions (logit form only)."""
     run = _run(ctx, name)
     if run is None:
-        return _error("Pick an evaluation run first.")
+        return error("Pick an evaluation run first.")
     if form != "logit":
-        return _error("A saved temperature is applied as softmax(log p / T) (the logit form): switch to it to save.")
+        return error("A saved temperature is applied as softmax(log p / T) (the logit form): switch to it to save.")
     try:
         t = float(temperature)
         pred = results.load_predictions(run.path)
     except (TypeError, ValueError, OSError) as e:
-        return _error(f"Cannot save: {e}")
+        return error(f"Cannot save: {e}")
     before = results.calibration_summary(pred.probs, pred.mask, pred.labels)
     after = results.calibration_summary(results.recalibrate(pred, t), pred.mask, pred.labels)
     fit = TemperatureFit(temperature=t, objective="chosen in the temperature lab", n=before["n"], bins=10,
                          nll_before=before["nll"], nll_after=after["nll"], ece_before=before["ece"], ece_after=after["ece"])
     path = save_temperature(run.path / "temperature.json", fit, fitted_on=run.name)
-    return (f"<div class='lab-ok'>✅ Saved T = {t:.4g} to <code>{html.escape(str(path))}</code>: pass it as "
-            "<code>temperature</code> to an evaluate job, or pick it on the Compare page.</div>")
+    return ok(f"Saved T = {t:.4g} to {path}: pass it as `temperature` to an evaluate job, or pick it on the Compare page.")
 
 
 def build_temperature(ctx: LabContext) -> None:
@@ -218,7 +212,7 @@ def cases_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: f
         table = results.case_table(results.load_predictions(run.path))
         filtered = results.filter_cases(table, kind, (min(lo, hi), max(lo, hi)), dataset or None)
     except (ValueError, OSError) as e:
-        return pd.DataFrame(), gr.update(), _error(str(e))
+        return pd.DataFrame(), gr.update(), error(str(e))
     datasets = sorted(set(table["dataset"]) - {""})
     note = f"{len(filtered)} of {len(table)} questions" + (", over-confident wrong answers first" if kind != "correct" else "")
     return filtered.drop(columns=["overconfident_wrong"]).round(4), gr.update(choices=[""] + datasets), note
@@ -272,7 +266,7 @@ def knowledge_view(ctx: LabContext, name: Optional[str]):
     try:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        return None, _error(f"Cannot read {path.name}: {e}")
+        return None, error(f"Cannot read {path.name}: {e}")
     meta = manifest.get("meta", {})
     text = (f"k = {manifest.get('k')} · {manifest.get('n_sequences')} sequences · model {meta.get('model')} · "
             f"{meta.get('dataset')} {meta.get('split')} · complete: {manifest.get('complete', True)}")

@@ -7,9 +7,8 @@ curves only when there are new ones.
 """
 from __future__ import annotations
 
-import html
 import time
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import gradio as gr
 import pandas as pd
@@ -17,6 +16,7 @@ import pandas as pd
 from jobs.scheduler import cancel
 from jobs.store import Job
 from ui.context import LabContext
+from ui.messages import error, ok
 from ui.plots import sweep_figure, training_figure
 from ui.progress import EventCache, format_seconds, log_tail, progress
 
@@ -29,10 +29,10 @@ def _elapsed(job: Job) -> Optional[float]:
     return ((job.finished or time.time()) - job.started) if job.started else None
 
 
-def jobs_table(ctx: LabContext) -> pd.DataFrame:
+def jobs_table(ctx: LabContext, jobs: Optional[list[Job]] = None) -> pd.DataFrame:
     """The queue: queued jobs in order, then the rest newest first, with progress for running ones."""
     rows = []
-    for job in ctx.store.list():
+    for job in ctx.store.list() if jobs is None else jobs:
         p = progress(CACHE.events(job.run_dir)) if job.status == "running" else None
         rows.append([job.id, job.kind, job.status, p.text if p else ("done" if job.status == "succeeded" else ""),
                      format_seconds(_elapsed(job)), format_seconds(p.eta_s) if p else "", job.devices or "",
@@ -40,8 +40,8 @@ def jobs_table(ctx: LabContext) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
 
 
-def _choices(ctx: LabContext) -> list[tuple[str, int]]:
-    return [(f"{j.id} · {j.kind} · {j.status}", j.id) for j in ctx.store.list()]
+def _choices(jobs: list[Job]) -> list[tuple[str, int]]:
+    return [(f"{j.id} · {j.kind} · {j.status}", j.id) for j in jobs]
 
 
 def sweep_events_figure(events: list[dict[str, Any]]):
@@ -53,25 +53,36 @@ def sweep_events_figure(events: list[dict[str, Any]]):
     return sweep_figure(df, best_ece, best_nll)
 
 
-def job_view(ctx: LabContext, job_id: Optional[int]) -> tuple[str, Any, Any, str, str]:
-    """Status text, training figure, sweep figure, log tail and config of one job."""
+class JobView(NamedTuple):
+    text: str  # status, progress, what went wrong
+    events: list[dict[str, Any]]
+    activity: str
+    config: str
+
+
+def job_view(ctx: LabContext, job_id: Optional[int]) -> JobView:
+    """One job as its page shows it, from the store and its run directory."""
     if job_id is None:
-        return "Pick a job.", None, None, "", ""
+        return JobView("Pick a job.", [], "", "")
     try:
         job = ctx.store.get(int(job_id))
     except (KeyError, ValueError):
-        return f"No job {job_id}.", None, None, "", ""
+        return JobView(f"No job {job_id}.", [], "", "")
     events = CACHE.events(job.run_dir)
     p = progress(events) if job.status == "running" else None
     lines = [f"### Job {job.id} · {job.kind} · **{job.status}**",
              f"Elapsed {format_seconds(_elapsed(job)) or '–'}" + (f" · {p.text}" if p else "")
              + (f" · GPUs {job.devices}" if job.devices else "") + f" · run directory `{job.run_dir}`"]
     if job.status == "failed" and job.error:
-        lines.append(f"<div class='lab-error'>⚠️ <b>What went wrong:</b> {html.escape(job.error)}</div>")
+        lines.append(error(f"What went wrong: {job.error}"))
+    return JobView("\n\n".join(lines), events, activity(events, job.run_dir), job.config)
+
+
+def job_figures(events: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """The training curves and FIRST's temperature sweep, where the events have them (else None)."""
     training = training_figure(events, "") if any("loss" in e for e in events) else None
     sweeps = [e for e in events if e.get("stage") == "sweep"]
-    return "\n\n".join(lines), training, sweep_events_figure(sweeps) if sweeps else None, activity(events, job.run_dir), \
-        job.config
+    return training, sweep_events_figure(sweeps) if sweeps else None
 
 
 def activity(events: list[dict[str, Any]], run_dir: Optional[str]) -> str:
@@ -85,7 +96,7 @@ def activity(events: list[dict[str, Any]], run_dir: Optional[str]) -> str:
 def build_jobs(ctx: LabContext) -> None:
     table = gr.Dataframe(value=lambda: jobs_table(ctx), label="Jobs (live)", elem_id="jobs-table", interactive=False)
     with gr.Row():
-        picked = gr.Dropdown(_choices(ctx), label="Job", elem_id="job-picker", scale=4)
+        picked = gr.Dropdown(_choices(ctx.store.list()), label="Job", elem_id="job-picker", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", scale=1)
         clone_btn = gr.Button("Clone (run again)", scale=1)
     action = gr.HTML()
@@ -100,36 +111,36 @@ def build_jobs(ctx: LabContext) -> None:
 
     def refresh_all(current):
         """The table, and the picker's choices; with nothing picked yet, the running (or newest) job."""
-        choices = _choices(ctx)
-        if current is None and choices:
-            running = [j.id for j in ctx.store.list(("running",))]
-            return jobs_table(ctx), gr.update(choices=choices, value=running[0] if running else max(c[1] for c in choices))
-        return jobs_table(ctx), gr.update(choices=choices)
+        jobs = ctx.store.list()
+        choices = _choices(jobs)
+        if current is None and jobs:
+            running = [j.id for j in jobs if j.status == "running"]
+            return jobs_table(ctx, jobs), gr.update(choices=choices, value=running[0] if running else max(j.id for j in jobs))
+        return jobs_table(ctx, jobs), gr.update(choices=choices)
 
     def show(job_id):
-        return (*job_view(ctx, job_id), len(CACHE.events(ctx.store.get(job_id).run_dir)) if job_id else 0)
+        view = job_view(ctx, job_id)
+        return view.text, *job_figures(view.events), view.activity, view.config, len(view.events)
 
     def poll(job_id, n_seen):
         if job_id is None:
             return (gr.skip(),) * 6
-        job = ctx.store.get(int(job_id))
-        n = len(CACHE.events(job.run_dir))
-        text, fig, sweep_fig, tail, cfg = job_view(ctx, job_id)
-        if n == n_seen:  # nothing new: keep the plots as they are (no redraw flicker)
-            return text, gr.skip(), gr.skip(), tail, gr.skip(), n
-        return text, fig, sweep_fig, tail, cfg, n
+        view = job_view(ctx, job_id)
+        if len(view.events) == n_seen:  # nothing new: the plots stay as drawn (no recomputation, no flicker)
+            return view.text, gr.skip(), gr.skip(), view.activity, gr.skip(), n_seen
+        return view.text, *job_figures(view.events), view.activity, view.config, len(view.events)
 
     def on_cancel(job_id):
         if job_id is None:
-            return "<div class='lab-error'>Pick a job first.</div>"
+            return error("Pick a job first.")
         job = cancel(ctx.store, int(job_id), grace=5.0)
         return f"Job {job.id} is now {job.status}."
 
     def on_clone(job_id):
         if job_id is None:
-            return "<div class='lab-error'>Pick a job first.</div>"
+            return error("Pick a job first.")
         job = ctx.store.clone(int(job_id))
-        return f"<div class='lab-ok'>✅ Cloned as job {job.id}.</div>"
+        return ok(f"Cloned as job {job.id}.")
 
     outputs = [status, training, sweep, log, config, seen]
     picked.change(show, inputs=picked, outputs=outputs, api_visibility="private")

@@ -11,6 +11,7 @@ from lab.run import JOB_KINDS
 from lab.templates import template_names
 from ui import forms
 from ui.context import LabContext
+from ui.messages import error, ok
 from ui.uploads import accept_upload
 
 DATA_KINDS = ("evaluate", "finetune", "first", "extract")  # kinds with a top-level dataset + data_files
@@ -42,10 +43,6 @@ def _widget(field: forms.Field, value: Any, label: str, info: str) -> gr.compone
         return gr.Textbox(value=value, label=label, info=info)
     lines = 4 if field.widget in ("lines", "yaml") else 1
     return gr.Textbox(value=value, label=label, info=info, lines=lines, max_lines=20)
-
-
-def _error(message: str) -> str:
-    return f"<div class='lab-error'>⚠️ {message}</div>"
 
 
 def _kind_tab(ctx: LabContext, kind: str) -> None:
@@ -88,7 +85,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
             try:
                 up = accept_upload(path, path, ctx.uploads)
             except (DataError, OSError) as e:
-                return gr.update(), gr.update(), _error(str(e)), gr.update(visible=False)
+                return gr.update(), gr.update(), error(str(e)), gr.update(visible=False)
             notes = f"✅ {up.n_questions} questions read; stored as `{up.path}` and set as the data file."
             if up.problems:
                 notes += f" {len(up.problems)} rows skipped:\n\n" + "\n".join(f"- {p}" for p in up.problems[:10])
@@ -110,7 +107,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
         try:
             config = build_config(*widget_values)
         except (ValueError, KeyError, TypeError) as e:
-            return _error(str(e)), gr.update(visible=False)
+            return error(str(e)), gr.update(visible=False)
         return "", gr.update(value=forms.config_yaml(config), visible=True)
 
     def on_submit(n_gpus, *widget_values):
@@ -120,8 +117,8 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
                 raise ValueError(f"GPUs must be a whole number ≥ 0, got {n_gpus!r}")
             job = ctx.submit(config, gpus=int(n_gpus))
         except (ConfigError, ValueError, KeyError, TypeError) as e:
-            return _error(str(e))
-        return f"<div class='lab-ok'>✅ Job {job.id} queued ({kind}); follow it on the Jobs tab.</div>"
+            return error(str(e))
+        return ok(f"Job {job.id} queued ({kind}); follow it on the Jobs tab.")
 
     def on_preset(name: str):
         values = forms.preset_values(kind, name)

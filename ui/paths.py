@@ -39,11 +39,9 @@ def _candidates(config: Any) -> Iterator[tuple[str, str]]:
         for key, value in config.items():
             if key in PATH_KEYS:
                 values = value if isinstance(value, list) else [value]
-                for v in values:
+                for v in values:  # anything but text (a temperature given as a number, None) names no file
                     if isinstance(v, str) and v.strip():
                         yield key, _strip_split(v.strip())
-                    elif isinstance(v, (int, float)) or v is None:
-                        continue  # a temperature given as a number
             elif key in MODEL_KEYS and isinstance(value, str) and value != "bundled" and _looks_like_path(value):
                 yield key, value
             else:

@@ -1,0 +1,18 @@
+"""The one-line messages pages show: escaped, so text from a config, a file or an error message
+(which may hold a user's input) is shown as text, never interpreted as markup."""
+from __future__ import annotations
+
+import html
+
+CSS = """
+.lab-error { color: #b00020; background: #fdecea; border-radius: 6px; padding: 8px 12px; }
+.lab-ok { color: #1b5e20; background: #e8f5e9; border-radius: 6px; padding: 8px 12px; }
+"""
+
+
+def error(message: str) -> str:
+    return f"<div class='lab-error'>⚠️ {html.escape(message)}</div>"
+
+
+def ok(message: str) -> str:
+    return f"<div class='lab-ok'>✅ {html.escape(message)}</div>"
