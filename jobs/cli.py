@@ -15,12 +15,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence
 
-import yaml
-
 from lab.events import EVENTS_FILE, read_events
 from jobs import failures
-from jobs.scheduler import Scheduler, cancel
-from jobs.store import ConfigError, Job, JobStore
+from jobs.scheduler import Scheduler, cancel, start_in_background
+from jobs.store import Job, JobStore
+from lab.config import ConfigError
+from lab.yamlio import load_yaml
 
 DEFAULT_ROOT = Path(os.environ.get("CALIBRATION_LAB_RUNS", "runs"))
 
@@ -37,10 +37,12 @@ def _elapsed(job: Job) -> str:
 
 def cmd_submit(store: JobStore, args) -> int:
     try:
-        config = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
-        job = store.submit(config, gpus=args.gpus)
-    except (OSError, yaml.YAMLError, ConfigError) as e:
-        print(f"error: {args.config}: {e}", file=sys.stderr)
+        job = store.submit(load_yaml(Path(args.config).read_bytes(), args.config), gpus=args.gpus)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot read {args.config}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(job.id)
     return 0
@@ -110,7 +112,7 @@ def cmd_serve(store: JobStore, args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     print(f"serving {store.path}: GPUs {scheduler.gpus or 'none'}, {args.cpu_slots} CPU slot(s)", flush=True)
-    scheduler.run_forever(stop, interval=args.interval)
+    start_in_background(scheduler, stop, interval=args.interval).join()  # a signal sets `stop`, which ends it
     return 0
 
 

@@ -1,28 +1,232 @@
-"""What every job config shares: built from a mapping that may not hold unknown keys, and
-written back out whole (the run directory keeps the resolved config)."""
+"""What every job config shares: fields that declare what they are, one validator derived from
+those declarations, and the resolved config written back out whole.
+
+A field says where it is defined what its value may be (``doc(help, role=…, ge=…, …)``): the
+help text, the *role* of a text value (a file path, a model, a registry name, free text), the
+bounds of a number, the schema of nested entries. :func:`validate` checks a mapping from a
+browser, a YAML file or the command line against the declarations, recursively and before any
+file is touched, and names the field path in every refusal (``ood[0].limt: unknown key; did you
+mean limit?``); :mod:`lab.paths` resolves the fields whose role names a file; the launch form
+and the command line read the same declarations. A new field therefore cannot slip past the
+checks by being forgotten in a list kept elsewhere.
+"""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+import difflib
+import math
+import re
+import typing
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal, Mapping, Optional, TypeVar
 
 C = TypeVar("C", bound="ConfigMixin")
 
+# What a text value is. The path roles are resolved and checked by lab.paths:
+#   data_files  files, folders, globs or SPLIT=PATH, in a dataset's own format
+#   files       files, folders or globs (no split)
+#   dir         an existing directory (an adapter)
+#   temperature a positive number, or a temperature.json / a folder holding one
+#   model       'bundled', a local model directory or a Hugging Face hub id
+# The other roles never name a file:
+#   name        a name looked up in a registry (`registry`) or matched by `pattern`
+#   text        free text shown or scored, never opened
+Role = Literal["data_files", "files", "dir", "temperature", "model", "name", "text"]
+PATH_ROLES = ("data_files", "files", "dir", "temperature", "model")
+MAX_TEXT = 4096  # characters of a text value, unless the field says otherwise
+MAX_ITEMS = 256  # entries of a list, unless the field says otherwise
 
-def doc(text: str) -> dict[str, str]:
-    """Field metadata carrying the help text the command line and the UI show."""
-    return {"help": text}
+
+class ConfigError(ValueError):
+    """A config refused before it runs; the message starts with the path of the offending field."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The declaration of one config field (see the module docstring)."""
+
+    help: str
+    role: Optional[str] = None
+    ge: Optional[float] = None
+    gt: Optional[float] = None
+    le: Optional[float] = None
+    lt: Optional[float] = None
+    max_len: int = MAX_TEXT
+    max_items: int = MAX_ITEMS
+    pattern: Optional[str] = None
+    registry: Any = None  # a lab.registry.Registry whose names are the valid values
+    entries: Optional[type] = None  # the dataclass each mapping of a dict / list-of-dict field follows
+    exclude: tuple[str, ...] = ()  # entries' fields that may not be set here
+    exclude_reason: str = ""
+
+    def bounds_text(self) -> str:
+        parts = [f"{op} {int(v):,}" if float(v).is_integer() else f"{op} {v:g}"
+                 for op, v in (("≥", self.ge), (">", self.gt), ("≤", self.le), ("<", self.lt)) if v is not None]
+        return " and ".join(parts)
+
+
+def doc(text: str, **declaration: Any) -> dict[str, Any]:
+    """Field metadata: the help text the command line and the form show, and the declaration."""
+    return {"help": text, "spec": Spec(text, **declaration)}
+
+
+def spec_of(f: dataclasses.Field) -> Spec:
+    return f.metadata.get("spec") or Spec(f.metadata.get("help", ""))
+
+
+def unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    """``Optional[X]`` → (X, True); anything else → (hint, False)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Union and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return hint, False
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def suggest(word: str, options: list[str]) -> Optional[str]:
+    """The option a typo most likely meant: a close spelling, or one the word begins."""
+    close = difflib.get_close_matches(word, options, n=1)
+    if close:
+        return close[0]
+    return next((o for o in options if len(word) >= 3 and o.startswith(word)), None)
+
+
+def _fail(path: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: {message}")
+
+
+def _check_number(path: str, value: Any, hint: Any, spec: Spec) -> Any:
+    bounds = spec.bounds_text()
+    if hint is int:
+        what = "an integer" + (f" {bounds}" if bounds else "")
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)  # 3.0 from a number box or YAML: the integer it spells
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _fail(path, f"must be {what}, got {_show(value)}")
+    else:
+        what = "a finite number" + (f" {bounds}" if bounds else "")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise _fail(path, f"must be {what}, got {_show(value)}")
+    if ((spec.ge is not None and value < spec.ge) or (spec.gt is not None and value <= spec.gt)
+            or (spec.le is not None and value > spec.le) or (spec.lt is not None and value >= spec.lt)):
+        raise _fail(path, f"must be {what}, got {_show(value)}")
+    return value
+
+
+def _check_text(path: str, value: Any, spec: Spec) -> str:
+    if not isinstance(value, str):
+        raise _fail(path, f"must be text, got {_show(value)}")
+    if len(value) > spec.max_len:
+        raise _fail(path, f"is {len(value):,} characters long; the limit is {spec.max_len:,}")
+    if "\x00" in value:
+        raise _fail(path, "must not contain a NUL character")
+    if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
+        raise _fail(path, f"{_show(value)} is not valid here ({spec.help})")
+    if spec.registry is not None and value not in spec.registry:
+        close = suggest(value, list(spec.registry))
+        hint = f" Did you mean {close!r}?" if close else ""
+        raise _fail(path, f"unknown {spec.registry.kind} {_show(value)}.{hint} Valid: {', '.join(spec.registry)}")
+    return value
+
+
+def check_value(path: str, value: Any, hint: Any, spec: Spec) -> Any:
+    """``value`` checked against a field's type hint and declaration; returns it normalised."""
+    hint, optional = unwrap_optional(hint)
+    if value is None:
+        if optional:
+            return None
+        raise _fail(path, "must be set")
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if spec.role == "temperature" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not (math.isfinite(value) and value > 0):
+            raise _fail(path, f"must be a temperature > 0 (a number, a temperature.json or its folder), got {_show(value)}")
+        return float(value)
+    if origin is Literal:
+        if not isinstance(value, str) or value not in args:
+            close = suggest(value, [str(a) for a in args]) if isinstance(value, str) else None
+            hint_text = f"; did you mean {close!r}?" if close else ""
+            raise _fail(path, f"must be one of {', '.join(map(repr, args))}, got {_show(value)}{hint_text}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _fail(path, f"must be true or false, got {_show(value)}")
+        return value
+    if hint in (int, float):
+        return _check_number(path, value, hint, spec)
+    if hint is str:
+        return _check_text(path, value, spec)
+    if origin is list:
+        if isinstance(value, str) and args[0] is str:
+            value = [value]  # one path where a list was meant
+        if not isinstance(value, list):
+            raise _fail(path, f"must be a list, got {_show(value)}")
+        if len(value) > spec.max_items:
+            raise _fail(path, f"has {len(value):,} entries; the limit is {spec.max_items:,}")
+        return [check_value(f"{path}[{i}]", v, args[0], spec) for i, v in enumerate(value)]
+    if origin is dict:
+        if spec.entries is None:
+            raise TypeError(f"{path}: a mapping field needs `entries` in its declaration")
+        return validate(spec.entries, value, path, exclude=spec.exclude, exclude_reason=spec.exclude_reason)
+    raise TypeError(f"{path}: no check for type {hint!r}; declare the field with a checkable type")
+
+
+def validate(cls: type, values: Any, where: str = "", *, exclude: tuple[str, ...] = (),
+             exclude_reason: str = "") -> dict[str, Any]:
+    """``values`` checked against the dataclass ``cls``'s declarations; raises :class:`ConfigError`.
+
+    Nothing is read from disk here: shapes, types, bounds and names only, so a hostile value is
+    refused before any path or model check walks it.
+    """
+    if not isinstance(values, Mapping):
+        raise _fail(where or "config", f"must be a mapping of {cls.__name__} fields, got {_show(values)}")
+    declared = {f.name: f for f in dataclasses.fields(cls)}
+    allowed = [name for name in declared if name not in exclude]
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        path = f"{where}.{key}" if where else str(key)
+        if not isinstance(key, str) or key not in declared:
+            close = suggest(str(key), allowed)
+            guess = f"; did you mean {close}?" if close else ""
+            raise _fail(path, f"unknown key{guess} (valid: {', '.join(allowed)})")
+        if key in exclude:
+            raise _fail(path, f"may not be set here{': ' + exclude_reason if exclude_reason else ''}")
+        out[key] = check_value(path, value, hints[key], spec_of(declared[key]))
+    for name, f in declared.items():
+        if name not in out and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise _fail(f"{where}.{name}" if where else name, f"must be set ({spec_of(f).help})")
+    return out
+
+
+def walk(cls: type, values: Mapping[str, Any], where: str = "") -> Iterator[tuple[str, Spec, Any, str, type]]:
+    """(field path, declaration, the mapping holding it, its key, the class declaring it) for every
+    set field, nested entries too."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        spec, path, value = spec_of(f), f"{where}.{f.name}" if where else f.name, values[f.name]
+        yield path, spec, values, f.name, cls
+        if spec.entries is not None and value is not None:
+            inner, _ = unwrap_optional(hints[f.name])
+            if typing.get_origin(inner) is list:
+                for i, entry in enumerate(value):
+                    yield from walk(spec.entries, entry, f"{path}[{i}]")
+            else:
+                yield from walk(spec.entries, value, path)
 
 
 class ConfigMixin:
-    """For dataclasses: ``from_dict`` rejects unknown keys (a typo must not silently become a default)."""
+    """For dataclasses: ``from_dict`` validates against the fields' declarations first."""
 
     @classmethod
-    def from_dict(cls: type[C], values: dict[str, Any]) -> C:
-        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"Unknown {cls.__name__} option(s) {unknown}; valid ones: {sorted(known)}")
-        return cls(**values)
+    def from_dict(cls: type[C], values: Any) -> C:
+        return cls(**validate(cls, values))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]

@@ -17,12 +17,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
-
-import yaml
+from typing import Any, Callable, Iterable, Optional
 
 from lab.cft.config import CftConfig
 from lab.compare import CompareConfig
+from lab.config import ConfigError
 from lab.distill.job import ExtractConfig
 from lab.errors import USER_ERRORS, Stopped
 from lab.evaluate import EvalConfig, evaluate
@@ -30,7 +29,9 @@ from lab.first.config import FirstConfig
 from lab.train.config import TrainConfig
 from lab.events import EVENTS_FILE, EventWriter
 from lab.files import write_atomic
-from lab.registry import Registry
+from lab.paths import checked_config
+from lab.registry import Registry, UnknownNameError
+from lab.yamlio import dump_yaml, load_yaml
 
 STOP_FILE = "STOP"
 RESULT_FILE = "result.json"
@@ -133,21 +134,29 @@ JOB_KINDS.add("cft", JobKind("cft", "CFT/RCFT protocol: base, temperature scalin
                              "in/out of domain, win rate, report", CftConfig, _run_cft))
 
 
-def parse_config(values: dict[str, Any]) -> tuple[JobKind, Any]:
-    """Validate a config mapping; errors name the offending field."""
-    if not isinstance(values, dict) or "kind" not in values:
-        raise ValueError(f"A job config is a mapping with a `kind` field (one of: {', '.join(JOB_KINDS.names())})")
+def parse_config(values: Any, roots: Optional[Iterable[Path]] = None) -> tuple[JobKind, Any]:
+    """Validate a config mapping and resolve the files it names; refusals name the field.
+
+    ``roots``: the folders those files must lie in (a config from a browser); None: anywhere.
+    """
+    if not isinstance(values, dict):
+        raise ConfigError(f"config: must be a mapping with a `kind` field (one of: {', '.join(JOB_KINDS.names())})")
     values = dict(values)
-    kind = JOB_KINDS.get(values.pop("kind"))
-    return kind, kind.config.from_dict(values)
+    name = values.pop("kind", None)
+    if not isinstance(name, str) or name not in JOB_KINDS:
+        raise ConfigError(f"kind: must be one of {', '.join(JOB_KINDS.names())}, got {name!r}")
+    kind = JOB_KINDS.get(name)
+    checked = checked_config(kind.config, values, roots)
+    try:
+        return kind, kind.config(**checked)
+    except ConfigError:
+        raise
+    except (ValueError, UnknownNameError, FileNotFoundError) as e:  # the classes' cross-field checks
+        raise ConfigError(str(e)) from None
 
 
 def load_config(path: Path) -> tuple[JobKind, Any]:
-    try:
-        values = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path} is not valid YAML: {e}") from None
-    return parse_config(values)
+    return parse_config(load_yaml(Path(path).read_bytes(), str(path)))
 
 
 def _write_result(run_dir: Path, status: str, error: Optional[str] = None, **extra: Any) -> None:
@@ -171,7 +180,7 @@ def run(config_path: Path, run_dir: Path) -> int:
     transformers.utils.logging.disable_progress_bar()
     try:
         kind, cfg = load_config(config_path)
-        resolved = yaml.safe_dump({"kind": kind.name, **cfg.to_dict()}, sort_keys=False)
+        resolved = dump_yaml({"kind": kind.name, **cfg.to_dict()})
         if not (run_dir / CONFIG_FILE).exists() or (run_dir / CONFIG_FILE).read_text() != resolved:
             (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
         result = kind.run(cfg, ctx)

@@ -56,21 +56,39 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def served(tmp_path, shared_data, bundled):
-    """The app with its scheduler, on a free loopback port; ``../shared/data`` allowed."""
+def _serve(ctx):
+    """The app for ``ctx`` with its scheduler on a free loopback port; yields its URL."""
     from jobs.scheduler import Scheduler
     from ui.app import build
-    from ui.context import LabContext
     from ui.messages import CSS
 
-    ctx = LabContext(tmp_path / "runs", (shared_data,))
     stop = threading.Event()
     threading.Thread(target=Scheduler(ctx.store).run_forever, args=(stop, 0.2), daemon=True).start()
     demo = build(ctx)
     port = _free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
-    yield ctx, f"http://127.0.0.1:{port}/"
-    stop.set()
-    demo.close()
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        stop.set()
+        demo.close()
 
+
+@pytest.fixture
+def served(tmp_path, shared_data, bundled):
+    """The app with its scheduler, on a free loopback port; ``../shared/data`` allowed."""
+    from ui.context import LabContext
+
+    ctx = LabContext(tmp_path / "runs", (shared_data,))
+    for url in _serve(ctx):
+        yield ctx, url
+
+
+@pytest.fixture
+def served_bare(tmp_path):
+    """The app on an empty runs folder, no extra folders allowed, no model loaded."""
+    from ui.context import LabContext
+
+    ctx = LabContext(tmp_path / "runs")
+    for url in _serve(ctx):
+        yield ctx, url

@@ -111,16 +111,18 @@ def test_rcft_finetune_runs_the_e_step_every_epoch_or_every_n_steps(tiny_model_d
 
 
 def test_cft_config_refuses_bad_values():
-    with pytest.raises(ValueError, match="Unknown method"):
-        CftConfig(methods=["ts", "dpo"])
-    with pytest.raises(ValueError, match="may not set"):
-        CftConfig(training={"objective": "rcft"})
-    with pytest.raises(ValueError, match="Unknown TrainConfig"):
-        CftConfig(training={"epoch": 3})
-    with pytest.raises(ValueError, match="lambdas"):
-        CftConfig(lambdas=[-1])
-    with pytest.raises(ValueError, match="n"):
-        CftConfig(in_domain=[{"dataset": "mmlu", "n": 0}])
+    with pytest.raises(ValueError, match=r"^methods\[1\]: must be one of 'ts', 'ls', 'cft', 'rcft', got 'dpo'"):
+        CftConfig.from_dict({"methods": ["ts", "dpo"]})
+    with pytest.raises(ValueError, match="^training.objective: may not be set here: the protocol sets it"):
+        CftConfig.from_dict({"training": {"objective": "rcft"}})
+    with pytest.raises(ValueError, match="^training.epoch: unknown key; did you mean epochs"):
+        CftConfig.from_dict({"training": {"epoch": 3}})
+    with pytest.raises(ValueError, match=r"^lambdas\[0\]: must be a finite number ≥ 0"):
+        CftConfig.from_dict({"lambdas": [-1]})
+    with pytest.raises(ValueError, match=r"^in_domain\[0\].n: must be an integer ≥ 1"):
+        CftConfig.from_dict({"in_domain": [{"dataset": "mmlu", "n": 0}]})
+    with pytest.raises(ValueError, match="^lambdas: `rcft` needs at least one value"):
+        CftConfig.from_dict({"lambdas": []})
 
 
 def test_cft_protocol_end_to_end_and_resume(tiny_model_dir, shared_data, tmp_path):

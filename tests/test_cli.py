@@ -76,7 +76,7 @@ def test_malformed_custom_file_is_rejected_with_file_and_line(tmp_path, capsys):
 
 
 def test_config_rejects_unknown_keys():
-    with pytest.raises(ValueError, match="Unknown EvalConfig option"):
+    with pytest.raises(ValueError, match="^modle: unknown key; did you mean model"):
         EvalConfig.from_dict({"modle": "bundled"})
 
 

@@ -29,10 +29,15 @@ def test_free_text_only_generates(bundled, tmp_path):
     assert "probs" not in only and only["generation"]["tokens"] <= 3
 
 
-@pytest.mark.parametrize("bad, message", [({"question": " "}, "non-empty"), ({"question": "Q", "options": ["a"]}, "2 to 26"),
-                                          ({"question": "Q", "models": []}, "1 to 4"),
-                                          ({"question": "Q", "models": [{"model": "bundled", "temp": 2}]}, "Unknown key"),
-                                          ({"question": "Q", "models": [{"model": "bundled", "temperature": -1}]}, "positive")])
+@pytest.mark.parametrize("bad, message", [
+    ({"question": " "}, "^question: must not be empty"), ({"question": "Q", "options": ["a"]}, "^options: give 2 to 26"),
+    ({"question": "Q", "options": list("abcdefghijklmnopqrstuvwxyz0")}, "^options: has 27 entries; the limit is 26"),
+    ({"question": "Q", "models": []}, "^models: name 1 to 4"),
+    ({"question": "Q", "models": [{"model": "bundled"}] * 5}, "^models: has 5 entries; the limit is 4"),
+    ({"question": "Q", "models": [{"model": "bundled", "temp": 2}]}, r"^models\[0\].temp: unknown key; did you mean temperature"),
+    ({"question": "Q", "models": [{"adapter": "x"}]}, r"^models\[0\].model: must be set"),
+    ({"question": "Q", "models": [{"model": "bundled", "temperature": -1}]}, r"^models\[0\].temperature: must be a temperature > 0"),
+    ({"question": "Q" * 20_001}, "^question: is 20,001 characters long; the limit is 20,000")])
 def test_bad_compare_configs_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
-        CompareConfig(**bad)
+        CompareConfig.from_dict(bad)

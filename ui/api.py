@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import gradio as gr
-import yaml
 
-from jobs.store import ConfigError
 from lab import results
+from lab.config import ConfigError
+from lab.yamlio import load_yaml
 from ui.context import LabContext
 from ui.jobs_page import CACHE
 from ui.progress import log_tail, progress
@@ -21,11 +21,10 @@ def register_api(ctx: LabContext) -> None:
     def submit_job(config_yaml: str, gpus: int = 0) -> dict[str, Any]:
         """Queue a job from its YAML config (``kind`` and its fields); returns its id or the error."""
         try:
-            config = yaml.safe_load(config_yaml or "")
-            if not isinstance(config, dict):
-                raise ConfigError("The config must be a YAML mapping with a `kind` field")
-            job = ctx.submit(config, gpus=int(gpus))
-        except (ConfigError, yaml.YAMLError, ValueError) as e:
+            if not isinstance(config_yaml, str):
+                raise ConfigError(f"config: must be YAML text, got {type(config_yaml).__name__}")
+            job = ctx.submit(load_yaml(config_yaml), gpus=gpus)
+        except ConfigError as e:
             return {"ok": False, "error": str(e)}
         return {"ok": True, "id": job.id, "status": job.status}
 

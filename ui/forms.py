@@ -13,11 +13,11 @@ import dataclasses
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
-import yaml
-
+from lab.config import ConfigError, spec_of, unwrap_optional
 from lab.run import JOB_KINDS, parse_config
+from lab.yamlio import dump_yaml, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # The fields a user changes most, shown first; the rest go under "more options".
@@ -37,21 +37,21 @@ class Field:
     """One form field: the widget it needs and how its text comes back."""
 
     name: str
-    widget: str  # choice | bool | int | float | text | lines | yaml
+    widget: str  # choice | multi | bool | int | float | text | lines | yaml
     default: Any
     help: str
     choices: tuple = ()
     optional: bool = False
+    role: Optional[str] = None  # the field's declared role (lab.config): model, data_files, ...
 
 
 def _widget(kind: Any) -> tuple[str, tuple, bool]:
+    kind, optional = unwrap_optional(kind)
     origin, args = typing.get_origin(kind), typing.get_args(kind)
-    optional = origin is typing.Union and type(None) in args
-    if optional:
-        kind = next(a for a in args if a is not type(None))
-        origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin is typing.Literal:
         return "choice", args, optional
+    if origin is list and args and typing.get_origin(args[0]) is typing.Literal:
+        return "multi", typing.get_args(args[0]), optional
     if origin is list and args and args[0] is str:
         return "lines", (), optional
     if origin in (list, dict) or kind is typing.Any:
@@ -67,7 +67,7 @@ def fields(kind: str) -> list[Field]:
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         widget, choices, optional = _widget(hints[f.name])
-        out.append(Field(f.name, widget, default, f.metadata.get("help", ""), choices, optional))
+        out.append(Field(f.name, widget, default, f.metadata.get("help", ""), choices, optional, spec_of(f).role))
     key = KEY_FIELDS.get(kind, ())
     return sorted(out, key=lambda f: key.index(f.name) if f.name in key else len(key))
 
@@ -81,56 +81,55 @@ def to_widget_value(field: Field, value: Any) -> Any:
     if field.widget == "lines":
         return "\n".join(map(str, value or []))
     if field.widget == "yaml":
-        return "" if value in (None, [], {}) else yaml.safe_dump(value, sort_keys=False, default_flow_style=None).strip()
+        return "" if value in (None, [], {}) else dump_yaml(value).strip()
     if field.widget in ("text", "int", "float"):  # numbers are typed into text boxes (see launch_page)
         return "" if value is None else str(value)
     return value
 
 
+def _number(field: Field, value: Any) -> Any:
+    """A number box's text as a number, or as it came: the config's validator then refuses it with
+    the same message a YAML file or an API call gets (``limit: must be an integer ≥ 1, got inf``)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value.strip()
+
+
 def from_widget_value(field: Field, value: Any) -> Any:
-    """A widget's value as the config wants it; raises ValueError naming the field."""
+    """A widget's value as the config wants it; checking it is the config validator's job."""
     if field.widget == "lines":
         return [line.strip() for line in str(value or "").splitlines() if line.strip()]
     if field.widget == "yaml":
         text = str(value or "").strip()
         if not text:
             return None if field.optional else type(field.default)()
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ValueError(f"`{field.name}` is not valid YAML: {str(e).splitlines()[0]}") from None
+        return load_yaml(text, field.name)
     if field.widget in ("int", "float"):
-        if value is None or (isinstance(value, str) and not value.strip()):
-            if field.optional:
-                return None
-            raise ValueError(f"`{field.name}` needs a number")
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"`{field.name}` needs a number, got {value!r}") from None
-        if field.widget == "int":
-            if number != int(number):
-                raise ValueError(f"`{field.name}` needs a whole number, got {value!r}")
-            return int(number)
-        return number
+        return _number(field, value)
     if field.widget == "text":
         text = str(value or "").strip()
         return None if (field.optional and not text) else text
+    if field.widget == "multi":
+        return list(value or [])
     if field.widget == "choice" and value is None and field.optional:
         return None
     return value
 
 
-def config_from_values(kind: str, values: list[Any]) -> dict[str, Any]:
-    """Form values (in :func:`fields` order) → a validated, complete config mapping with ``kind``."""
+def config_from_values(kind: str, values: list[Any], roots: Optional[Iterable[Path]] = None) -> dict[str, Any]:
+    """Form values (in :func:`fields` order) → a validated, complete config mapping with ``kind``,
+    its files resolved inside ``roots`` (so even "Show config" never lists a folder outside them)."""
     form = fields(kind)
     config = {f.name: from_widget_value(f, v) for f, v in zip(form, values)}
-    job_kind, parsed = parse_config({"kind": kind, **config})
+    job_kind, parsed = parse_config({"kind": kind, **config}, roots)
     return {"kind": job_kind.name, **parsed.to_dict()}
 
 
 def config_yaml(config: dict[str, Any]) -> str:
-    return yaml.safe_dump(config, sort_keys=False)
+    return dump_yaml(config)
 
 
 def presets(kind: str) -> dict[str, dict[str, Any]]:
@@ -138,8 +137,8 @@ def presets(kind: str) -> dict[str, dict[str, Any]]:
     found = {"defaults": {}}
     for path in sorted(EXAMPLES.glob("*.yaml")):
         try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError):
+            data = load_yaml(path.read_bytes(), path.name)
+        except (OSError, ConfigError):
             continue
         if isinstance(data, dict) and data.get("kind") == kind:
             found[path.stem] = {k: v for k, v in data.items() if k != "kind"}

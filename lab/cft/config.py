@@ -9,14 +9,17 @@ vocabulary as a ``finetune`` job's.
 """
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from lab.config import ConfigMixin, doc
 from lab.data import DATASETS
+from lab.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, MAX_TOKENS, SEED, SPLIT, SUBJECT, Dtype
 from lab.train.config import Objective, TrainConfig
 
-METHODS = ("ts", "ls", "cft", "rcft")
+Method = Literal["ts", "ls", "cft", "rcft"]
+METHODS: tuple[str, ...] = typing.get_args(Method)
 # Set by the protocol for each row; a user setting them in `training` would silently be overridden.
 PROTOCOL_FIELDS = ("model", "dataset", "data_files", "split", "limit", "val_split", "val_data_files", "val_limit",
                    "template", "objective", "completion_only", "ece_lambda", "label_smoothing", "seed", "device",
@@ -25,71 +28,64 @@ DEFAULT_IN_DOMAIN = [{"dataset": "mmlu", "split": "test"}, {"dataset": "medmcqa"
                      {"dataset": "obqa", "split": "train"}]
 
 
-def _check_sources(name: str, entries: Any) -> None:
-    if not isinstance(entries, list):
-        raise ValueError(f"Expected `{name}` to be a list of {{dataset, data_files, split, n}} mappings, but got {entries!r}")
-    for entry in entries:
-        if not isinstance(entry, dict) or "dataset" not in entry:
-            raise ValueError(f"Expected each `{name}` entry to be a mapping with `dataset`, but got {entry!r}")
-        unknown = sorted(set(entry) - {"dataset", "data_files", "split", "n", "subject"})
-        if unknown:
-            raise ValueError(f"Unknown key(s) {unknown} in `{name}` entry {entry!r}; valid: dataset, data_files, split, n, subject")
-        DATASETS.get(entry["dataset"])
-        n = entry.get("n")
-        if n is not None and (not isinstance(n, int) or n < 1):
-            raise ValueError(f"Expected `n` in {entry!r} to be a positive integer, but got {n!r}")
+@dataclass
+class Source:
+    """One dataset of the in-domain pool or one out-of-domain evaluation (entries of ``in_domain`` / ``ood``)."""
+
+    dataset: str = field(metadata=doc("registered dataset name", role="name", registry=DATASETS))
+    data_files: list[str] = field(default_factory=list, metadata=doc("its local files: PATH or SPLIT=PATH",
+                                                                     role="data_files"))
+    split: str = field(default="test", metadata=doc("split (or SOURCE:PART)", **SPLIT))
+    n: Optional[int] = field(default=None, metadata=doc("questions sampled from it (None: all)", ge=1, le=MAX_ROWS))
+    subject: Optional[str] = field(default=None, metadata=doc("MMLU subject", **SUBJECT))
 
 
 @dataclass
 class CftConfig(ConfigMixin):
-    model: str = field(default="bundled", metadata=doc("the (preference-aligned) model: 'bundled', a directory or a hub id"))
+    model: str = field(default="bundled", metadata=doc("the (preference-aligned) model: 'bundled', a directory or a hub id",
+                                                       role="model"))
     in_domain: list[dict[str, Any]] = field(default_factory=lambda: [dict(e) for e in DEFAULT_IN_DOMAIN], metadata=doc(
-        "in-domain sources [{dataset, data_files, split, n}]: n questions sampled from each, then pooled"))
-    train_size: int = field(default=3000, metadata=doc("pooled questions to train on"))
-    val_size: int = field(default=500, metadata=doc("pooled questions to fit the temperature and track ECE per epoch"))
-    test_size: int = field(default=2000, metadata=doc("pooled questions for the in-domain evaluation"))
+        "in-domain sources [{dataset, data_files, split, n, subject}]: n questions sampled from each, then pooled",
+        entries=Source, max_items=32))
+    train_size: int = field(default=3000, metadata=doc("pooled questions to train on", ge=1, le=MAX_ROWS))
+    val_size: int = field(default=500, metadata=doc("pooled questions to fit the temperature and track ECE per epoch",
+                                                    ge=1, le=MAX_ROWS))
+    test_size: int = field(default=2000, metadata=doc("pooled questions for the in-domain evaluation", ge=1, le=MAX_ROWS))
     ood: list[dict[str, Any]] = field(default_factory=lambda: [{"dataset": "arc_challenge", "split": "test"}],
-                                      metadata=doc("out-of-domain evaluations [{dataset, data_files, split, n}]"))
-    methods: list[str] = field(default_factory=lambda: list(METHODS), metadata=doc(f"rows besides the base model: any of {METHODS}"))
-    lambdas: list[float] = field(default_factory=lambda: [0.4, 1.0, 1.8], metadata=doc("RCFT's λ values (one row each)"))
+                                      metadata=doc("out-of-domain evaluations [{dataset, data_files, split, n, subject}]",
+                                                   entries=Source, max_items=32))
+    methods: list[Method] = field(default_factory=lambda: list(METHODS), metadata=doc(
+        f"rows besides the base model: any of {METHODS}"))
+    lambdas: list[float] = field(default_factory=lambda: [0.4, 1.0, 1.8], metadata=doc(
+        "RCFT's λ values (one row each)", ge=0, le=1000, max_items=32))
     ts_objective: Literal["nll", "ece"] = field(default="nll", metadata=doc("temperature fit: NLL (L-BFGS) or ECE (grid)"))
-    label_smoothing: float = field(default=0.1, metadata=doc("ε of the label-smoothing row"))
+    label_smoothing: float = field(default=0.1, metadata=doc("ε of the label-smoothing row", ge=0, lt=1))
     preferences: list[str] = field(default_factory=list, metadata=doc(
-        "preference pair files for the win rate (empty: the hub's argilla/ultrafeedback-binarized-preferences)"))
-    preference_limit: Optional[int] = field(default=200, metadata=doc("pairs scored per model (None: all)"))
-    max_response_tokens: Optional[int] = field(default=256, metadata=doc("each response is cut to this many tokens"))
+        "preference pair files for the win rate (empty: the hub's argilla/ultrafeedback-binarized-preferences)",
+        role="files"))
+    preference_limit: Optional[int] = field(default=200, metadata=doc("pairs scored per model (None: all)",
+                                                                      ge=1, le=MAX_ROWS))
+    max_response_tokens: Optional[int] = field(default=256, metadata=doc("each response is cut to this many tokens",
+                                                                         ge=1, le=MAX_TOKENS))
     training: dict[str, Any] = field(default_factory=dict, metadata=doc(
-        "fine-tuning settings for every trained row (TrainConfig fields: method, epochs, learning_rate, lora_r, ...)"))
-    eval_batch_size: int = field(default=16, metadata=doc("questions per forward pass when evaluating"))
-    bins: int = field(default=10, metadata=doc("ECE bins"))
-    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for ECE intervals"))
-    seed: int = field(default=0, metadata=doc("seed of the sampling, the carve, data order and initialisation"))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda"))
-    dtype: str = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
+        "fine-tuning settings for every trained row (TrainConfig fields: method, epochs, learning_rate, lora_r, ...)",
+        entries=TrainConfig, exclude=PROTOCOL_FIELDS,
+        exclude_reason="the protocol sets it for each row (use the top-level fields model, seed, device, dtype, bins, "
+                       "label_smoothing, lambdas)"))
+    eval_batch_size: int = field(default=16, metadata=doc("questions per forward pass when evaluating",
+                                                          ge=1, le=MAX_BATCH))
+    bins: int = field(default=10, metadata=doc("ECE bins", ge=1, le=MAX_BINS))
+    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for ECE intervals", ge=0, le=MAX_BOOTSTRAP))
+    seed: int = field(default=0, metadata=doc("seed of the sampling, the carve, data order and initialisation", **SEED))
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda", **DEVICE))
+    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
 
     def __post_init__(self) -> None:
-        _check_sources("in_domain", self.in_domain)
-        _check_sources("ood", self.ood)
         if not self.in_domain:
-            raise ValueError("Expected at least one `in_domain` source")
-        unknown = sorted(set(self.methods) - set(METHODS))
-        if unknown:
-            raise ValueError(f"Unknown method(s) {unknown}; expected any of {METHODS} (the base model is always a row)")
+            raise ValueError("in_domain: must name at least one source")
         if "rcft" in self.methods and not self.lambdas:
-            raise ValueError("`rcft` needs at least one value in `lambdas`")
-        if any(not isinstance(x, (int, float)) or isinstance(x, bool) or x < 0 for x in self.lambdas):
-            raise ValueError(f"Expected `lambdas` to be numbers ≥ 0, but got {self.lambdas}")
-        for name in ("train_size", "val_size", "test_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"Expected `{name}` to be a positive integer, but got {value!r}")
-        if not isinstance(self.training, dict):
-            raise ValueError(f"Expected `training` to be a mapping of TrainConfig fields, but got {self.training!r}")
-        clash = sorted(set(self.training) & set(PROTOCOL_FIELDS))
-        if clash:
-            raise ValueError(f"`training` may not set {clash}: the protocol sets them for each row (use the top-level "
-                             "fields model, seed, device, dtype, bins, label_smoothing, lambdas)")
-        self.train_config("sft", completion_only=True)  # unknown or invalid training fields fail at submit time
+            raise ValueError("lambdas: `rcft` needs at least one value")
+        self.train_config("sft", completion_only=True)  # cross-field checks of the training settings, at submit time
 
     def train_config(self, objective: Objective, completion_only: bool, **overrides: Any) -> TrainConfig:
         """The fine-tuning settings of one trained row."""

@@ -8,40 +8,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
 from lab.config import ConfigMixin, doc
 from lab.data import DATASETS, MCQRecord, load_records
 from lab.errors import Stopped
 from lab.events import EventWriter
-from lab.templates import default_template, get_template
+from lab.limits import DEVICE, MAX_ROWS, MAX_TOKENS, MAX_TOP_K, SEED, SPLIT, Dtype
+from lab.templates import TEMPLATES, default_template, get_template
 
 
 @dataclass
 class ExtractConfig(ConfigMixin):
-    model: str = field(default="bundled", metadata=doc("the teacher: 'bundled', a directory or a hub id"))
-    adapter: Optional[str] = field(default=None, metadata=doc("its LoRA adapter, if any"))
-    dataset: str = field(default="csqa", metadata=doc("registered dataset name"))
-    data_files: list[str] = field(default_factory=list, metadata=doc("local files: PATH or SPLIT=PATH"))
-    split: str = field(default="train", metadata=doc("split (or SOURCE:PART)"))
-    limit: Optional[int] = field(default=None, metadata=doc("first N examples"))
-    template: Optional[str] = field(default=None, metadata=doc("letter template; default depends on dataset"))
-    k: int = field(default=5, metadata=doc("tokens kept per position"))
-    logprob_dtype: str = field(default="float16", metadata=doc("stored log-prob width: float16 or float32"))
+    model: str = field(default="bundled", metadata=doc("the teacher: 'bundled', a directory or a hub id", role="model"))
+    adapter: Optional[str] = field(default=None, metadata=doc("its LoRA adapter, if any", role="dir"))
+    dataset: str = field(default="csqa", metadata=doc("registered dataset name", role="name", registry=DATASETS))
+    data_files: list[str] = field(default_factory=list, metadata=doc("local files: PATH or SPLIT=PATH",
+                                                                     role="data_files"))
+    split: str = field(default="train", metadata=doc("split (or SOURCE:PART)", **SPLIT))
+    limit: Optional[int] = field(default=None, metadata=doc("first N examples", ge=1, le=MAX_ROWS))
+    template: Optional[str] = field(default=None, metadata=doc("letter template; default depends on dataset",
+                                                               role="name", registry=TEMPLATES))
+    k: int = field(default=5, metadata=doc("tokens kept per position", ge=1, le=MAX_TOP_K))
+    logprob_dtype: Literal["float16", "float32"] = field(default="float16", metadata=doc(
+        "stored log-prob width: float16 or float32"))
     completion_only: bool = field(default=True, metadata=doc("sequences as the student will be trained on them"))
-    max_length: int = field(default=512, metadata=doc("longer examples are dropped"))
-    seed: int = field(default=0, metadata=doc("seed for split carving"))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda"))
-    dtype: str = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
+    max_length: int = field(default=512, metadata=doc("longer examples are dropped", ge=1, le=MAX_TOKENS))
+    seed: int = field(default=0, metadata=doc("seed for split carving", **SEED))
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda", **DEVICE))
+    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
 
     def __post_init__(self) -> None:
-        DATASETS.get(self.dataset)
-        if not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"Expected `k` to be an integer larger than 0, but got {self.k!r}")
         if self.template is None:
             self.template = default_template(self.dataset, "letter")
         if get_template(self.template).kind != "letter":
-            raise ValueError(f"Expected a letter template, but {self.template!r} is a cloze template")
+            raise ValueError(f"template: extraction needs a letter template, but {self.template!r} is a cloze template")
 
 
 def extract_records(loaded, records: Sequence[MCQRecord], template: str, out_dir: Path, *, k: int, logprob_dtype: str,

@@ -1,0 +1,231 @@
+"""Every file a job config names, resolved to concrete files and checked before the job is queued.
+
+The fields that name files are found from the config classes' own declarations (a field whose
+role is ``data_files``, ``files``, ``dir``, ``temperature`` or ``model``, in nested entries too),
+never from a list of key names kept here. Each value is turned into concrete, realpath-resolved
+files: ``~`` expanded, a glob expanded and *every match* checked, a folder listed and every file
+in it checked, ``SPLIT=PATH`` kept with its split, ``..`` and symlinks followed to where they
+lead. With ``roots`` (a config from a browser) every one of them must lie inside a root, and a
+glob's fixed folder is checked before it is listed, so a refusal never tells what exists
+outside. The resolved config is what the job store keeps and the worker reads; since its
+entries are existing files, the loader takes them literally and never globs again.
+
+Only the shapes :func:`lab.config.validate` lets through arrive here (text, lists of text,
+numbers for a temperature): a mapping, a nested list or an alias never reaches a path check.
+"""
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from lab.config import PATH_ROLES, ConfigError, validate, walk
+from lab.data import DATASETS, DataError
+from lab.data.loaders import list_folder, split_entry
+
+MAX_FILES = 10_000  # files one config may resolve to (a glob over a huge tree is refused, not walked)
+MAX_TREE = 10_000  # entries of a model or adapter folder checked for symlinks leading out
+DATA_EXTENSIONS = (".jsonl", ".json", ".csv")
+PAIR_EXTENSIONS = (".jsonl", ".json")
+# A Hugging Face repo id: org/name or name, letters, digits, "-", "_", "." (no "..", no "--").
+HUB_ID = re.compile(r"(?!.*(\.\.|--))[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
+BUNDLED = "bundled"
+
+
+class PathNotAllowed(ConfigError):
+    """A config names a file outside the folders this server may read."""
+
+
+class Policy:
+    """Where files may be: anywhere this process can read (``roots`` None), or inside ``roots``."""
+
+    def __init__(self, roots: Optional[Iterable[Path]]) -> None:
+        self.roots = None if roots is None else [Path(os.path.realpath(os.path.expanduser(r))) for r in roots]
+
+    def check(self, field: str, real: Path, given: str) -> None:
+        if self.roots is None or any(real == r or r in real.parents for r in self.roots):
+            return
+        allowed = ", ".join(map(str, self.roots))
+        raise PathNotAllowed(f"{field}: {given!r} leads outside the folders this server may read ({allowed}). "
+                             "Upload the file on the launch page, or ask the operator to start the app with "
+                             "--allow-path for its folder.")
+
+    def check_tree(self, field: str, folder: Path, given: str) -> None:
+        """Every entry of ``folder`` (a model, an adapter) resolves inside the roots: no symlink leads out."""
+        if self.roots is None:
+            return
+        seen = 0
+        for parent, dirs, files in os.walk(folder):
+            for name in itertools.chain(dirs, files):
+                seen += 1
+                if seen > MAX_TREE:
+                    raise ConfigError(f"{field}: {given!r} holds more than {MAX_TREE:,} entries; is it a model folder?")
+                self.check(field, Path(os.path.realpath(os.path.join(parent, name))), given)
+
+
+def _real(text: str) -> Path:
+    return Path(os.path.realpath(os.path.expanduser(text)))
+
+
+def _glob_root(pattern: str) -> str:
+    """The folder a glob is listed from: its path up to the first component with a wildcard."""
+    parts = Path(pattern).parts
+    fixed = parts[: next(i for i, p in enumerate(parts) if glob.has_magic(p))]
+    return str(Path(*fixed)) if fixed else "."
+
+
+def _expand(field: str, given: str, extensions: tuple[str, ...], policy: Policy) -> list[Path]:
+    """One entry (a file, a folder or a glob) as checked, realpath-resolved files."""
+    text = os.path.expanduser(given)
+    literal = os.path.lexists(text) or not glob.has_magic(text)
+    if literal:
+        candidates = [text]
+    else:
+        parts = Path(text).parts
+        first_wild = next(i for i, p in enumerate(parts) if glob.has_magic(p))
+        if ".." in parts[first_wild:]:  # glob would list the folder it climbs to before any check could
+            raise ConfigError(f"{field}: {given!r} has '..' after a wildcard; write the folder out instead")
+        policy.check(field, _real(_glob_root(text)), given)  # before anything in it is listed
+        candidates = list(itertools.islice(glob.iglob(text, recursive=True), MAX_FILES + 1))
+        if len(candidates) > MAX_FILES:
+            raise ConfigError(f"{field}: {given!r} matches more than {MAX_FILES:,} files")
+        if not candidates:
+            raise ConfigError(f"{field}: no files match the pattern {given!r}")
+    files: list[Path] = []
+    for candidate in sorted(candidates):
+        real = _real(candidate)
+        policy.check(field, real, given)  # every match, before it is opened or listed
+        if real.is_dir():
+            try:
+                listed = list_folder(real, extensions, given)
+            except DataError as e:
+                raise ConfigError(f"{field}: {e}") from None
+            for path in listed:
+                resolved = _real(str(path))
+                policy.check(field, resolved, given)
+                files.append(resolved)
+        elif real.is_file():
+            files.append(real)
+        elif literal:
+            raise ConfigError(f"{field}: file not found: {given!r}")
+    for path in files:
+        if glob.has_magic(str(path)):
+            raise ConfigError(f"{field}: {str(path)!r} has a wildcard character (*, ? or [) in its name; rename it")
+    return files
+
+
+def _dataset_extensions(holder: dict[str, Any], owner: type) -> tuple[str, ...]:
+    """The file extensions a folder of the holder's dataset is listed by."""
+    default = next((f.default for f in fields(owner) if f.name == "dataset"), None)
+    name = holder.get("dataset", default)
+    return DATASETS.get(name).extensions if isinstance(name, str) and name in DATASETS else DATA_EXTENSIONS
+
+
+def _data_files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
+    extensions = _dataset_extensions(holder, owner)
+    out: list[str] = []
+    for i, entry in enumerate(value):
+        split, given = split_entry(entry)
+        out += [f"{split}={p}" if split else str(p) for p in _expand(f"{field}[{i}]", given, extensions, policy)]
+        if len(out) > MAX_FILES:
+            raise ConfigError(f"{field}: resolves to more than {MAX_FILES:,} files")
+    return out
+
+
+def _files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
+    out = [str(p) for i, entry in enumerate(value) for p in _expand(f"{field}[{i}]", entry, PAIR_EXTENSIONS, policy)]
+    if len(out) > MAX_FILES:
+        raise ConfigError(f"{field}: resolves to more than {MAX_FILES:,} files")
+    return out
+
+
+def _dir(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
+    real = _real(value)
+    policy.check(field, real, value)
+    if not real.is_dir():
+        raise ConfigError(f"{field}: {value!r} is not a folder on this machine")
+    policy.check_tree(field, real, value)
+    return str(real)
+
+
+def _temperature(field: str, value: Any, holder: dict[str, Any], owner: type, policy: Policy) -> Any:
+    if isinstance(value, float):
+        return value
+    try:
+        number = float(value)  # "1.5" from a text box or the command line
+    except ValueError:
+        pass
+    else:
+        if not (number > 0 and number != float("inf")):
+            raise ConfigError(f"{field}: must be a temperature > 0, got {value!r}")
+        return number
+    real = _real(value)
+    policy.check(field, real, value)
+    if real.is_dir():
+        from lab.temperature import TEMPERATURE_FILE
+
+        real = _real(str(real / TEMPERATURE_FILE))
+        policy.check(field, real, value)
+    if not real.is_file():
+        raise ConfigError(f"{field}: no temperature file at {value!r}: fit one first (the CFT job's ts/ folder or "
+                          "the temperature lab's Save button writes one)")
+    return str(real)
+
+
+def looks_like_path(value: str) -> bool:
+    return value.startswith(("/", ".", "~")) or os.path.lexists(value)
+
+
+def _model(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
+    if value == BUNDLED:
+        return value
+    if looks_like_path(value):
+        real = _real(value)
+        policy.check(field, real, value)
+        if not real.is_dir():
+            raise ConfigError(f"{field}: {value!r} is not a model folder on this machine")
+        policy.check_tree(field, real, value)
+        return str(real)
+    if not HUB_ID.fullmatch(value):
+        raise ConfigError(f"{field}: {value!r} is neither 'bundled', a model folder, nor a Hugging Face hub id "
+                          "(org/name)")
+    _check_hub_model(field, value)
+    return value
+
+
+def _check_hub_model(field: str, name: str) -> None:
+    """A hub id this machine cannot load — not in the Hugging Face cache, the hub unreachable — is
+    refused now, instead of failing seconds after the job starts."""
+    from huggingface_hub import try_to_load_from_cache
+
+    from lab.hub import hub_reachable
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str) or hub_reachable():
+        return
+    raise ConfigError(f"{field}: unknown model {name!r}: not a local folder, not in the Hugging Face cache, and the "
+                      "hub cannot be reached from this machine. Use 'bundled', a folder under the runs folder, or a "
+                      "hub id once online.")
+
+
+RESOLVERS: dict[str, Callable[..., Any]] = {"data_files": _data_files, "files": _files, "dir": _dir,
+                                            "temperature": _temperature, "model": _model}
+assert set(RESOLVERS) == set(PATH_ROLES)
+
+
+def resolve_paths(cls: type, values: dict[str, Any], roots: Optional[Iterable[Path]] = None) -> dict[str, Any]:
+    """``values`` (already through :func:`lab.config.validate`) with every file-naming field
+    resolved; with ``roots``, anything that leads outside them raises :class:`PathNotAllowed`."""
+    policy = Policy(roots)
+    for field, spec, holder, key, owner in walk(cls, values):
+        if spec.role in RESOLVERS and holder[key] is not None:
+            holder[key] = RESOLVERS[spec.role](field, holder[key], holder, owner, policy)
+    return values
+
+
+def checked_config(cls: type, values: Any, roots: Optional[Iterable[Path]] = None) -> dict[str, Any]:
+    """Validated, then resolved: the keyword arguments of ``cls`` for a config from anywhere."""
+    return resolve_paths(cls, validate(cls, values), roots)

@@ -1,0 +1,278 @@
+"""Hostile configs: the path policy over every config class and every value shape, a fuzz of
+path strings that must never yield (or open) a file outside the allowed folders, and bounded
+YAML. Every config from a browser goes through ``parse_config(values, roots)``."""
+import dataclasses
+import json
+import os
+import random
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+from lab.config import PATH_ROLES, ConfigError, spec_of, unwrap_optional, walk
+from lab.paths import PathNotAllowed
+from lab.run import JOB_KINDS, parse_config
+from lab import yamlio
+from lab.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml
+from ui.context import LabContext
+
+QUESTION = json.dumps({"question": "2+2?", "choices": ["4", "5"], "answer": "A"}) + "\n"
+# Fields declared free text: shown or scored, never opened. A new one must be added here on purpose.
+FREE_TEXT = {("CompareConfig", "question"), ("CompareConfig", "options"), ("CompareModel", "label")}
+
+
+def config_classes() -> list[type]:
+    """Every job kind's config class and every entry schema nested in one."""
+    seen: list[type] = []
+    stack = [JOB_KINDS.get(name).config for name in JOB_KINDS]
+    while stack:
+        cls = stack.pop()
+        if cls not in seen:
+            seen.append(cls)
+            stack += [spec_of(f).entries for f in dataclasses.fields(cls) if spec_of(f).entries]
+    return seen
+
+
+def _kind_of(hint):
+    hint, _ = unwrap_optional(hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list:
+        return "list", unwrap_optional(args[0])[0]
+    return "one", hint
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """runs/ (allowed) with data, a model folder and symlinks leading out to secret/ (not allowed)."""
+    root, secret = tmp_path / "runs", tmp_path / "secret"
+    (root / "data" / "sub").mkdir(parents=True)
+    secret.mkdir()
+    (root / "data" / "q.jsonl").write_text(QUESTION)
+    (root / "data" / "sub" / "r.jsonl").write_text(QUESTION)
+    (secret / "secret.jsonl").write_text(json.dumps({"question": "SECRET", "choices": ["a", "b"], "answer": 0}))
+    (secret / "creds.csv").write_text("user,password\nroot,hunter2\n")
+    (secret / "temperature.json").write_text('{"temperature": 2.0}')
+    (root / "link").symlink_to(secret)
+    (root / "data" / "linked.jsonl").symlink_to(secret / "secret.jsonl")
+    (root / "model").mkdir()
+    (root / "model" / "config.json").write_text("{}")
+    (root / "badmodel").mkdir()
+    (root / "badmodel" / "config.json").symlink_to(secret / "creds.csv")
+    return root, secret
+
+
+# ---------------------------------------------------------------- declarations
+@pytest.mark.parametrize("cls", config_classes(), ids=lambda c: c.__name__)
+def test_every_field_declares_what_it_is(cls):
+    """A field that takes text must say what the text is; numbers have both bounds; nested
+    mappings have a schema. A new path field cannot be added without the resolver seeing it."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        spec, (shape, base) = spec_of(f), _kind_of(hints[f.name])
+        where = f"{cls.__name__}.{f.name}"
+        if base is str:
+            assert spec.role in (*PATH_ROLES, "name", "text"), f"{where} takes text but declares no role"
+            if spec.role == "name":
+                assert spec.registry is not None or spec.pattern, f"{where}: a name needs a registry or a pattern"
+            if spec.role == "text":
+                assert (cls.__name__, f.name) in FREE_TEXT, f"{where} is free text: is it really never opened?"
+        elif base in (int, float):
+            assert (spec.ge is not None or spec.gt is not None) and (spec.le is not None or spec.lt is not None), \
+                f"{where} is a number without both bounds"
+        elif typing.get_origin(base) is dict or base is dict:
+            assert spec.entries is not None, f"{where} is a mapping without an entry schema"
+        else:
+            assert base is bool or typing.get_origin(base) is typing.Literal, f"{where}: unchecked type {base!r}"
+
+
+@pytest.mark.parametrize("cls", [JOB_KINDS.get(n).config for n in JOB_KINDS], ids=lambda c: c.__name__)
+def test_every_text_field_given_an_outside_path_is_refused_or_is_free_text(cls, tree):
+    """The dynamic half of the policy: put a path outside the roots into each text field of a
+    kind (nested entries too); unless the field is declared free text, the config is refused."""
+    root, secret = tree
+    canary = str(secret / "secret.jsonl")
+    base = {"question": "Q?"} if cls.__name__ == "CompareConfig" else {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        spec, (shape, kind) = spec_of(f), _kind_of(hints[f.name])
+        if spec.entries is not None:
+            entry_hints = typing.get_type_hints(spec.entries)
+            for g in dataclasses.fields(spec.entries):
+                if g.name in spec.exclude or _kind_of(entry_hints[g.name])[1] is not str:
+                    continue
+                entry = {"dataset": "custom"} if "dataset" in entry_hints else {"model": "bundled"}
+                entry[g.name] = [canary] if _kind_of(entry_hints[g.name])[0] == "list" else canary
+                value = entry if typing.get_origin(unwrap_optional(hints[f.name])[0]) is dict else [entry]
+                _assert_refused_or_free(cls, spec.entries, g, {**base, f.name: value}, root)
+        elif kind is str:
+            _assert_refused_or_free(cls, cls, f, {**base, f.name: [canary] if shape == "list" else canary}, root)
+
+
+def _assert_refused_or_free(kind_cls, owner, f, config, root):
+    kind = next(n for n in JOB_KINDS if JOB_KINDS.get(n).config is kind_cls)
+    if (owner.__name__, f.name) in FREE_TEXT:
+        return
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"kind": kind, **config}, [root])
+    if spec_of(f).role in PATH_ROLES:
+        assert isinstance(refused.value, PathNotAllowed), f"{owner.__name__}.{f.name}: {refused.value}"
+
+
+# ---------------------------------------------------------------- the defects found
+def test_globs_climbing_out_and_mappings_are_refused_before_queueing(tree):
+    root, secret = tree
+    ctx = LabContext(root)
+    attacks = [
+        {"kind": "evaluate", "dataset": "custom", "data_files": [f"{root}/*/../../secret/secret.jsonl"]},
+        {"kind": "evaluate", "dataset": "custom", "data_files": [f"{root}/*/../../../../etc/passwd"]},
+        {"kind": "evaluate", "dataset": "custom", "data_files": {str(secret / "creds.csv"): "x"}},
+        {"kind": "evaluate", "dataset": "custom", "data_files": [{str(secret / "creds.csv"): "x"}]},
+        {"kind": "evaluate", "dataset": "custom", "data_files": [[str(secret / "creds.csv")]]},
+        {"kind": "cft", "in_domain": [{"dataset": "custom", "data_files": {str(secret / "creds.csv"): "x"}}]},
+        {"kind": "evaluate", "dataset": "custom", "data_files": [f"{root}/link/*.jsonl"]},
+        {"kind": "evaluate", "dataset": "custom", "data_files": [f"{root}/data/*.jsonl"]},  # linked.jsonl leads out
+        {"kind": "evaluate", "dataset": "custom", "data_files": [f"{root}/**/*.jsonl"]},
+        {"kind": "evaluate", "dataset": "custom", "data_files": [f"test={root}/link/secret.jsonl"]},
+        {"kind": "evaluate", "dataset": "custom", "data_files": [str(root / "data")]},  # a folder holding the link
+        {"kind": "evaluate", "model": str(root / "badmodel")},  # a symlink inside a model folder
+        {"kind": "evaluate", "temperature": str(root / "link")},
+        {"kind": "compare", "question": "Q?", "models": [{"model": "bundled", "adapter": str(secret)}]},
+        {"kind": "cft", "preferences": [str(root / "link" / "*")]},
+        {"kind": "evaluate", "data_files": ["~/.bashrc"]},
+    ]
+    for config in attacks:
+        with pytest.raises(ConfigError) as refused:
+            ctx.submit(config)
+        message = str(refused.value)
+        assert "hunter2" not in message and "SECRET" not in message and "user,password" not in message
+        assert message.split(":")[0] in ("data_files", "data_files[0]", "in_domain[0].data_files", "model",
+                                         "temperature", "models[0].adapter", "preferences[0]"), message
+    assert ctx.store.list() == []
+
+
+def test_the_stored_job_holds_the_resolved_files_and_the_worker_reads_only_those(tree):
+    root, _ = tree
+    (root / "data" / "linked.jsonl").unlink()
+    ctx = LabContext(root)
+    job = ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": [f"test={root}/data/*.jsonl",
+                                                                              str(root / "data" / "sub")]})
+    stored = job.config_dict["data_files"]
+    assert stored == [f"test={(root / 'data' / 'q.jsonl').resolve()}", str((root / "data" / "sub" / "r.jsonl").resolve())]
+    # The worker parses the stored config again: the same concrete files, no glob left to expand.
+    (root / "data" / "later.jsonl").write_text(QUESTION)
+    _, cfg = parse_config(job.config_dict)
+    assert cfg.data_files == stored
+
+
+def test_paths_inside_the_roots_resolve_through_dots_and_home(tree, monkeypatch):
+    root, _ = tree
+    monkeypatch.setenv("HOME", str(root))
+    _, cfg = parse_config({"kind": "evaluate", "dataset": "custom", "model": str(root / "model" / ".." / "model"),
+                           "data_files": ["~/data/q.jsonl"], "temperature": "1.5"}, [root])
+    assert cfg.data_files == [str((root / "data" / "q.jsonl").resolve())]
+    assert cfg.model == str((root / "model").resolve()) and cfg.temperature == 1.5
+
+
+def test_hub_ids_are_names_not_paths(tree, monkeypatch):
+    root, _ = tree
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for bad in ("a/../b", "org/name/extra", "a--b/c", "-x/y", "org/na me"):
+        with pytest.raises(ConfigError, match="neither 'bundled'"):
+            parse_config({"kind": "evaluate", "model": bad}, [root])
+    with pytest.raises(ConfigError, match="unknown model 'no-such-org/no-such-model'"):
+        parse_config({"kind": "evaluate", "model": "no-such-org/no-such-model"}, [root])
+
+
+# ---------------------------------------------------------------- the fuzz
+PIECES = ["..", "*", "**", "?", "[a-z]*", "link", "data", "sub", "secret", "q.jsonl", "secret.jsonl", "linked.jsonl",
+          "*.jsonl", ".", "~", "etc", "passwd", "model", "badmodel", "temperature.json"]
+
+
+def _random_path(rng: random.Random, root: Path) -> str:
+    start = rng.choice([str(root), str(root.parent), "/", "~", ".", "", "test=" + str(root), "train=/"])
+    parts = [rng.choice(PIECES) for _ in range(rng.randint(0, 5))]
+    return "/".join([start, *parts]) if start else "/".join(parts)
+
+
+def _random_shape(rng: random.Random, path: str):
+    return rng.choice([path, [path], [path, path], {path: 1}, [[path]], [{path: path}], {"a": [path]}, 7, None])
+
+
+def _fields_with_roles(cls):
+    hints = typing.get_type_hints(cls)
+    return [(f.name, spec_of(f)) for f in dataclasses.fields(cls)
+            if spec_of(f).role in PATH_ROLES or spec_of(f).entries is not None
+            if _kind_of(hints[f.name])[1] is not bool]
+
+
+def test_fuzzed_paths_never_resolve_to_or_open_a_file_outside(tree, monkeypatch):
+    """2,000 random configs: each path field (nested entries too) gets a random path in a random
+    shape. Whatever is accepted resolves only to files inside the root, and no file outside is
+    opened while configs are checked (an audit hook watches every open). A glob may still list a
+    folder that a symlink inside the root points to; what it finds there is refused, unnamed."""
+    root, secret = tree
+    monkeypatch.setenv("HOME", str(secret))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    touched: list[str] = []
+
+    def audit(event: str, args: tuple) -> None:
+        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            path = os.fsdecode(args[0])
+            if path and str(secret) in os.path.realpath(path):
+                touched.append(f"{event} {path}")
+
+    sys.addaudithook(audit)
+    rng = random.Random(0)
+    kinds = [n for n in JOB_KINDS]
+    accepted = 0
+    for _ in range(2000):
+        kind = rng.choice(kinds)
+        cls = JOB_KINDS.get(kind).config
+        name, spec = rng.choice(_fields_with_roles(cls))
+        path = _random_path(rng, root)
+        if spec.entries is not None:
+            entry_fields = [n for n, s in _fields_with_roles(spec.entries) if n not in spec.exclude]
+            if not entry_fields:
+                continue
+            entry = {"dataset": "custom"} if kind in ("cft", "first") else {"model": "bundled"}
+            entry[rng.choice(entry_fields)] = _random_shape(rng, path)
+            value = [entry] if name != "training" else entry
+        else:
+            value = _random_shape(rng, path)
+        config = {"kind": kind, name: value, **({"question": "Q?"} if kind == "compare" else {})}
+        try:
+            _, parsed = parse_config(config, [root])
+        except ConfigError:
+            continue
+        accepted += 1
+        for field, fspec, holder, key, _ in walk(cls, parsed.to_dict()):
+            values = holder[key] if isinstance(holder[key], list) else [holder[key]]
+            for v in values:
+                if fspec.role in PATH_ROLES and isinstance(v, str) and v != "bundled":
+                    real = os.path.realpath(v.split("=", 1)[1] if "=" in v and not os.path.exists(v) else v)
+                    assert real.startswith(str(root.resolve())), f"{config} → {field} = {v}"
+    assert touched == [] and accepted > 50, (touched[:20], accepted)
+
+
+# ---------------------------------------------------------------- bounded YAML
+def test_yaml_alias_bombs_size_depth_and_encoding_are_refused_at_once(monkeypatch):
+    bomb = "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n" \
+           "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nkind: evaluate\n"
+    with pytest.raises(ConfigError, match="anchors and aliases"):
+        load_yaml(bomb)
+    with pytest.raises(ConfigError, match=f"the limit is {MAX_BYTES:,} bytes"):
+        load_yaml("kind: evaluate\n" + "# padding\n" * (MAX_BYTES // 10 + 1))
+    with pytest.raises(ConfigError, match=f"nested more than {MAX_DEPTH} levels"):
+        load_yaml("data_files: " + "[" * 5000 + "]" * 5000)
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 0xff at position 6\)"):
+        load_yaml(b"kind: \xffevaluate")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml("kind: [evaluate")
+    monkeypatch.setattr(yamlio, "MAX_NODES", 1000)
+    with pytest.raises(ConfigError, match="more than 1,000 values"):
+        load_yaml("kind: evaluate\ndata_files:\n" + "- x\n" * 1000)
+    monkeypatch.setattr(yamlio, "BUDGET_S", 0.0)
+    with pytest.raises(ConfigError, match="took more than 0 s to parse"):
+        load_yaml("kind: evaluate\n")
