@@ -1,6 +1,6 @@
 """Calibration Lab web app: ``python app.py [--host H] [--port P] [--auth user:pass] [--allow-path DIR]``.
 
-The server runs the job scheduler in a background thread; jobs are processes of their own, so
+The server runs the job scheduler in a background thread, started anew should it ever end; jobs are processes of their own, so
 they go on when the browser closes or the server stops, and the next start reconciles the
 table with them. Pages live in ``ui/``; this file only reads the command line and serves them.
 
@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from jobs.scheduler import Scheduler
+from jobs.scheduler import Scheduler, start_in_background
 from ui.app import build
 from ui.context import LabContext
 from ui.messages import CSS
@@ -64,8 +64,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()))
     ctx.exports.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    scheduler = Scheduler(ctx.store, cpu_slots=args.cpu_slots)
-    threading.Thread(target=scheduler.run_forever, args=(stop,), name="scheduler", daemon=True).start()
+    start_in_background(Scheduler(ctx.store, cpu_slots=args.cpu_slots), stop)
     try:
         # Gradio serves only its own uploads and what handlers return from allowed_paths: here the
         # CSV/HTML exports the Results and Reliability pages write, and nothing else of runs/.

@@ -1,4 +1,4 @@
-"""Worker processes: is this pid still our job, and stopping a whole process tree.
+"""Worker processes: is this pid still our job, stopping a whole process tree, and reaping our own.
 
 A job is its own session (process group), so one signal reaches every process it started; we
 also walk psutil's child list, because a child may have started a session of its own (as
@@ -6,6 +6,7 @@ also walk psutil's child list, because a child may have started a session of its
 """
 from __future__ import annotations
 
+import os
 import signal
 from typing import Optional
 
@@ -25,6 +26,25 @@ def job_process(pid: Optional[int], started: Optional[float]) -> Optional[psutil
         return proc
     except psutil.Error:
         return None
+
+
+def reap(pid: Optional[int], started: Optional[float]) -> None:
+    """Collect the exit status of ``pid`` if it is this process's child and has ended, so it leaves
+    no ``<defunct>`` entry behind; a live process, or anyone else's, is left alone. A ``Popen``
+    still holding it then reads exit code 0 (``ECHILD``), so reap only once the job's end is being
+    recorded without its exit code (as ``cancel`` does)."""
+    if pid is None:
+        return
+    try:
+        proc = psutil.Process(pid)
+        ours = proc.ppid() == os.getpid() and (started is None or abs(proc.create_time() - started) <= 1e-3)
+    except psutil.Error:
+        return
+    if ours:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass  # reaped meanwhile, by its Popen or by psutil's wait
 
 
 def process_tree(proc: psutil.Process) -> list[psutil.Process]:

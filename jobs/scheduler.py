@@ -8,15 +8,27 @@ the process is still ours, and ``result.json`` says how it ended. Claiming devic
 
 Queue policy: queue order, first fit — a queued job that cannot start yet (its GPUs are busy)
 does not hold back a later one that can. With no GPU, ``cpu_slots`` CPU jobs run at once (1).
+
+Nothing one job does stops the queue: an error while starting, watching or finishing a job (a run
+directory that cannot be written, say) fails that job with a reason and the tick goes on; an error
+in a whole tick is logged and the next tick runs; ``start_in_background`` starts a new scheduler
+thread should one ever end while the server runs. Every tick ends with a heartbeat in the store, so
+the Jobs page can say when no scheduler is running.
 """
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 import subprocess
+import sys
+import tempfile
 import threading
 import time
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import psutil
 
@@ -24,11 +36,12 @@ from lab.events import EVENTS_FILE, EventWriter
 from lab.run import CONFIG_FILE, RESULT_FILE, STOP_FILE
 from jobs import failures, preflight
 from jobs.launch import Launch, build_command, job_env, visible_gpus
-from jobs.process import job_process, terminate_tree
+from jobs.process import job_process, reap, terminate_tree
 from jobs.store import Job, JobStore
 
 Launcher = Callable[[Job, Launch], list[str]]
 STARTUP_TIMEOUT_S = 60.0  # a claimed job with no pid after this long lost its scheduler mid-start
+RESTART_AFTER_S = 1.0  # a scheduler thread that keeps dying must not spin
 
 
 def default_launcher(job: Job, launch: Launch) -> list[str]:
@@ -36,29 +49,84 @@ def default_launcher(job: Job, launch: Launch) -> list[str]:
     return build_command(run_dir / CONFIG_FILE, run_dir, launch)
 
 
+def _run_dir_reason(e: OSError, run_dir: Path) -> str:
+    """What went wrong with a run directory, from the error's own fields rather than a traceback:
+    ``cannot write to the run directory /x/runs/00003-evaluate: permission denied (events.jsonl)``."""
+    what = e.strerror or str(e) or type(e).__name__
+    reason = f"cannot write to the run directory {run_dir}: {what[:1].lower() + what[1:]}"
+    path = Path(os.fsdecode(e.filename)) if e.filename is not None else run_dir
+    if path == run_dir:
+        return reason
+    return f"{reason} ({path.relative_to(run_dir) if path.is_relative_to(run_dir) else path})"
+
+
+def _write_problem(run_dir: Path) -> Optional[str]:
+    """Why a worker could not write its files in ``run_dir`` (its events, a new file), or None if it can."""
+    try:
+        with open(run_dir / EVENTS_FILE, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        return _run_dir_reason(e, run_dir)
+    try:
+        fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write-check-")
+    except OSError as e:  # the probe's random name would mean nothing to a user: the directory is the news
+        return _run_dir_reason(OSError(e.errno, e.strerror), run_dir)
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def _read_result(run_dir: Path) -> Optional[dict[str, Any]]:
+    """``result.json``; None when absent, torn or unreadable (``_write_problem`` then says why)."""
+    try:
+        return json.loads((run_dir / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _log_tail(run_dir: Path) -> str:
+    try:
+        return failures.log_tail(run_dir)
+    except OSError:
+        return ""  # unreadable: the summary falls back to the exit code
+
+
+def _emit_ended(run_dir: Path, status: str, error: Optional[str]) -> None:
+    """Best effort: the store row is the record, and the run directory may be what went wrong."""
+    try:
+        EventWriter(run_dir / EVENTS_FILE).emit("ended", status=status, error=error)
+    except OSError:
+        pass
+
+
+def _log_error(what: str) -> None:
+    """The current exception, with its traceback, on stderr: for whoever runs the server."""
+    print(f"scheduler: {what}; carrying on", file=sys.stderr, flush=True)
+    traceback.print_exc(file=sys.stderr)
+
+
 def finish(store: JobStore, job: Job, returncode: Optional[int] = None) -> Optional[Job]:
     """Record how a job whose process is gone ended; None if someone else recorded it first."""
     run_dir = Path(job.run_dir)
-    try:
-        result = json.loads((run_dir / RESULT_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        result = None
+    result = _read_result(run_dir)
     if result is not None:
         status, error = result["status"], result.get("error")
     elif job.cancel_requested:
         status, error = "cancelled", "stopped by request"
     else:
-        status, error = "failed", failures.classify(returncode, failures.log_tail(run_dir))
+        status = "failed"
+        error = _write_problem(run_dir) or failures.classify(returncode, _log_tail(run_dir))
     if not store.update(job.id, only_if_status=("running",), status=status, error=error, finished=time.time()):
         return None
-    EventWriter(run_dir / EVENTS_FILE).emit("ended", status=status, error=error)
+    _emit_ended(run_dir, status, error)
     return store.get(job.id)
 
 
 def cancel(store: JobStore, job_id: int, grace: float = 10.0) -> Job:
     """Stop a job: a queued one at once; a running one cooperatively (``STOP`` file), then with
     SIGTERM to its whole process tree, then SIGKILL — each step waiting up to ``grace`` seconds.
-    Blocks until the job has ended (at most about ``3 × grace``)."""
+    Blocks until the job has ended (at most about ``3 × grace``). A worker that is this process's
+    child is reaped here, so it leaves no ``<defunct>`` entry even if no scheduler ticks again."""
     job = store.get(job_id)
     if job.status == "queued" and store.update(job_id, only_if_status=("queued",), status="cancelled",
                                                error="cancelled before it started", finished=time.time()):
@@ -67,14 +135,18 @@ def cancel(store: JobStore, job_id: int, grace: float = 10.0) -> Job:
     if job.status != "running":
         return job
     store.update(job_id, cancel_requested=1)
-    Path(job.run_dir, STOP_FILE).touch()
-    deadline = time.monotonic() + grace
+    try:
+        Path(job.run_dir, STOP_FILE).touch()
+        deadline = time.monotonic() + grace
+    except OSError:
+        deadline = time.monotonic()  # no STOP file, no cooperative stop to wait for: on to SIGTERM
     while time.monotonic() < deadline and (job.pid is None or job_process(job.pid, job.pid_started)):
         time.sleep(0.1)
         job = store.get(job_id)
     proc = job_process(job.pid, job.pid_started)
     if proc is not None:
         terminate_tree(proc, grace)
+    reap(job.pid, job.pid_started)
     return finish(store, store.get(job_id)) or store.get(job_id)
 
 
@@ -93,38 +165,82 @@ class Scheduler:
         """On start: running jobs whose process is gone ended while nobody watched."""
         for job in self.store.list(("running",)):
             if job_process(job.pid, job.pid_started) is None and job.id not in self.children:
-                if (Path(job.run_dir) / RESULT_FILE).exists():
-                    finish(self.store, job)
-                else:
-                    self.store.update(job.id, only_if_status=("running",), status="interrupted",
-                                      error="the worker was gone when the server restarted", finished=time.time())
+                with self._contained(job):
+                    if (Path(job.run_dir) / RESULT_FILE).exists():
+                        finish(self.store, job)
+                    else:
+                        self.store.update(job.id, only_if_status=("running",), status="interrupted",
+                                          error="the worker was gone when the server restarted", finished=time.time())
 
     def tick(self) -> None:
+        """Reap our workers, watch the others, start what fits; the heartbeat says a tick got through."""
+        self._reap()
         self._watch()
         while self._start_next():
             pass
+        self.store.beat()
 
     def run_forever(self, stop: threading.Event, interval: float = 1.0) -> None:
-        self.reconcile()
+        """Tick every ``interval`` seconds until ``stop`` is set; a tick that fails is logged, not fatal."""
+        try:
+            self.reconcile()
+        except Exception:
+            _log_error("reconciling running jobs failed")
         while not stop.is_set():
-            self.tick()
+            try:
+                self.tick()
+            except Exception:
+                _log_error("a tick failed")
             stop.wait(interval)
 
+    @contextmanager
+    def _contained(self, job: Job) -> Iterator[None]:
+        """An error in handling one job fails that job, with a reason, and the tick goes on.
+
+        A store error is no fault of the job (nor could its failure be recorded): it goes up to the tick.
+        """
+        try:
+            yield
+        except sqlite3.Error:
+            raise
+        except Exception as e:
+            run_dir = Path(job.run_dir)
+            if isinstance(e, OSError):  # the file system's answer: the reason says it all
+                reason = _run_dir_reason(e, run_dir)
+                print(f"scheduler: job {job.id} failed: {reason}", file=sys.stderr, flush=True)
+            else:  # a bug: its traceback is for whoever runs the server
+                reason = f"the scheduler failed on this job: {type(e).__name__}: {e}"
+                _log_error(f"job {job.id} failed in the scheduler")
+            if self.store.update(job.id, only_if_status=("running",), status="failed", error=reason,
+                                 finished=time.time()):
+                _emit_ended(run_dir, "failed", reason)
+
+    def _reap(self) -> None:
+        """Poll every worker this scheduler started, whatever the store says of its job: one that
+        ended is reaped here (else it stays ``<defunct>``, say after ``cancel`` or another scheduler
+        recorded it), and its job finished if nobody has yet."""
+        for job_id, popen in list(self.children.items()):
+            returncode = popen.poll()
+            if returncode is None:
+                continue
+            del self.children[job_id]
+            job = self.store.get(job_id)
+            if job.status == "running":
+                with self._contained(job):
+                    finish(self.store, job, returncode)
+
     def _watch(self) -> None:
+        """Running jobs that are not our children: started by another scheduler, or before a restart."""
         for job in self.store.list(("running",)):
-            popen = self.children.get(job.id)
-            if popen is not None:
-                returncode = popen.poll()
-                if returncode is None:
-                    continue
-                del self.children[job.id]
-                finish(self.store, job, returncode)
-            elif job.pid is None:
-                if job.started and time.time() - job.started > STARTUP_TIMEOUT_S:
-                    self.store.update(job.id, only_if_status=("running",), status="interrupted",
-                                      error="its scheduler stopped while starting it", finished=time.time())
-            elif job_process(job.pid, job.pid_started) is None:
-                finish(self.store, job)
+            if job.id in self.children:
+                continue
+            with self._contained(job):
+                if job.pid is None:
+                    if job.started and time.time() - job.started > STARTUP_TIMEOUT_S:
+                        self.store.update(job.id, only_if_status=("running",), status="interrupted",
+                                          error="its scheduler stopped while starting it", finished=time.time())
+                elif job_process(job.pid, job.pid_started) is None:
+                    finish(self.store, job)
 
     def _claim(self) -> Optional[tuple[Job, tuple[int, ...]]]:
         """Atomically pick the first queued job that fits and mark it running on its devices."""
@@ -152,26 +268,57 @@ class Scheduler:
         return None
 
     def _start_next(self) -> bool:
+        """Claim the next job that fits and start it; False when none could be claimed."""
         claimed = self._claim()
         if claimed is None:
             return False
         job, gpus = claimed
+        with self._contained(job):
+            self._start(job, gpus)
+        return True
+
+    def _start(self, job: Job, gpus: tuple[int, ...]) -> None:
         run_dir = Path(job.run_dir)
+        # Not best effort, unlike ``ended``: where the scheduler cannot write, neither can the worker,
+        # so the job fails now, saying why, rather than seconds into its run.
         events = EventWriter(run_dir / EVENTS_FILE)
         for warning in preflight.check(job.kind, job.config_dict, gpus):
             events.emit("warning", message=warning)
         events.emit("queued_start", devices=list(gpus) or "cpu")
-        try:
-            with open(run_dir / failures.LOG_FILE, "ab") as log:
+        with open(run_dir / failures.LOG_FILE, "ab") as log:
+            try:
                 popen = subprocess.Popen(self.launcher(job, Launch(gpus=gpus)), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=job_env(gpus), start_new_session=True)
-        except OSError as e:
-            self.store.update(job.id, status="failed", error=f"could not start the worker: {e}", finished=time.time())
-            return True
+            except OSError as e:
+                self.store.update(job.id, status="failed", error=f"could not start the worker: {e}",
+                                  finished=time.time())
+                return
         self.children[job.id] = popen
         try:
             created = psutil.Process(popen.pid).create_time()
         except psutil.Error:
-            created = None  # already gone: _watch records how it ended
+            created = None  # already gone: _reap records how it ended
         self.store.update(job.id, pid=popen.pid, pid_started=created)
-        return True
+
+
+def start_in_background(scheduler: Scheduler, stop: threading.Event, interval: float = 1.0,
+                        restart_after: float = RESTART_AFTER_S) -> threading.Thread:
+    """Run ``scheduler`` in a daemon thread, and start a new one whenever it ends while ``stop`` is
+    unset — only something ``run_forever`` does not catch (a ``BaseException``, a bug) ends it, and
+    a queue nobody serves would take jobs that never run. Returns the supervising thread, which
+    ends soon after ``stop`` is set."""
+
+    def supervise() -> None:
+        while not stop.is_set():
+            worker = threading.Thread(target=scheduler.run_forever, args=(stop, interval), name="scheduler",
+                                      daemon=True)
+            worker.start()
+            worker.join()
+            if not stop.is_set():
+                print(f"scheduler: its thread ended; starting a new one in {restart_after:g} s",
+                      file=sys.stderr, flush=True)
+                stop.wait(restart_after)
+
+    supervisor = threading.Thread(target=supervise, name="scheduler-supervisor", daemon=True)
+    supervisor.start()
+    return supervisor

@@ -7,20 +7,24 @@ SQLite serialises across processes.
 """
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
-import yaml
-
+from lab.config import ConfigError
 from lab.run import CONFIG_FILE, parse_config
+from lab.yamlio import dump_yaml, load_yaml
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
 ACTIVE = ("queued", "running")
 DB_FILE = "jobs.db"
+# A scheduler beats every tick (1 s by default); this long without one, none is serving the queue.
+HEARTBEAT_STALE_S = 30.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -41,11 +45,25 @@ CREATE TABLE IF NOT EXISTS jobs (
     cancel_requested INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, position);
+CREATE TABLE IF NOT EXISTS heartbeats (   -- one row per scheduler process: when its last tick ended
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    time REAL NOT NULL,
+    PRIMARY KEY (host, pid)
+);
 """
 
 
-class ConfigError(ValueError):
-    """A job config refused at submit; the message names the field."""
+MAX_GPUS = 1024
+
+
+def check_gpus(value: Any) -> int:
+    """The number of GPUs a job asks for, from a form, an API call or the command line."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_GPUS:
+        raise ConfigError(f"gpus: must be an integer ≥ 0 and ≤ {MAX_GPUS}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -68,10 +86,19 @@ class Job:
 
     @property
     def config_dict(self) -> dict[str, Any]:
-        return yaml.safe_load(self.config)
+        return load_yaml(self.config)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A scheduler's sign of life: which process, where, and when its last tick ended (Unix seconds)."""
+
+    host: str
+    pid: int
+    time: float
 
 
 class JobStore:
@@ -129,15 +156,12 @@ class JobStore:
             db.close()
 
     # ------------------------------------------------------------------ writing
-    def submit(self, config: dict[str, Any], gpus: int = 0) -> Job:
-        """Validate ``config`` and queue it; a bad config changes nothing and names the field."""
-        try:
-            kind, parsed = parse_config(config)
-        except (ValueError, KeyError, TypeError) as e:
-            raise ConfigError(str(e)) from None
-        if not isinstance(gpus, int) or gpus < 0:
-            raise ConfigError(f"Expected `gpus` to be an integer of at least 0, but got {gpus!r}")
-        text = yaml.safe_dump({"kind": kind.name, **parsed.to_dict()}, sort_keys=False)
+    def submit(self, config: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None) -> Job:
+        """Validate ``config``, resolve the files it names (inside ``roots`` when given) and queue it
+        as resolved; a bad config changes nothing and raises :class:`ConfigError` naming the field."""
+        kind, parsed = parse_config(config, roots)
+        gpus = check_gpus(gpus)
+        text = dump_yaml({"kind": kind.name, **parsed.to_dict()})
         now = time.time()
         with self.transaction() as db:
             last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
@@ -183,3 +207,24 @@ class JobStore:
             queue.pop(old)
             queue.insert(max(0, min(len(queue), old - offset)), job_id)
             db.executemany("UPDATE jobs SET position = ? WHERE id = ?", [(i + 1.0, j) for i, j in enumerate(queue)])
+
+    # ------------------------------------------------------------------ heartbeat
+    def beat(self) -> None:
+        """Record that this process's scheduler finished a tick just now."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO heartbeats (host, pid, time) VALUES (?, ?, ?)",
+                       (socket.gethostname(), os.getpid(), time.time()))
+
+    def last_beat(self) -> Optional[Heartbeat]:
+        """The newest heartbeat of any scheduler on this store; None if none ever ran."""
+        db = self._connect()
+        try:
+            row = db.execute("SELECT host, pid, time FROM heartbeats ORDER BY time DESC LIMIT 1").fetchone()
+        finally:
+            db.close()
+        return Heartbeat(**dict(row)) if row is not None else None
+
+    def scheduler_alive(self, max_age_s: float = HEARTBEAT_STALE_S) -> bool:
+        """Whether some scheduler finished a tick within ``max_age_s`` seconds: else queued jobs wait forever."""
+        beat = self.last_beat()
+        return beat is not None and time.time() - beat.time <= max_age_s

@@ -14,7 +14,7 @@ import gradio as gr
 import pandas as pd
 
 from jobs.scheduler import cancel
-from jobs.store import Job
+from jobs.store import HEARTBEAT_STALE_S, Job, JobStore
 from ui.context import LabContext
 from ui.messages import error, ok
 from ui.plots import sweep_figure, training_figure
@@ -38,6 +38,17 @@ def jobs_table(ctx: LabContext, jobs: Optional[list[Job]] = None) -> pd.DataFram
                      format_seconds(_elapsed(job)), format_seconds(p.eta_s) if p else "", job.devices or "",
                      job.error or ""])
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
+
+
+def scheduler_banner(store: JobStore) -> str:
+    """A warning while no scheduler has ticked within ``HEARTBEAT_STALE_S`` (else ""): without one,
+    the Launch page still queues jobs, and they would wait with nothing to say why."""
+    if store.scheduler_alive(HEARTBEAT_STALE_S):
+        return ""
+    beat = store.last_beat()
+    since = f" (last seen {format_seconds(time.time() - beat.time)} ago, pid {beat.pid} on {beat.host})" if beat else ""
+    return error(f"No scheduler is running{since}: queued jobs will not start. "
+                 "Restart the app, or run `python -m jobs serve`.")
 
 
 def _choices(jobs: list[Job]) -> list[tuple[str, int]]:
@@ -94,6 +105,7 @@ def activity(events: list[dict[str, Any]], run_dir: Optional[str]) -> str:
 
 
 def build_jobs(ctx: LabContext) -> None:
+    banner = gr.HTML(value=lambda: scheduler_banner(ctx.store), elem_id="scheduler-banner")
     table = gr.Dataframe(value=lambda: jobs_table(ctx), label="Jobs (live)", elem_id="jobs-table", interactive=False)
     with gr.Row():
         picked = gr.Dropdown(_choices(ctx.store.list()), label="Job", elem_id="job-picker", scale=4)
@@ -110,13 +122,15 @@ def build_jobs(ctx: LabContext) -> None:
     seen = gr.State(0)  # number of events already drawn for the picked job
 
     def refresh_all(current):
-        """The table, and the picker's choices; with nothing picked yet, the running (or newest) job."""
+        """The table, the picker's choices (with nothing picked yet, the running or newest job) and the banner."""
         jobs = ctx.store.list()
         choices = _choices(jobs)
         if current is None and jobs:
             running = [j.id for j in jobs if j.status == "running"]
-            return jobs_table(ctx, jobs), gr.update(choices=choices, value=running[0] if running else max(j.id for j in jobs))
-        return jobs_table(ctx, jobs), gr.update(choices=choices)
+            picker = gr.update(choices=choices, value=running[0] if running else max(j.id for j in jobs))
+        else:
+            picker = gr.update(choices=choices)
+        return jobs_table(ctx, jobs), picker, scheduler_banner(ctx.store)
 
     def show(job_id):
         view = job_view(ctx, job_id)
@@ -147,5 +161,5 @@ def build_jobs(ctx: LabContext) -> None:
     cancel_btn.click(on_cancel, inputs=picked, outputs=action, api_visibility="private")
     clone_btn.click(on_clone, inputs=picked, outputs=action, api_visibility="private")
     timer = gr.Timer(POLL_S)
-    timer.tick(refresh_all, inputs=picked, outputs=[table, picked], api_visibility="private")
+    timer.tick(refresh_all, inputs=picked, outputs=[table, picked, banner], api_visibility="private")
     timer.tick(poll, inputs=[picked, seen], outputs=outputs, api_visibility="private")
