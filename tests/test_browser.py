@@ -47,11 +47,13 @@ def test_launch_watch_and_recalibrate_in_the_browser(page, shared_data):
     page.goto(url)
     page.get_by_role("tab", name="Launch").click()
     page.get_by_role("tab", name="evaluate").click()
-    # Bad input first: a non-numeric limit is refused with a message, and nothing is queued.
+    # Bad input first: each bad limit is refused with the message the CLI and the API give, and nothing is queued.
     _fill(page, "evaluate-data_files", str(shared_data / "arc_challenge" / "test.jsonl"))
-    _fill(page, "evaluate-limit", "six")
-    page.locator("#submit-evaluate").click()
-    page.locator("#launch-message-evaluate").get_by_text("needs a number").wait_for()
+    for typed, shown in (("six", "'six'"), ("inf", "inf"), ("1e400", "inf"), ("nan", "nan"), ("-1", "-1")):
+        _fill(page, "evaluate-limit", typed)
+        page.locator("#submit-evaluate").click()
+        message = f"limit: must be an integer ≥ 1 and ≤ 10,000,000, got {shown}"
+        page.locator("#launch-message-evaluate").get_by_text(message).wait_for()
     assert ctx.store.list() == []
     _fill(page, "evaluate-limit", "30")
     page.locator("#submit-evaluate").click()
@@ -82,5 +84,5 @@ def test_launch_watch_and_recalibrate_in_the_browser(page, shared_data):
 
     page.get_by_role("tab", name="Compare models").click()
     page.locator("#compare-run").click()  # no question typed
-    page.get_by_text("Expected a non-empty `question`").wait_for()
+    page.get_by_text("question: must not be empty").wait_for()
     _shot(page, "04-compare-error.png")

@@ -276,3 +276,78 @@ def test_yaml_alias_bombs_size_depth_and_encoding_are_refused_at_once(monkeypatc
     monkeypatch.setattr(yamlio, "BUDGET_S", 0.0)
     with pytest.raises(ConfigError, match="took more than 0 s to parse"):
         load_yaml("kind: evaluate\n")
+
+
+# ---------------------------------------------------------------- one message from every entry point
+# (YAML, the message every entry point must give, whether the launch form can express it)
+BAD_CONFIGS = [
+    ("kind: evaluate\nlimit: -1\n", "limit: must be an integer ≥ 1 and ≤ 10,000,000, got -1", True),
+    ("kind: evaluate\nlimit: true\n", "limit: must be an integer ≥ 1 and ≤ 10,000,000, got True", False),
+    ("kind: evaluate\nlimit: .inf\n", "limit: must be an integer ≥ 1 and ≤ 10,000,000, got inf", True),
+    ("kind: evaluate\nlimit: .nan\n", "limit: must be an integer ≥ 1 and ≤ 10,000,000, got nan", True),
+    ("kind: evaluate\nbins: 1000000000\n", "bins: must be an integer ≥ 1 and ≤ 1,000, got 1000000000", True),
+    ("kind: evaluate\nbootstrap: .nan\n", "bootstrap: must be an integer ≥ 0 and ≤ 100,000, got nan", True),
+    ("kind: evaluate\nbootstrap: 1000000000000\n", "bootstrap: must be an integer ≥ 0 and ≤ 100,000, got 1000000000000", True),
+    ("kind: evaluate\nseed: abc\n", "seed: must be an integer ≥ 0 and ≤ 4,294,967,295, got 'abc'", True),
+    ("kind: evaluate\nmodel: 123\n", "model: must be text, got 123", False),
+    ("kind: evaluate\ndata_files: [[a.jsonl]]\n", "data_files[0]: must be text, got ['a.jsonl']", False),
+    ("kind: evaluate\ndata_files: {/tmp/x/creds.csv: x}\n", "data_files: must be a list, got {'/tmp/x/creds.csv': 'x'}", False),
+    ("kind: [evaluate]\n", "kind: must be one of cft, compare, evaluate, extract, finetune, first, got ['evaluate']", False),
+    ("kind: finetune\nlearning_rate: .nan\n", "learning_rate: must be a finite number > 0 and ≤ 10, got nan", True),
+    ("kind: finetune\nlearning_rate: .inf\n", "learning_rate: must be a finite number > 0 and ≤ 10, got inf", True),
+    ("kind: finetune\nepochs: 1.0e+9\n", "epochs: must be a finite number > 0 and ≤ 1,000, got 1000000000.0", True),
+    ("kind: cft\nlambdas: [.nan]\n", "lambdas[0]: must be a finite number ≥ 0 and ≤ 1,000, got nan", True),
+    ("kind: cft\ntraining: {learning_rate: .nan}\n", "training.learning_rate: must be a finite number > 0 and ≤ 10, got nan", True),
+    ("kind: first\neval_batch_size: 0\n", "eval_batch_size: must be an integer ≥ 1 and ≤ 4,096, got 0", True),
+    ("kind: first\nbootstrap: -5\n", "bootstrap: must be an integer ≥ 0 and ≤ 100,000, got -5", True),
+    ("kind: first\nood: [{dataset: arc_challenge, limt: 5}]\n",
+     "ood[0].limt: unknown key; did you mean limit? (valid: dataset, data_files, split, limit, template)", True),
+    ("a: &a [x, x]\nb: [*a, *a]\n", "YAML anchors and aliases (&name, *name) are not accepted in a config; write each value out", False),
+]
+
+
+def _form_message(ctx: LabContext, config: dict) -> str:
+    """What the launch form answers for ``config`` typed into its fields (the page's own handlers)."""
+    from ui import forms
+
+    kind = config.pop("kind")
+    form = forms.fields(kind)
+    values = forms.preset_values(kind, None)
+    for key, value in config.items():
+        values[[f.name for f in form].index(key)] = forms.to_widget_value(form[[f.name for f in form].index(key)], value)
+    try:
+        ctx.submit(forms.config_from_values(kind, values, ctx.roots))
+    except ConfigError as e:
+        return str(e)
+    return "accepted"
+
+
+def test_bad_configs_get_the_same_message_from_the_cli_the_api_and_the_form(served_bare, tmp_path, capsys):
+    from gradio_client import Client
+
+    from jobs.cli import main as jobs_cli
+
+    ctx, url = served_bare
+    client = Client(url, verbose=False)
+    for text, message, in_form in BAD_CONFIGS:
+        path = tmp_path / "bad.yaml"
+        path.write_text(text)
+        assert jobs_cli(["--root", str(ctx.runs), "submit", str(path)]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+        assert client.predict(text, 0, api_name="/submit_job") == {"ok": False, "error": message}
+        if in_form:
+            assert _form_message(ctx, load_yaml(text)) == message
+    assert ctx.store.list() == []
+    good = client.predict("kind: evaluate\nmodel: bundled\nlimit: 5\n", 0, api_name="/submit_job")
+    assert good["ok"] and client.predict(good["id"], api_name="/job_status")["ok"]  # the server kept serving
+
+
+def test_the_public_api_is_exactly_what_the_readme_lists(served_bare):
+    import urllib.request
+
+    _, url = served_bare
+    info = json.loads(urllib.request.urlopen(url + "gradio_api/info").read())
+    assert sorted(info["named_endpoints"]) == ["/job_status", "/run_metrics", "/submit_job"]
+    assert not info["unnamed_endpoints"]
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert all(f'api_name="{name}"' in readme for name in info["named_endpoints"])

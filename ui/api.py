@@ -17,6 +17,9 @@ from ui.jobs_page import CACHE
 from ui.progress import log_tail, progress
 
 
+API_NAMES = ("submit_job", "job_status", "run_metrics")  # what the README documents, and nothing else
+
+
 def register_api(ctx: LabContext) -> None:
     def submit_job(config_yaml: str, gpus: int = 0) -> dict[str, Any]:
         """Queue a job from its YAML config (``kind`` and its fields); returns its id or the error."""
@@ -50,6 +53,5 @@ def register_api(ctx: LabContext) -> None:
         return {"ok": True, "name": run.name, "model": run.model, "dataset": run.dataset,
                 **results.calibration_summary(results.reported_probs(pred), pred.mask, pred.labels)}
 
-    gr.api(submit_job, api_name="submit_job")
-    gr.api(job_status, api_name="job_status")
-    gr.api(run_metrics, api_name="run_metrics")
+    for fn in (submit_job, job_status, run_metrics):
+        gr.api(fn, api_name=fn.__name__)

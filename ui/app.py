@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ui.api import register_api
+from ui.api import API_NAMES, register_api
 from ui.compare_page import build_compare
 from ui.context import LabContext
 from ui.explore_pages import build_cases, build_knowledge, build_reliability, build_results, build_temperature
 from ui.jobs_page import build_jobs
 from ui.launch_page import build_launch
-
-
 
 PAGES = (("Launch", "launch", build_launch), ("Jobs", "jobs", build_jobs), ("Reliability", "reliability", build_reliability),
          ("Temperature lab", "temperature", build_temperature), ("Case studies", "cases", build_cases),
@@ -26,4 +24,9 @@ def build(ctx: LabContext) -> gr.Blocks:
                 with gr.Tab(title, id=tab_id):
                     build_page(ctx)
         register_api(ctx)
+    # The pages' own events (uploads, sliders, the loaders of callable values) are not an API:
+    # only the documented endpoints may be called by a client.
+    for fn in demo.fns.values():
+        if fn.api_name not in API_NAMES:
+            fn.api_visibility = "private"
     return demo

@@ -192,7 +192,7 @@ def build_temperature(ctx: LabContext) -> None:
     inputs = [name, slider, form, binning]
     outputs = [plot, text, sweep]
     view = lambda *a: temperature_view(ctx, *a)  # noqa: E731
-    slider.change(view, inputs=inputs, outputs=outputs, trigger_mode="always_last", api_name="temperature_view")
+    slider.change(view, inputs=inputs, outputs=outputs, trigger_mode="always_last", api_visibility="private")
     for control in (form, binning):
         control.change(view, inputs=inputs, outputs=outputs, api_visibility="private")
     # Picking a run starts the slider at its saved or fitted temperature, if it has one.
