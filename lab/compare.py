@@ -19,43 +19,52 @@ from lab.config import ConfigMixin, doc
 from lab.data.record import MCQRecord
 from lab.files import write_atomic
 from lab.temperature import load_temperature, scale
-from lab.templates import get_template, user_turn
+from lab.limits import DEVICE, Dtype
+from lab.templates import TEMPLATES, get_template, user_turn
 
 RESULT = "compare.json"
 MAX_MODELS = 4
+MAX_QUESTION = 20_000  # characters; a longer prompt is over most models' context anyway
+
+
+@dataclass
+class CompareModel:
+    """One model of a comparison (an entry of ``CompareConfig.models``)."""
+
+    model: str = field(metadata=doc("'bundled', a local directory or a hub id", role="model"))
+    adapter: Optional[str] = field(default=None, metadata=doc("its LoRA adapter directory", role="dir"))
+    temperature: Optional[str] = field(default=None, metadata=doc(
+        "scale its option probabilities by T: a number, a temperature.json or its directory", role="temperature"))
+    label: Optional[str] = field(default=None, metadata=doc("the name shown for it", role="text", max_len=200))
 
 
 @dataclass
 class CompareConfig(ConfigMixin):
-    question: str = field(default="", metadata=doc("the question"))
-    options: list[str] = field(default_factory=list, metadata=doc("answer options (none: free text only)"))
+    question: str = field(default="", metadata=doc("the question", role="text", max_len=MAX_QUESTION))
+    options: list[str] = field(default_factory=list, metadata=doc("answer options (none: free text only)",
+                                                                  role="text", max_len=MAX_QUESTION, max_items=26))
     models: list[dict[str, Any]] = field(default_factory=lambda: [{"model": "bundled"}], metadata=doc(
-        f"up to {MAX_MODELS} models: [{{model, adapter, temperature, label}}]"))
-    template: str = field(default="cft_chat", metadata=doc("letter template for the options"))
-    max_new_tokens: int = field(default=48, metadata=doc("length of each generated answer"))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda"))
-    dtype: str = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
+        f"up to {MAX_MODELS} models: [{{model, adapter, temperature, label}}]", entries=CompareModel,
+        max_items=MAX_MODELS))
+    template: str = field(default="cft_chat", metadata=doc("letter template for the options", role="name",
+                                                           registry=TEMPLATES))
+    max_new_tokens: int = field(default=48, metadata=doc("length of each generated answer", ge=1, le=512))
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda", **DEVICE))
+    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
 
     def __post_init__(self) -> None:
-        if not isinstance(self.question, str) or not self.question.strip():
-            raise ValueError("Expected a non-empty `question`")
-        if any(not isinstance(o, str) or not o.strip() for o in self.options):
-            raise ValueError(f"Expected every option to be non-empty text, but got {self.options!r}")
-        if len(self.options) == 1 or len(self.options) > 26:
-            raise ValueError(f"Expected 2 to 26 options (or none for free text), but got {len(self.options)}")
-        if not isinstance(self.models, list) or not 1 <= len(self.models) <= MAX_MODELS:
-            raise ValueError(f"Expected 1 to {MAX_MODELS} entries in `models`, but got {self.models!r}")
+        if not self.question.strip():
+            raise ValueError("question: must not be empty")
+        if any(not o.strip() for o in self.options):
+            raise ValueError(f"options: every option must be non-empty text, got {self.options!r}")
+        if len(self.options) == 1:
+            raise ValueError("options: give 2 to 26 options, or none for a free-text answer")
+        if not self.models:
+            raise ValueError(f"models: name 1 to {MAX_MODELS} models")
         for entry in self.models:
-            if not isinstance(entry, dict) or not str(entry.get("model", "")).strip():
-                raise ValueError(f"Expected each `models` entry to be a mapping with `model`, but got {entry!r}")
-            unknown = sorted(set(entry) - {"model", "adapter", "temperature", "label"})
-            if unknown:
-                raise ValueError(f"Unknown key(s) {unknown} in {entry!r}; valid: model, adapter, temperature, label")
             load_temperature(entry.get("temperature"))
         if get_template(self.template).kind != "letter":
-            raise ValueError(f"Expected a letter template, but {self.template!r} is not one")
-        if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens <= 512:
-            raise ValueError(f"Expected `max_new_tokens` between 1 and 512, but got {self.max_new_tokens!r}")
+            raise ValueError(f"template: {self.template!r} is not a letter template")
 
 
 def _generate(loaded, text: str, chat: bool, max_new_tokens: int) -> dict[str, Any]:
@@ -76,28 +85,37 @@ def _generate(loaded, text: str, chat: bool, max_new_tokens: int) -> dict[str, A
 def compare(cfg: CompareConfig, out: Path, log=print) -> dict[str, Any]:
     """Run every model on the question; writes and returns ``compare.json``."""
     from lab.models import load_model
-    from lab.scoring import score_letter
+    from lab.scoring import check_context, score_letter
 
     results = []
+    question = cfg.question.strip()
     for entry in cfg.models:
         label = entry.get("label") or entry["model"] + (f" + {Path(entry['adapter']).name}" if entry.get("adapter") else "")
         log(f"loading {label}")
         loaded = load_model(entry["model"], adapter=entry.get("adapter"), device=cfg.device, dtype=cfg.dtype)
         item: dict[str, Any] = {"label": label, "model": entry["model"], "adapter": entry.get("adapter")}
+        prompt = None
         if cfg.options:
-            record = MCQRecord("question", cfg.question.strip(), tuple(cfg.options), 0, "user")
+            record = MCQRecord("question", question, tuple(cfg.options), 0, "user")
             prompt = get_template(cfg.template).render(record, loaded.tokenizer)
+            text, chat = prompt.text, prompt.chat
+        else:
+            text, chat = user_turn(loaded.tokenizer, question, f"Question: {question}\nAnswer:")
+        # Generation reads the most: the prompt and then every generated token. Checked on this
+        # one question (a cheap extra tokenisation) before any forward pass of this model.
+        n_tokens = len(loaded.tokenizer(text, add_special_tokens=not chat)["input_ids"])
+        check_context(loaded.model, loaded.tokenizer, [(f"the question as prompted to {label}", n_tokens)],
+                      remedy=f"Shorten the question{' or its options' if cfg.options else ''}, lower "
+                             f"max_new_tokens ({cfg.max_new_tokens}), or compare models with a longer context.",
+                      reserve=cfg.max_new_tokens)
+        if prompt is not None:
             (score,) = score_letter(loaded.model, loaded.tokenizer, [prompt])
             temperature = load_temperature(entry.get("temperature"))
             probs = scale(score.probs[None], temperature)[0] if temperature else score.probs
             item.update(temperature=temperature, probs=[float(p) for p in probs],
                         raw_probs=[float(p) for p in score.probs], prediction=int(np.argmax(probs)),
                         option_mass=float(np.sum(score.vocab_probs)))
-            item["generation"] = _generate(loaded, prompt.text, prompt.chat, cfg.max_new_tokens)
-        else:
-            question = cfg.question.strip()
-            text, chat = user_turn(loaded.tokenizer, question, f"Question: {question}\nAnswer:")
-            item["generation"] = _generate(loaded, text, chat, cfg.max_new_tokens)
+        item["generation"] = _generate(loaded, text, chat, cfg.max_new_tokens)
         results.append(item)
     report = {"question": cfg.question, "options": cfg.options, "results": results}
     out.mkdir(parents=True, exist_ok=True)

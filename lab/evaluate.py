@@ -21,11 +21,12 @@ import yaml
 
 from lab import metrics
 from lab.config import ConfigMixin, doc
+from lab.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
 from lab.files import write_atomic
 from lab.data import DATASETS, load_records
 from lab.data.record import MCQRecord
 from lab.temperature import load_temperature, scale
-from lab.templates import get_template, template_names, default_template
+from lab.templates import TEMPLATES, default_template, get_template, template_names
 
 Scoring = Literal["letter", "cloze"]
 CONFIDENCE = {
@@ -38,45 +39,36 @@ CONFIDENCE = {
 class EvalConfig(ConfigMixin):
     """Everything that defines an evaluation; defaults in one place, unknown keys refused."""
 
-    model: str = field(default="bundled", metadata=doc("'bundled', a local directory or a hub id"))
-    adapter: Optional[str] = field(default=None, metadata=doc("PEFT (LoRA) adapter directory"))
-    dataset: str = field(default="arc_challenge", metadata=doc("registered dataset name"))
-    data_files: list[str] = field(default_factory=list, metadata=doc("local files: PATH or SPLIT=PATH"))
-    split: str = field(default="test", metadata=doc("split name, or SOURCE:PART for a seeded carve"))
-    subject: Optional[str] = field(default=None, metadata=doc("MMLU subject"))
-    limit: Optional[int] = field(default=None, metadata=doc("first N questions only"))
+    model: str = field(default="bundled", metadata=doc("'bundled', a local directory or a hub id", role="model"))
+    adapter: Optional[str] = field(default=None, metadata=doc("PEFT (LoRA) adapter directory", role="dir"))
+    dataset: str = field(default="arc_challenge", metadata=doc("registered dataset name", role="name", registry=DATASETS))
+    data_files: list[str] = field(default_factory=list, metadata=doc("local files: PATH or SPLIT=PATH",
+                                                                     role="data_files"))
+    split: str = field(default="test", metadata=doc("split name, or SOURCE:PART for a seeded carve", **SPLIT))
+    subject: Optional[str] = field(default=None, metadata=doc("MMLU subject", **SUBJECT))
+    limit: Optional[int] = field(default=None, metadata=doc("first N questions only", ge=1, le=MAX_ROWS))
     scoring: Scoring = field(default="letter", metadata=doc("letter (option tokens) or cloze (option texts)"))
-    template: Optional[str] = field(default=None, metadata=doc("prompt template; default depends on dataset"))
-    bins: int = field(default=10, metadata=doc("equal-width bins for ECE"))
-    batch_size: int = field(default=16, metadata=doc("questions per forward pass"))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda, cuda:N"))
-    dtype: str = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16"))
+    template: Optional[str] = field(default=None, metadata=doc("prompt template; default depends on dataset",
+                                                               role="name", registry=TEMPLATES))
+    bins: int = field(default=10, metadata=doc("equal-width bins for ECE", ge=1, le=MAX_BINS))
+    batch_size: int = field(default=16, metadata=doc("questions per forward pass", ge=1, le=MAX_BATCH))
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda, cuda:N", **DEVICE))
+    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16"))
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
-    seed: int = field(default=0, metadata=doc("seed for split carving and the ECE bootstrap"))
-    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for the ECE interval (0: none)"))
-    temperature: Optional[str] = field(default=None, metadata=doc("scale probabilities by T: a number, a temperature.json or its directory"))
+    seed: int = field(default=0, metadata=doc("seed for split carving and the ECE bootstrap", **SEED))
+    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for the ECE interval (0: none)",
+                                                      ge=0, le=MAX_BOOTSTRAP))
+    temperature: Optional[str] = field(default=None, metadata=doc(
+        "scale probabilities by T: a number, a temperature.json or its directory", role="temperature"))
 
     def __post_init__(self) -> None:
-        if self.scoring not in CONFIDENCE:
-            raise ValueError(f"Expected `scoring` to be 'letter' or 'cloze', but got {self.scoring!r}")
-        if self.on_bad_rows not in ("skip", "error"):
-            raise ValueError(f"Expected `on_bad_rows` to be 'skip' or 'error', but got {self.on_bad_rows!r}")
-        for name in ("bins", "batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"Expected `{name}` to be an integer larger than 0, but got {value!r}")
-        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
-            raise ValueError(f"Expected `limit` to be a positive integer or unset, but got {self.limit!r}")
-        if self.bootstrap < 0:
-            raise ValueError(f"Expected `bootstrap` to be 0 or more, but got {self.bootstrap}")
         load_temperature(self.temperature)  # a bad number or a missing file fails at submit time
-        DATASETS.get(self.dataset)  # unknown names fail here, at submit time, with the valid ones listed
         if self.template is None:
             self.template = default_template(self.dataset, self.scoring)
         kind = get_template(self.template).kind
         if kind != self.scoring:
             raise ValueError(
-                f"Template {self.template!r} is a {kind} template; for {self.scoring} scoring use one of: "
+                f"template: {self.template!r} is a {kind} template; for {self.scoring} scoring use one of: "
                 f"{', '.join(template_names(self.scoring))}"
             )
 
@@ -96,13 +88,24 @@ def _prediction_row(record: MCQRecord, probs: np.ndarray) -> dict[str, Any]:
 
 
 def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: Optional[Callable[[int], None]] = None):
-    """Score ``records`` with an already-loaded model; returns (prediction rows, extra metrics)."""
-    from lab.scoring import score_cloze, score_letter
+    """Score ``records`` with an already-loaded model; returns (prediction rows, extra metrics).
+
+    Every question's length is checked against the model's context before the first forward pass:
+    one question past it would otherwise hold the whole job at 0 done for minutes, then mean nothing.
+    """
+    from lab.scoring import check_context, encode_prompts, score_cloze, score_letter, scored_length
 
     template = get_template(cfg.template)
     prompts = [template.render(r, loaded.tokenizer) for r in records]
+    encoded = encode_prompts(loaded.tokenizer, prompts, cfg.scoring)
+    check_context(loaded.model, loaded.tokenizer,
+                  [(f"{r.id!r} at {r.where}" if r.where else repr(r.id), scored_length(e, cfg.scoring))
+                   for r, e in zip(records, encoded)],
+                  remedy="Shorten or remove these questions (their passage and options count too), or "
+                         "evaluate a model with a longer context.")
     scorer = score_letter if cfg.scoring == "letter" else score_cloze
-    scores = scorer(loaded.model, loaded.tokenizer, prompts, batch_size=cfg.batch_size, progress=progress)
+    scores = scorer(loaded.model, loaded.tokenizer, prompts, batch_size=cfg.batch_size, progress=progress,
+                    encoded=encoded)
     rows = [_prediction_row(r, s.probs) for r, s in zip(records, scores)]
     extra: dict[str, Any] = {}
     if cfg.scoring == "letter":

@@ -14,6 +14,10 @@ full passes.
 In both modes the language-model head (vocabulary × hidden, the largest matmul for small models)
 is applied only at the positions whose predictions we read (``logits_to_keep``), questions are
 batched longest-first to waste little padding, and results come back in the input order.
+
+A caller that wants the questions' lengths checked against the model's context before the first
+forward pass tokenises with :func:`encode_prompts`, calls :func:`check_context` and hands the same
+encoding to the scorer (``encoded=``), so nothing is tokenised twice.
 """
 from __future__ import annotations
 
@@ -24,12 +28,16 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from lab.errors import ScoringError
+from lab.errors import DataError, ScoringError
 from lab.templates import Prompt
 
 Progress = Optional[Callable[[int], None]]
+Encoded = tuple[list[int], list[list[int]]]  # (context ids, each option's continuation ids)
 TOP_K = 5
 MIN_OPTION_CHUNK = 8  # option rows per continuation pass at least (fewer calls when batches are small)
+# Tokenizers that set no limit report transformers' VERY_LARGE_INTEGER (1e30): that is no limit.
+SANE_MAX_LENGTH = 10_000_000
+MAX_LISTED = 5  # questions named in a too-long error
 
 
 @dataclass
@@ -84,6 +92,63 @@ def split_pairs(tokenizer, prompt: Prompt, strict: bool = False) -> tuple[list[i
     return context, continuations
 
 
+def encode_prompts(tokenizer, prompts: Sequence[Prompt], scoring: str) -> list[Encoded]:
+    """Each prompt split as the scorer for ``scoring`` ("letter" or "cloze") splits it."""
+    return [split_pairs(tokenizer, p, strict=scoring == "letter") for p in prompts]
+
+
+def scored_length(encoded: Encoded, scoring: str) -> int:
+    """Tokens the model reads for one question: the prompt (letter), or prompt + longest option (cloze).
+
+    Cloze feeds all but an option's last token, so this is one more than it needs: a safe bound.
+    """
+    context, continuations = encoded
+    return len(context) if scoring == "letter" else len(context) + max(len(c) for c in continuations)
+
+
+def context_limit(model: torch.nn.Module, tokenizer) -> Optional[tuple[int, str]]:
+    """The most tokens ``model`` can read and where that number comes from; None if it says nothing.
+
+    ``max_position_embeddings`` (``n_positions`` for GPT-2), or the tokenizer's ``model_max_length``
+    where that is smaller: a model published with a shorter trained context than its positions allow.
+    """
+    config = getattr(model, "config", None)
+    limits = []
+    for key in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            limits.append((value, f"the model's {key}"))
+            break
+    max_length = getattr(tokenizer, "model_max_length", None)
+    if isinstance(max_length, int) and 0 < max_length <= SANE_MAX_LENGTH:
+        limits.append((max_length, "its tokenizer's model_max_length"))
+    return min(limits, key=lambda limit: limit[0]) if limits else None  # a tie names the model's own
+
+
+def check_context(model: torch.nn.Module, tokenizer, lengths: Sequence[tuple[str, int]], remedy: str,
+                  reserve: int = 0) -> None:
+    """Refuse, before any forward pass, questions longer than the model's context.
+
+    Past it, a model with learned positions fails with an index error mid-run, and a RoPE model
+    (Llama, SmolLM) reads positions it was never trained on: slowly, attention being quadratic in
+    the length, and for probabilities that mean nothing. ``lengths``: (how to name the question,
+    its tokens); ``reserve``: tokens generated after it; ``remedy``: what the user can do.
+    """
+    found = context_limit(model, tokenizer)
+    if found is None:
+        return
+    limit, source = found
+    over = sorted(((name, n) for name, n in lengths if n + reserve > limit), key=lambda item: -item[1])
+    if not over:
+        return
+    listed = "; ".join(f"{name}: {n:,} tokens" for name, n in over[:MAX_LISTED])
+    more = f"; and {len(over) - MAX_LISTED} more" if len(over) > MAX_LISTED else ""
+    which = "The question does" if len(lengths) == 1 else f"{len(over)} of {len(lengths)} questions do"
+    counting = f" with the {reserve} tokens to generate after it" if reserve else ""
+    raise DataError(f"{which} not fit in the model's context of {limit:,} tokens ({source}){counting}: "
+                    f"{listed}{more}. {remedy}")
+
+
 def _order(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Index batches, longest first, so each batch pads to similar lengths."""
     if batch_size < 1:
@@ -127,10 +192,15 @@ def _device(model: torch.nn.Module) -> torch.device:
 
 @torch.inference_mode()
 def score_letter(
-    model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None
+    model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None,
+    encoded: Optional[Sequence[Encoded]] = None,
 ) -> list[LetterScore]:
-    """Score each prompt's options as the next token; one forward pass per question."""
-    encoded = [split_pairs(tokenizer, p, strict=True) for p in prompts]
+    """Score each prompt's options as the next token; one forward pass per question.
+
+    ``encoded``: ``encode_prompts(tokenizer, prompts, "letter")``, where the caller already has it.
+    """
+    if encoded is None:
+        encoded = encode_prompts(tokenizer, prompts, "letter")
     option_ids = []
     for prompt, (_, conts) in zip(prompts, encoded):
         first = [c[0] for c in conts]
@@ -165,15 +235,19 @@ def score_letter(
 
 @torch.inference_mode()
 def score_cloze(
-    model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None
+    model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None,
+    encoded: Optional[Sequence[Encoded]] = None,
 ) -> list[ClozeScore]:
-    """Log-likelihood of each option's text after the context; ``batch_size`` counts questions."""
-    encoded = [split_pairs(tokenizer, p) for p in prompts]
+    """Log-likelihood of each option's text after the context; ``batch_size`` counts questions.
+
+    ``encoded``: ``encode_prompts(tokenizer, prompts, "cloze")``, where the caller already has it.
+    """
+    if encoded is None:
+        encoded = encode_prompts(tokenizer, prompts, "cloze")
     results: list[Optional[ClozeScore]] = [None] * len(prompts)
     device = _device(model)
     pad = _pad_id(tokenizer)
-    lengths = [len(ctx) + max(len(c) for c in conts) for ctx, conts in encoded]
-    for batch in _order(lengths, batch_size):
+    for batch in _order([scored_length(e, "cloze") for e in encoded], batch_size):
         contexts = [encoded[i][0] for i in batch]
         ids, mask, pos = _left_padded(contexts, pad, device)
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=True)

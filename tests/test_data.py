@@ -492,3 +492,104 @@ def test_limit_takes_the_first_records(tmp_path):
     assert len(load_records("custom", "test", [str(path)], limit=50).records) == 10
     with pytest.raises(DataError, match="positive integer"):
         load_records("custom", "test", [str(path)], limit=0)
+
+
+# ---------------------------------------------------------------- rows every dataset refuses
+
+
+def test_a_one_choice_question_is_a_bad_row_in_jsonl_and_csv(tmp_path):
+    jsonl = write_jsonl(tmp_path / "one.jsonl", [{"id": "one", "question": "q?", "choices": ["only"], "answer": 0},
+                                                  {"id": "two", "question": "q?", "choices": ["x", "y"], "answer": 1}])
+    csv_path = tmp_path / "one.csv"
+    csv_path.write_text("id,question,A,B,answer\none,q?,only,,A\ntwo,q?,x,y,B\n", encoding="utf-8")
+    for path in (jsonl, csv_path):
+        result = load_records("custom", "test", [str(path)])
+        assert ids(result.records) == ["two"]
+        [problem] = result.problems
+        assert (problem.file, problem.line) == (str(path), 1 if path is jsonl else 2)
+        assert problem.reason == "only 1 choice: a question needs at least 2 options"
+        with pytest.raises(DataError, match="only 1 choice"):
+            load_records("custom", "test", [str(path)], on_bad_rows="error")
+
+
+def test_a_one_choice_hub_row_is_a_bad_row(hub):
+    hub.rows = [{"question": "Q?", "choices": ["a"], "answer": 0, "subject": "x"},
+                {"question": "Q?", "choices": ["a", "b"], "answer": 1, "subject": "x"}]
+    result = load_records("mmlu", "test")
+    assert ids(result.records) == ["test-1"]
+    assert [(p.file, p.line, p.reason) for p in result.problems] == [
+        ("test", 0, "only 1 choice: a question needs at least 2 options")]
+
+
+def test_records_know_where_they_were_read(tmp_path):
+    path = write_jsonl(tmp_path / "x.jsonl", questions(2))
+    assert [r.where for r in load_records("custom", "test", [str(path)]).records] == [f"{path}:1", f"{path}:2"]
+
+
+def test_duplicate_ids_are_bad_rows_with_both_locations(tmp_path):
+    first = write_jsonl(tmp_path / "a.jsonl", questions(3))
+    second = write_jsonl(tmp_path / "b.jsonl", [{**questions(2)[1], "question": "other?"}])
+    first.write_text(first.read_text() + json.dumps(questions(1)[0]) + "\n")  # q0 again, at a.jsonl:4
+    result = load_records("custom", "test", [str(first), str(second)])
+    assert ids(result.records) == ["q0", "q1", "q2"]  # the first of each id is kept
+    assert [(p.file, p.line) for p in result.problems] == [(str(first), 4), (str(second), 1)]
+    assert result.problems[0].reason.startswith(f"duplicate id 'q0': first seen at {first}:1")
+    assert result.problems[1].reason.startswith(f"duplicate id 'q1': first seen at {first}:2")
+    assert "(3 rows, 2 skipped)" in result.source
+    with pytest.raises(DataError) as err:
+        load_records("custom", "test", [str(first), str(second)], on_bad_rows="error")
+    assert str(err.value).startswith("2 bad rows")
+    assert f"{first}:4: duplicate id 'q0': first seen at {first}:1" in str(err.value)
+
+
+def test_default_ids_of_two_files_with_one_name_collide_and_say_why(tmp_path):
+    rows = [{k: v for k, v in q.items() if k != "id"} for q in questions(2)]
+    (tmp_path / "x").mkdir(), (tmp_path / "y").mkdir()
+    a, b = write_jsonl(tmp_path / "x" / "test.jsonl", rows), write_jsonl(tmp_path / "y" / "test.jsonl", rows[:1])
+    [problem] = load_records("custom", "test", [str(a), str(b)]).problems
+    assert problem.reason.startswith(f"duplicate id 'test-1': first seen at {a}:1")
+    assert "two files share a name" in problem.reason
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_deeply_nested_jsonl_line_is_a_bad_row(tmp_path):
+    path = tmp_path / "deep.jsonl"
+    # The row is level 1: 99 lists inside it make 100 levels, the most a row may have (MAX_DEPTH).
+    shallow_enough = {**questions(1)[0], "id": "meta", "extra": json.loads("[" * 99 + "]" * 99)}
+    too_deep_meta = {**questions(1)[0], "id": "deep-meta", "extra": json.loads("[" * 100 + "]" * 100)}
+    path.write_text("\n".join([json.dumps(questions(1)[0]), DEEP, json.dumps(shallow_enough),
+                               json.dumps(too_deep_meta)]) + "\n", encoding="utf-8")
+    result = load_records("custom", "test", [str(path)])
+    assert ids(result.records) == ["q0", "meta"]
+    assert [(p.line, p.reason.split(" (")[0]) for p in result.problems] == [(2, "nested too deeply"),
+                                                                            (4, "nested too deeply")]
+    csv_path = tmp_path / "deep.csv"
+    deep_cell = "[" * 10_000 + "]" * 10_000  # a CSV cell holds at most 131,072 characters
+    csv_path.write_text(f'question,choices,answer\nq?,"{deep_cell}",0\nq?,"[""x"", ""y""]",0\n', encoding="utf-8")
+    result = load_records("custom", "test", [str(csv_path)])
+    assert len(result.records) == 1 and result.problems[0].reason.startswith("'choices' is nested too deeply")
+
+
+def test_a_csv_cell_past_the_reader_limit_is_named_as_such(tmp_path):
+    path = tmp_path / "long.csv"
+    path.write_text(f"question,A,B,answer\n{'x' * 200_000},a,b,A\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"long\.csv:2: a cell is longer than 131,072 characters"):
+        load_records("custom", "test", [str(path)])
+
+
+def test_deeply_nested_json_file_is_a_data_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text(DEEP, encoding="utf-8")
+    with pytest.raises(DataError, match=r"deep\.json:1: the list element that starts here is nested too deeply"):
+        load_records("custom", "test", [str(path)])
+
+
+def test_preference_files_that_are_not_utf8_are_data_errors(tmp_path):
+    from lab.data.preferences import load_pairs
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes('{"prompt": "caf\xe9", "chosen": "a", "rejected": "b"}\n'.encode("latin-1"))
+    with pytest.raises(DataError, match="pairs.jsonl is not UTF-8 text"):
+        load_pairs([str(path)])

@@ -1,4 +1,6 @@
 """Scoring against a naive reference: one unpadded, uncached, full-logit forward per sequence."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -76,3 +78,61 @@ def test_letter_refuses_options_sharing_a_first_token(bundled):
 def test_batch_size_must_be_positive(bundled):
     with pytest.raises(ValueError, match="batch_size"):
         score_letter(bundled.model, bundled.tokenizer, [Prompt("Q (", ("A", "B"))], batch_size=0)
+
+
+# ---------------------------------------------------------------- the model's context
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    """A model that reads at most 512 tokens (its max_position_embeddings), with the bundled tokenizer."""
+    from lab.models import load_model
+
+    return load_model(str(tiny_model_dir), device="cpu")
+
+
+def test_context_limit_takes_the_smaller_sane_bound():
+    from types import SimpleNamespace
+
+    from lab.scoring import context_limit
+
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=512))
+    assert context_limit(model, SimpleNamespace(model_max_length=int(1e30))) == (
+        512, "the model's max_position_embeddings")  # 1e30: transformers' "no limit"
+    assert context_limit(model, SimpleNamespace(model_max_length=256)) == (256, "its tokenizer's model_max_length")
+    assert context_limit(SimpleNamespace(config=SimpleNamespace()), SimpleNamespace(model_max_length=None)) is None
+
+
+@pytest.mark.parametrize("scoring", ["letter", "cloze"])
+def test_a_question_past_the_context_is_refused_before_any_forward_pass(tiny, tmp_path, monkeypatch, scoring):
+    from lab.data import DataError, load_records
+    from lab.evaluate import EvalConfig, score_records
+
+    path = tmp_path / "long.jsonl"
+    rows = [{"id": "short", "question": "Is fire hot?", "choices": ["yes", "no"], "answer": 0},
+            {"id": "long", "question": "Why? " * 600, "choices": ["yes", "no"], "answer": 0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    records = load_records("custom", "test", [str(path)]).records
+    monkeypatch.setattr(tiny.model, "forward", lambda *a, **k: pytest.fail("the model was run"))
+    done = []
+    with pytest.raises(DataError) as err:
+        score_records(EvalConfig(dataset="custom", scoring=scoring), tiny, records, progress=done.append)
+    message = str(err.value)
+    assert message.startswith("1 of 2 questions do not fit in the model's context of 512 tokens "
+                              "(the model's max_position_embeddings)")
+    assert f"'long' at {path}:2: " in message and "'short'" not in message and "Shorten or remove" in message
+    assert done == []
+
+
+def test_compare_refuses_a_question_past_the_context_with_what_it_generates(tiny_model_dir, tmp_path, monkeypatch):
+    from lab.compare import CompareConfig, compare
+    from lab.data import DataError
+
+    monkeypatch.setattr("lab.compare._generate", lambda *a, **k: pytest.fail("generation ran"))
+    cfg = CompareConfig(question="Why? " * 400, options=["yes", "no"], models=[{"model": str(tiny_model_dir)}],
+                        max_new_tokens=48, device="cpu")
+    with pytest.raises(DataError, match="The question does not fit in the model's context of 512 tokens .* with "
+                                        "the 48 tokens to generate after it: the question as prompted to .*lower "
+                                        r"max_new_tokens \(48\)"):
+        compare(cfg, tmp_path, log=lambda m: None)
+    assert not (tmp_path / "compare.json").exists()

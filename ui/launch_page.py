@@ -5,16 +5,15 @@ from typing import Any
 
 import gradio as gr
 
-from jobs.store import ConfigError
+from lab.config import ConfigError
 from lab.data import DataError, dataset_names
 from lab.run import JOB_KINDS
 from lab.templates import template_names
 from ui import forms
 from ui.context import LabContext
 from ui.messages import error, ok
-from ui.uploads import accept_upload
+from ui.uploads import accept_upload, upload_notes
 
-DATA_KINDS = ("evaluate", "finetune", "first", "extract")  # kinds with a top-level dataset + data_files
 ORDER = ("evaluate", "finetune", "first", "cft", "extract", "compare")  # the workflow's order, then any others
 
 
@@ -30,11 +29,13 @@ def _widget(field: forms.Field, value: Any, label: str, info: str) -> gr.compone
         return gr.Dropdown(dataset_names(), value=value, label=label, info=info)
     if field.name == "template":
         return gr.Dropdown([""] + template_names(), value=value or "", label=label, info=info, allow_custom_value=True)
-    if field.name in ("model", "teacher", "student"):
+    if field.role == "model":
         return gr.Dropdown(["bundled"], value=value, label=label, info=info + " (type a hub id or a path)",
                            allow_custom_value=True)
     if field.widget == "choice":
         return gr.Dropdown(list(field.choices), value=value, label=label, info=info)
+    if field.widget == "multi":
+        return gr.CheckboxGroup(list(field.choices), value=value, label=label, info=info)
     if field.widget == "bool":
         return gr.Checkbox(value=bool(value), label=label, info=info)
     if field.widget in ("int", "float"):
@@ -71,13 +72,13 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
             out[i] = v
         return out
 
-    if kind in DATA_KINDS:
+    names = [f.name for f in order]
+    if "dataset" in names and any(f.name == "data_files" and f.role == "data_files" for f in order):
         with gr.Accordion("Your own questions (JSONL / JSON / CSV)", open=False):
             upload = gr.File(label="Question file", file_types=[".jsonl", ".json", ".csv"], type="filepath")
             upload_msg = gr.Markdown()
             upload_preview = gr.Dataframe(interactive=False, visible=False)
-        data_index = [f.name for f in order].index("data_files")
-        dataset_index = [f.name for f in order].index("dataset")
+        data_index, dataset_index = names.index("data_files"), names.index("dataset")
 
         def on_upload(path: str | None):
             if not path:
@@ -86,10 +87,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
                 up = accept_upload(path, path, ctx.uploads)
             except (DataError, OSError) as e:
                 return gr.update(), gr.update(), error(str(e)), gr.update(visible=False)
-            notes = f"✅ {up.n_questions} questions read; stored as `{up.path}` and set as the data file."
-            if up.problems:
-                notes += f" {len(up.problems)} rows skipped:\n\n" + "\n".join(f"- {p}" for p in up.problems[:10])
-            return "custom", str(up.path), notes, gr.update(value=up.preview, visible=True)
+            return "custom", str(up.path), upload_notes(up), gr.update(value=up.preview, visible=True)
 
         upload.upload(on_upload, inputs=upload,
                       outputs=[components[dataset_index], components[data_index], upload_msg, upload_preview])
@@ -101,22 +99,19 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
                        visible=False)
 
     def build_config(*widget_values):
-        return forms.config_from_values(kind, values_in_field_order(widget_values))
+        return forms.config_from_values(kind, values_in_field_order(widget_values), ctx.roots)
 
     def on_show(*widget_values):
         try:
             config = build_config(*widget_values)
-        except (ValueError, KeyError, TypeError) as e:
+        except ConfigError as e:
             return error(str(e)), gr.update(visible=False)
         return "", gr.update(value=forms.config_yaml(config), visible=True)
 
     def on_submit(n_gpus, *widget_values):
         try:
-            config = build_config(*widget_values)
-            if n_gpus is None or int(n_gpus) != n_gpus or n_gpus < 0:
-                raise ValueError(f"GPUs must be a whole number ≥ 0, got {n_gpus!r}")
-            job = ctx.submit(config, gpus=int(n_gpus))
-        except (ConfigError, ValueError, KeyError, TypeError) as e:
+            job = ctx.submit(build_config(*widget_values), gpus=n_gpus)
+        except ConfigError as e:
             return error(str(e))
         return ok(f"Job {job.id} queued ({kind}); follow it on the Jobs tab.")
 

@@ -3,24 +3,30 @@
 Gradio keeps uploads in a temporary folder it may clean; a queued job reads its data later, in
 another process. So an accepted upload is copied to ``<runs>/uploads/`` under a name made from its
 content hash (the same file uploaded twice is stored once) and the job config names that copy.
-Before anything is stored the file is read with the ``custom`` dataset's own loader, so the user
-sees the parsed questions and every bad row (``file:line: reason``) before submitting.
+The temporary file is read with the ``custom`` dataset's own loader *before* anything is stored,
+so the user sees the parsed questions and every bad row (``file:line: reason``) before submitting,
+and a refused file leaves nothing behind. The folder has a quota, since every upload stays.
 """
 from __future__ import annotations
 
 import hashlib
+import html
 import re
-import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from lab.data import DataError, load_records
+from lab.data import DataError, MCQRecord, load_records
+from lab.files import write_atomic
 
 ALLOWED_SUFFIXES = (".jsonl", ".json", ".csv")
-MAX_BYTES = 20 * 1024 * 1024
+MAX_BYTES = 20 * 1024 * 1024  # one file
+MAX_TOTAL_BYTES = 1024**3  # the whole upload folder
+MAX_FILES = 1000  # in the upload folder
 PREVIEW_ROWS = 8
+LISTED_PROBLEMS = 10  # skipped rows shown after an upload
 
 
 @dataclass(frozen=True)
@@ -35,27 +41,78 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name)[:80] or "upload"
 
 
-def accept_upload(temp_path: str | Path, original_name: str, uploads: Path) -> Upload:
-    """Validate an uploaded question file and store it; raises ``DataError`` with what is wrong."""
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _check_quota(uploads: Path, size: int, max_total_bytes: int, max_files: int) -> None:
+    """Refuse a new file that would take the folder past ``max_files`` files or ``max_total_bytes``."""
+    stored = [p.stat().st_size for p in uploads.iterdir() if p.is_file()] if uploads.is_dir() else []
+    what = f"The upload folder {uploads} holds {len(stored)} files ({_size(sum(stored))})"
+    todo = f"Delete old uploads in {uploads} (keep those a queued job still reads) and upload again."
+    if len(stored) + 1 > max_files:
+        raise DataError(f"{what}; the limit is {max_files} files. {todo}")
+    if sum(stored) + size > max_total_bytes:
+        raise DataError(f"{what}; this file ({_size(size)}) would take it past the limit of "
+                        f"{_size(max_total_bytes)} in all. {todo}")
+
+
+def _read(temp_path: Path, name: str) -> tuple[list[MCQRecord], list[str]]:
+    """The records and the skipped rows (as text) of the temporary file, read by ``load_records``
+    under the uploaded name: its extension picks the format, and messages show it, not a temp path."""
+    with tempfile.TemporaryDirectory(prefix="lab-upload-") as folder:
+        named = Path(folder) / _safe_name(name)
+        named.symlink_to(temp_path.resolve())
+        try:
+            data = load_records("custom", "test", [str(named)])
+        except DataError as e:
+            raise DataError(str(e).replace(str(named), name), e.problems) from None
+        return data.records, [str(p).replace(str(named), name) for p in data.problems]
+
+
+def accept_upload(temp_path: str | Path, original_name: str, uploads: Path, *,
+                  max_total_bytes: int = MAX_TOTAL_BYTES, max_files: int = MAX_FILES) -> Upload:
+    """Validate an uploaded question file and store it; raises ``DataError`` with what is wrong.
+
+    Nothing is written under ``uploads`` until the file has been read whole and found usable, and
+    a write that fails midway is removed (:func:`lab.files.write_atomic`).
+    """
     temp_path = Path(temp_path)
+    name = Path(original_name).name
     suffix = Path(original_name).suffix.lower()
     if suffix not in ALLOWED_SUFFIXES:
-        raise DataError(f"{original_name}: expected a {', '.join(ALLOWED_SUFFIXES)} file, got {suffix or 'no extension'!r}")
+        raise DataError(f"{name}: expected a {', '.join(ALLOWED_SUFFIXES)} file, got {suffix or 'no extension'!r}")
     size = temp_path.stat().st_size
     if size > MAX_BYTES:
-        raise DataError(f"{original_name} is {size / 2**20:.1f} MiB; the limit is {MAX_BYTES // 2**20} MiB")
-    digest = hashlib.sha256(temp_path.read_bytes()).hexdigest()[:16]
-    uploads.mkdir(parents=True, exist_ok=True)
-    target = uploads / f"{digest}-{Path(_safe_name(original_name)).stem}{suffix}"
-    if not target.exists():
-        shutil.copyfile(temp_path, target)
-    try:
-        data = load_records("custom", "test", [str(target)])
-    except DataError:
-        target.unlink(missing_ok=True)  # nothing usable in it: do not keep it
-        raise
+        raise DataError(f"{name} is {size / 2**20:.1f} MiB; the limit is {MAX_BYTES // 2**20} MiB. "
+                        "Split it into smaller files.")
+    content = temp_path.read_bytes()
+    target = uploads / f"{hashlib.sha256(content).hexdigest()[:16]}-{Path(_safe_name(name)).stem}{suffix}"
+    stored = target.exists()  # the same content was uploaded before: nothing new to store
+    if not stored:
+        _check_quota(uploads, len(content), max_total_bytes, max_files)
+    records, problems = _read(temp_path, name)
+    if not stored:
+        uploads.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, content)
     preview = pd.DataFrame([{"id": r.id, "question": r.question, "options": " | ".join(r.choices),
                              "answer": "ABCDEFGHIJ"[r.answer] if r.answer < 10 else r.answer}
-                            for r in data.records[:PREVIEW_ROWS]])
-    problems = [str(p).replace(str(target), original_name) for p in data.problems]
-    return Upload(target, len(data.records), problems, preview)
+                            for r in records[:PREVIEW_ROWS]])
+    return Upload(target, len(records), problems, preview)
+
+
+def upload_notes(upload: Upload) -> str:
+    """What the launch page shows after an accepted upload, as HTML with every quoted text escaped.
+
+    Skipped-row reasons quote the file's content (``<img onerror=…>`` in a question must show as
+    text); one line, so that no Markdown around it reads the file's text as Markdown either.
+    """
+    notes = (f"✅ {upload.n_questions} questions read; stored as <code>{html.escape(str(upload.path))}</code> "
+             "and set as the data file.")
+    if upload.problems:
+        items = "".join(f"<li>{html.escape(' '.join(p.split()))}</li>" for p in upload.problems[:LISTED_PROBLEMS])
+        notes += f" {len(upload.problems)} rows skipped:<ul>{items}</ul>"
+    return f"<div class='lab-ok'>{notes}</div>"

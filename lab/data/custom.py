@@ -24,8 +24,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from .loaders import DatasetSpec, register
 from .record import DataError, MCQRecord
-from .rows import (NO_ANSWER, BadRow, Row, as_object, convert_rows, csv_rows, json_type, read_json, row_id,
-                   text_field)
+from .rows import (NO_ANSWER, TOO_DEEP, BadRow, Row, as_object, convert_rows, csv_rows, json_type, read_json,
+                   row_id, text_field)
 
 EXPECTED = ("question; choices (a JSON list) or one column per option A, B, C, ...; answer (a letter, "
             "a 0-based index or the text of the right choice); optionally id and passage (or context)")
@@ -98,6 +98,8 @@ def _choices(row: dict[str, Any]) -> tuple[list[str], set[str]]:
             except json.JSONDecodeError:
                 raise BadRow('\'choices\' should be a JSON list such as ["red", "blue"], '
                              f'got {value[:60]!r}') from None
+            except RecursionError:
+                raise BadRow(f"'choices' is {TOO_DEEP}") from None
         if not isinstance(value, list):
             raise BadRow(f"'choices' should be a list, got {json_type(value)}")
     else:

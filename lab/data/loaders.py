@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 from ..hub import hub_offline_mode, hub_reachable
 from ..registry import Registry
 from .record import DataError, MCQRecord, RowProblem
-from .rows import NO_ANSWER, BadRow, Row
+from .rows import NO_ANSWER, BadRow, Row, checked, not_utf8
 from .split import canonical_split, carve, parse_split
 
 MAX_LISTED_PROBLEMS = 5
@@ -133,6 +133,14 @@ def load_records(
 _NAMED_ENTRY = re.compile(r"([A-Za-z]\w*)=(.+)")
 
 
+def split_entry(entry: str) -> tuple[str | None, str]:
+    """``"test=/d/x.jsonl"`` → ``("test", "/d/x.jsonl")``; an entry naming an existing path is a path."""
+    m = _NAMED_ENTRY.fullmatch(entry)
+    if m and not os.path.exists(entry):
+        return m[1], m[2]
+    return None, entry
+
+
 def _files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], source: str,
                subject: str | None) -> list[Path]:
     """The files holding split ``source``, expanded and (for ``subject``) filtered."""
@@ -140,12 +148,9 @@ def _files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], 
         data_files = [data_files]
     by_split: dict[str | None, list[str]] = {}
     for entry in map(os.fspath, data_files):
-        m = _NAMED_ENTRY.fullmatch(entry)
-        if m and not os.path.exists(entry):
-            key = canonical_split(m[1], spec.own_splits, f" in data file entry {entry!r}")
-            by_split.setdefault(key, []).append(m[2])
-        else:
-            by_split.setdefault(None, []).append(entry)
+        split, path = split_entry(entry)
+        key = None if split is None else canonical_split(split, spec.own_splits, f" in data file entry {entry!r}")
+        by_split.setdefault(key, []).append(path)
     entries = by_split.get(None, []) + by_split.get(source, [])
     if not entries:
         given = ", ".join(sorted(k for k in by_split if k is not None))
@@ -163,21 +168,30 @@ def _files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], 
     return kept
 
 
+def list_folder(path: Path, extensions: tuple[str, ...], shown: str) -> list[Path]:
+    """The files in folder ``path`` ending in ``extensions``, sorted; none is a DataError."""
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(extensions))
+    if not files:
+        subdirs = sorted(p.name for p in path.iterdir() if p.is_dir())
+        hint = f" It has the folders {', '.join(subdirs)}: pass one of them." if subdirs else ""
+        raise DataError(f"The folder {shown!r} has no {' or '.join(extensions)} files.{hint}")
+    return files
+
+
 def _expand(entry: str, extensions: tuple[str, ...]) -> list[Path]:
-    """A file, a directory (its files ending in ``extensions``, sorted) or a glob, as files."""
-    if glob.has_magic(entry):
+    """A file, a directory (its files ending in ``extensions``, sorted) or a glob, as files.
+
+    An existing path is taken as it is, so a config whose globs were already expanded (what the
+    job store keeps) is never globbed again, even where a file name holds ``[`` or ``*``.
+    """
+    path = Path(entry).expanduser()
+    if glob.has_magic(entry) and not os.path.lexists(path):
         matches = sorted(glob.glob(os.path.expanduser(entry), recursive=True))
         if not matches:
             raise DataError(f"No files match the pattern {entry!r}.")
         return [f for m in matches for f in (_expand(m, extensions) if os.path.isdir(m) else [Path(m)])]
-    path = Path(entry).expanduser()
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(extensions))
-        if not files:
-            subdirs = sorted(p.name for p in path.iterdir() if p.is_dir())
-            hint = f" It has the folders {', '.join(subdirs)}: pass one of them." if subdirs else ""
-            raise DataError(f"The folder {entry!r} has no {' or '.join(extensions)} files.{hint}")
-        return files
+        return list_folder(path, extensions, entry)
     if not path.is_file():
         raise DataError(f"Data file not found: {entry!r} (looked for {path.resolve()}).")
     return [path]
@@ -194,8 +208,7 @@ def _read_files(spec: DatasetSpec, files: Iterable[Path]) -> Iterator[Row]:
         try:
             yield from spec.read_file(path)
         except UnicodeDecodeError as e:
-            raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). "
-                            "Save it as UTF-8 and try again.") from None
+            raise not_utf8(path, e) from None
         except OSError as e:
             raise DataError(f"Cannot read {path}: {e.strerror or e}.") from None
 
@@ -239,7 +252,7 @@ def _hub_rows(convert: Callable[[Mapping[str, Any], str], MCQRecord], table: Ite
     """Hub problems are located by split name and 0-based row index (``table[index]``)."""
     for index, row in enumerate(table):
         try:
-            yield convert(row, f"{hub_split}-{index}")
+            yield checked(convert(row, f"{hub_split}-{index}"), hub_split, index)
         except BadRow as e:
             yield RowProblem(hub_split, index, str(e))
 
@@ -248,11 +261,33 @@ def _hub_rows(convert: Callable[[Mapping[str, Any], str], MCQRecord], table: Ite
 
 
 def _collect(rows: Iterable[Row]) -> tuple[list[MCQRecord], list[RowProblem]]:
+    """Records and problems, in order; a record whose id was seen before is a problem.
+
+    Predictions are joined by id across runs (win rates, temperature fits, comparisons), so a
+    second question under the same id would be matched to the wrong one. The first is kept.
+    """
     records: list[MCQRecord] = []
     problems: list[RowProblem] = []
+    first_seen: dict[str, MCQRecord] = {}
     for row in rows:
-        (records if isinstance(row, MCQRecord) else problems).append(row)  # type: ignore[arg-type]
+        if isinstance(row, RowProblem):
+            problems.append(row)
+        elif row.id in first_seen:
+            problems.append(_duplicate(row, first_seen[row.id]))
+        else:
+            first_seen[row.id] = row
+            records.append(row)
     return records, problems
+
+
+def _duplicate(record: MCQRecord, first: MCQRecord) -> RowProblem:
+    file, line = record.origin or ("?", 0)
+    reason = f"duplicate id {record.id!r}: first seen at {first.where or '?'}"
+    if first.origin and record.id == f"{Path(first.origin[0]).stem}-{first.origin[1]}":
+        reason += " (rows without an id are named <file name>-<line>: two files share a name; give the rows ids)"
+    else:
+        reason += "; ids must be unique: give this row its own id, or remove it"
+    return RowProblem(file, line, reason)
 
 
 def _check(spec: DatasetSpec, where: str, records: list[MCQRecord], problems: list[RowProblem],

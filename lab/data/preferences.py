@@ -21,7 +21,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 from lab.hub import hub_offline_mode, hub_reachable
 
 from .record import DataError, RowProblem
-from .rows import BadRow, as_object, convert_rows, json_array_rows, json_type, jsonl_rows, row_id, text_field
+from .rows import (BadRow, as_object, convert_rows, json_array_rows, json_type, jsonl_rows, not_utf8, row_id,
+                   text_field)
 
 HUB_ID = "argilla/ultrafeedback-binarized-preferences"
 HUB_SPLIT = "train"
@@ -82,9 +83,12 @@ Item = Union[PreferencePair, RowProblem]
 def _read(path: Path) -> Iterator[Item]:
     if not path.is_file():
         raise DataError(f"Preference file {path} does not exist.")
-    with path.open(encoding="utf-8-sig") as f:
-        is_list = f.read(1024).lstrip().startswith("[")
-    return convert_rows(path, json_array_rows(path) if is_list else jsonl_rows(path), to_pair)
+    try:
+        with path.open(encoding="utf-8-sig") as f:
+            is_list = f.read(1024).lstrip().startswith("[")
+        yield from convert_rows(path, json_array_rows(path) if is_list else jsonl_rows(path), to_pair)
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, e) from None
 
 
 def _from_hub(hub_id: str, split: str) -> Iterator[Item]:

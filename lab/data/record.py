@@ -12,6 +12,8 @@ class MCQRecord:
     ``answer`` is a 0-based index into ``choices``; ``labels`` keeps the dataset's own option
     labels (ARC uses "1".."4" for some questions) so a prediction can be shown as the user's
     dataset names it, while prompts always letter the options A, B, C, ... by position.
+    ``origin`` is where the loader read it (``(file, line)``, or ``(hub split, row index)``), so that
+    later messages (a duplicate id, a question too long for the model) can point at the row.
     """
 
     id: str
@@ -22,6 +24,12 @@ class MCQRecord:
     passage: Optional[str] = None
     labels: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    origin: Optional[tuple[str, int]] = field(default=None, compare=False, hash=False, repr=False)
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the row it came from, or "" for a record made in code."""
+        return f"{self.origin[0]}:{self.origin[1]}" if self.origin else ""
 
     def __post_init__(self) -> None:
         if not self.choices:

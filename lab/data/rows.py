@@ -7,12 +7,15 @@ quoted cell spans several lines is reported at the line where it starts.
 
 A converter turns one parsed row into an :class:`MCQRecord` or raises :class:`BadRow`; the
 readers here turn ``BadRow`` into a :class:`RowProblem` so that one bad row never stops a file.
+The checks every dataset shares (:func:`checked`: at least two choices) run here too, once for all
+converters, and stamp each record with the file and line it came from.
 """
 from __future__ import annotations
 
 import csv
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
@@ -24,6 +27,12 @@ Convert = Callable[[Any, str], MCQRecord]  # (parsed row, default id) -> record;
 # Every "this row has no answer" reason starts with this, so that a file in which *every* row
 # lacks an answer can be reported as an unlabelled split rather than as a pile of bad rows.
 NO_ANSWER = "no answer"
+# A one-option question is always "right" with confidence 1: it would score accuracy 1 and ECE 0.
+MIN_CHOICES = 2
+# Real rows nest 3 or 4 levels. A cap far below Python's recursion limit (~1000, where json.loads
+# fails) also keeps a row's extra fields, carried into predictions.jsonl as `meta`, safe to write.
+MAX_DEPTH = 100
+TOO_DEEP = f"nested too deeply (JSON lists or objects more than {MAX_DEPTH} levels inside each other)"
 
 
 class BadRow(Exception):
@@ -49,14 +58,40 @@ def read_csv(path: Path, convert: Convert) -> Iterator[Row]:
 
 
 def convert_rows(path: Path, rows: Iterable[tuple[int, Any]], convert: Convert) -> Iterator[Row]:
-    """Apply ``convert`` to ``(line, row)`` pairs; a row given as a ``BadRow`` is already a problem."""
+    """Apply ``convert`` to ``(line, row)`` pairs; a row given as a ``BadRow`` is already a problem.
+
+    Records then pass :func:`checked`; what other converters make (preference pairs) passes as is.
+    """
     for line, row in rows:
         try:
             if isinstance(row, BadRow):
                 raise row
-            yield convert(row, f"{path.stem}-{line}")
+            result = convert(row, f"{path.stem}-{line}")
+            yield checked(result, str(path), line) if isinstance(result, MCQRecord) else result
         except BadRow as e:
             yield RowProblem(str(path), line, str(e))
+
+
+def checked(record: MCQRecord, file: str, line: int) -> MCQRecord:
+    """``record`` stamped with where it was read, once it passes the checks every dataset shares.
+
+    Here rather than in each converter, so that no dataset (local files or hub rows) can skip them.
+    """
+    if len(record.choices) < MIN_CHOICES:
+        raise BadRow(f"only {len(record.choices)} choice: a question needs at least {MIN_CHOICES} options")
+    return replace(record, origin=(file, line))
+
+
+def too_deep(value: Any) -> bool:
+    """Whether ``value`` nests lists / objects more than ``MAX_DEPTH`` levels (iteratively: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > MAX_DEPTH:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
@@ -66,9 +101,13 @@ def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
             if not line.strip():
                 continue
             try:
-                yield line_no, json.loads(line)
+                value = json.loads(line)
             except json.JSONDecodeError as e:
                 yield line_no, BadRow(f"invalid JSON: {e.msg} at column {e.colno}")
+            except RecursionError:
+                yield line_no, BadRow(TOO_DEEP)
+            else:
+                yield line_no, BadRow(TOO_DEEP) if too_deep(value) else value
 
 
 def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -86,6 +125,10 @@ def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
                     yield start, cells
                 start = reader.line_num + 1
         except csv.Error as e:
+            if "field larger than field limit" in str(e):
+                raise DataError(f"{path}:{start}: a cell is longer than {csv.field_size_limit():,} characters, "
+                                "the most the CSV reader takes. Shorten it: a question that long would "
+                                "not fit in a model's context anyway.") from None
             raise DataError(f"{path}:{start}: this CSV cannot be parsed ({e}). Check the quoting "
                             "around that line: a cell that contains commas or line breaks must be "
                             'wrapped in double quotes, and a quote inside it doubled ("").') from None
@@ -98,7 +141,8 @@ def json_array_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line, element)`` for each element of a file that starts with ``[``.
 
     Decoded element by element (``raw_decode``) so that each element keeps the line it starts on.
-    A syntax error ends the list, so it is a DataError for the file rather than a row problem.
+    A syntax error ends the list, so it is a DataError for the file rather than a row problem; so
+    does an element too deep for the decoder, which cannot then tell where the element ends.
     """
     text = path.read_text(encoding="utf-8-sig")
     decoder = json.JSONDecoder()
@@ -115,7 +159,11 @@ def json_array_rows(path: Path) -> Iterator[tuple[int, Any]]:
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg}). A .json file must hold one "
                             "JSON list of objects, or one object per line (JSON Lines).") from None
-        yield line, value
+        except RecursionError:
+            raise DataError(f"{path}:{line}: the list element that starts here is {TOO_DEEP}, so the "
+                            "file cannot be read. A .json file must hold one JSON list of objects, or "
+                            "one object per line (JSON Lines).") from None
+        yield line, BadRow(TOO_DEEP) if too_deep(value) else value
         pos = _WS.match(text, pos).end()
         if text.startswith(",", pos):
             pos += 1
@@ -123,6 +171,12 @@ def json_array_rows(path: Path) -> Iterator[tuple[int, Any]]:
             lineno = text.count("\n", 0, pos) + 1
             raise DataError(f"{path}:{lineno}: expected ',' or ']' after a list element. A .json "
                             "file must hold one JSON list of objects, or one object per line.")
+
+
+def not_utf8(path: Path, error: UnicodeDecodeError) -> DataError:
+    """The error for a file that is not UTF-8 text (all readers decode UTF-8, with or without BOM)."""
+    return DataError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}). "
+                     "Save it as UTF-8 and try again.")
 
 
 # ---------------------------------------------------------------- field checks
