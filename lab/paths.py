@@ -143,13 +143,18 @@ def _files(field: str, value: list[str], holder: dict[str, Any], owner: type, po
     return out
 
 
-def _dir(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
+def _folder(field: str, value: str, policy: Policy, what: str) -> str:
+    """An existing folder, resolved, with nothing in it leading outside the roots."""
     real = _real(value)
     policy.check(field, real, value)
     if not real.is_dir():
-        raise ConfigError(f"{field}: {value!r} is not a folder on this machine")
+        raise ConfigError(f"{field}: {value!r} is not {what} on this machine")
     policy.check_tree(field, real, value)
     return str(real)
+
+
+def _dir(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
+    return _folder(field, value, policy, "a folder")
 
 
 def _temperature(field: str, value: Any, holder: dict[str, Any], owner: type, policy: Policy) -> Any:
@@ -184,12 +189,7 @@ def _model(field: str, value: str, holder: dict[str, Any], owner: type, policy: 
     if value == BUNDLED:
         return value
     if looks_like_path(value):
-        real = _real(value)
-        policy.check(field, real, value)
-        if not real.is_dir():
-            raise ConfigError(f"{field}: {value!r} is not a model folder on this machine")
-        policy.check_tree(field, real, value)
-        return str(real)
+        return _folder(field, value, policy, "a model folder")
     if not HUB_ID.fullmatch(value):
         raise ConfigError(f"{field}: {value!r} is neither 'bundled', a model folder, nor a Hugging Face hub id "
                           "(org/name)")

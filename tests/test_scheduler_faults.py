@@ -7,10 +7,8 @@ run directory was, a directory where ``events.jsonl`` goes).
 """
 import errno
 import os
-import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import psutil
@@ -21,24 +19,9 @@ from jobs.scheduler import Scheduler, cancel, start_in_background
 from jobs.store import JobStore
 from lab.events import EventWriter, read_events
 
-FAKE = str(Path(__file__).with_name("fake_worker.py"))
-CONFIG = {"kind": "evaluate", "model": "bundled", "dataset": "arc_challenge", "limit": 4}
+from test_jobs import CONFIG, fake_launcher, wait_for
+
 ROOT = os.geteuid() == 0
-
-
-def fake_launcher(modes: dict):
-    return lambda job, launch: [sys.executable, FAKE, job.run_dir, modes[job.id]]
-
-
-def wait_for(predicate, timeout: float = 15.0, step: float = 0.05, tick=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if tick:
-            tick()
-        if predicate():
-            return True
-        time.sleep(step)
-    raise AssertionError("condition not reached in time")
 
 
 def worker_started(run_dir: Path) -> bool:

@@ -351,3 +351,15 @@ def test_the_public_api_is_exactly_what_the_readme_lists(served_bare):
     assert not info["unnamed_endpoints"]
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert all(f'api_name="{name}"' in readme for name in info["named_endpoints"])
+
+
+def test_the_cli_names_a_config_that_is_not_utf8_or_too_big(tmp_path, capsys):
+    from jobs.cli import main as jobs_cli
+
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("kind: evaluate\nsubject: caf\xe9\n".encode("latin-1"))
+    assert jobs_cli(["--root", str(tmp_path / "runs"), "submit", str(path)]) == 2
+    assert capsys.readouterr().err == f"error: {path} is not UTF-8 text (byte 0xe9 at position 27); save it as UTF-8\n"
+    path.write_text("kind: evaluate\n" + "#" * MAX_BYTES)
+    assert jobs_cli(["--root", str(tmp_path / "runs"), "submit", str(path)]) == 2
+    assert f"the limit is {MAX_BYTES:,} bytes" in capsys.readouterr().err
