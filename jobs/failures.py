@@ -25,7 +25,7 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
 def log_tail(run_dir: Path, lines: int = TAIL_LINES) -> str:
     try:
         text = (Path(run_dir) / LOG_FILE).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+    except OSError:  # none yet, or unreadable (a run directory gone wrong): no tail to show
         return ""
     return "\n".join(text.splitlines()[-lines:])
 

@@ -13,14 +13,19 @@ from typing import Optional
 import psutil
 
 
+def _started_at(proc: psutil.Process, started: Optional[float]) -> bool:
+    """Whether ``proc`` is the process created at ``started`` (a pid may be reused by another)."""
+    return started is None or abs(proc.create_time() - started) <= 1e-3
+
+
 def job_process(pid: Optional[int], started: Optional[float]) -> Optional[psutil.Process]:
     """The live process ``pid`` if it is the one we started (same create time), else None."""
     if pid is None:
         return None
     try:
         proc = psutil.Process(pid)
-        if started is not None and abs(proc.create_time() - started) > 1e-3:
-            return None  # the pid was reused by an unrelated process
+        if not _started_at(proc, started):
+            return None
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None
         return proc
@@ -37,7 +42,7 @@ def reap(pid: Optional[int], started: Optional[float]) -> None:
         return
     try:
         proc = psutil.Process(pid)
-        ours = proc.ppid() == os.getpid() and (started is None or abs(proc.create_time() - started) <= 1e-3)
+        ours = proc.ppid() == os.getpid() and _started_at(proc, started)
     except psutil.Error:
         return
     if ours:

@@ -84,13 +84,6 @@ def _read_result(run_dir: Path) -> Optional[dict[str, Any]]:
         return None
 
 
-def _log_tail(run_dir: Path) -> str:
-    try:
-        return failures.log_tail(run_dir)
-    except OSError:
-        return ""  # unreadable: the summary falls back to the exit code
-
-
 def _emit_ended(run_dir: Path, status: str, error: Optional[str]) -> None:
     """Best effort: the store row is the record, and the run directory may be what went wrong."""
     try:
@@ -115,7 +108,7 @@ def finish(store: JobStore, job: Job, returncode: Optional[int] = None) -> Optio
         status, error = "cancelled", "stopped by request"
     else:
         status = "failed"
-        error = _write_problem(run_dir) or failures.classify(returncode, _log_tail(run_dir))
+        error = _write_problem(run_dir) or failures.classify(returncode, failures.log_tail(run_dir))
     if not store.update(job.id, only_if_status=("running",), status=status, error=error, finished=time.time()):
         return None
     _emit_ended(run_dir, status, error)

@@ -142,6 +142,11 @@ def check_value(path: str, value: Any, hint: Any, spec: Spec) -> Any:
             return None
         raise _fail(path, "must be set")
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if spec.role == "temperature" and isinstance(value, str):
+        try:
+            value = float(value)  # "1.5" from a text box or the command line; other text names a file
+        except ValueError:
+            pass
     if spec.role == "temperature" and isinstance(value, (int, float)) and not isinstance(value, bool):
         if not (math.isfinite(value) and value > 0):
             raise _fail(path, f"must be a temperature > 0 (a number, a temperature.json or its folder), got {_show(value)}")

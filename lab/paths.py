@@ -71,13 +71,6 @@ def _real(text: str) -> Path:
     return Path(os.path.realpath(os.path.expanduser(text)))
 
 
-def _glob_root(pattern: str) -> str:
-    """The folder a glob is listed from: its path up to the first component with a wildcard."""
-    parts = Path(pattern).parts
-    fixed = parts[: next(i for i, p in enumerate(parts) if glob.has_magic(p))]
-    return str(Path(*fixed)) if fixed else "."
-
-
 def _expand(field: str, given: str, extensions: tuple[str, ...], policy: Policy) -> list[Path]:
     """One entry (a file, a folder or a glob) as checked, realpath-resolved files."""
     text = os.path.expanduser(given)
@@ -89,7 +82,8 @@ def _expand(field: str, given: str, extensions: tuple[str, ...], policy: Policy)
         first_wild = next(i for i, p in enumerate(parts) if glob.has_magic(p))
         if ".." in parts[first_wild:]:  # glob would list the folder it climbs to before any check could
             raise ConfigError(f"{field}: {given!r} has '..' after a wildcard; write the folder out instead")
-        policy.check(field, _real(_glob_root(text)), given)  # before anything in it is listed
+        glob_root = str(Path(*parts[:first_wild])) if first_wild else "."
+        policy.check(field, _real(glob_root), given)  # the folder the glob lists, before it is listed
         candidates = list(itertools.islice(glob.iglob(text, recursive=True), MAX_FILES + 1))
         if len(candidates) > MAX_FILES:
             raise ConfigError(f"{field}: {given!r} matches more than {MAX_FILES:,} files")
@@ -125,22 +119,24 @@ def _dataset_extensions(holder: dict[str, Any], owner: type) -> tuple[str, ...]:
     return DATASETS.get(name).extensions if isinstance(name, str) and name in DATASETS else DATA_EXTENSIONS
 
 
-def _data_files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
-    extensions = _dataset_extensions(holder, owner)
+def _resolve_entries(field: str, value: list[str], extensions: tuple[str, ...], policy: Policy,
+                     with_split: bool) -> list[str]:
+    """Each entry (``SPLIT=PATH`` too, ``with_split``) as the checked files it names, in order."""
     out: list[str] = []
     for i, entry in enumerate(value):
-        split, given = split_entry(entry)
+        split, given = split_entry(entry) if with_split else (None, entry)
         out += [f"{split}={p}" if split else str(p) for p in _expand(f"{field}[{i}]", given, extensions, policy)]
         if len(out) > MAX_FILES:
             raise ConfigError(f"{field}: resolves to more than {MAX_FILES:,} files")
     return out
 
 
+def _data_files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
+    return _resolve_entries(field, value, _dataset_extensions(holder, owner), policy, with_split=True)
+
+
 def _files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
-    out = [str(p) for i, entry in enumerate(value) for p in _expand(f"{field}[{i}]", entry, PAIR_EXTENSIONS, policy)]
-    if len(out) > MAX_FILES:
-        raise ConfigError(f"{field}: resolves to more than {MAX_FILES:,} files")
-    return out
+    return _resolve_entries(field, value, PAIR_EXTENSIONS, policy, with_split=False)
 
 
 def _folder(field: str, value: str, policy: Policy, what: str) -> str:
@@ -158,16 +154,8 @@ def _dir(field: str, value: str, holder: dict[str, Any], owner: type, policy: Po
 
 
 def _temperature(field: str, value: Any, holder: dict[str, Any], owner: type, policy: Policy) -> Any:
-    if isinstance(value, float):
+    if isinstance(value, float):  # the validator turned numbers (and numeric text) into floats
         return value
-    try:
-        number = float(value)  # "1.5" from a text box or the command line
-    except ValueError:
-        pass
-    else:
-        if not (number > 0 and number != float("inf")):
-            raise ConfigError(f"{field}: must be a temperature > 0, got {value!r}")
-        return number
     real = _real(value)
     policy.check(field, real, value)
     if real.is_dir():

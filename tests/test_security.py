@@ -307,7 +307,7 @@ BAD_CONFIGS = [
 
 
 def _form_message(ctx: LabContext, config: dict) -> str:
-    """What the launch form answers for ``config`` typed into its fields (the page's own handlers)."""
+    """What the launch form's Submit answers for ``config`` typed into its fields."""
     from ui import forms
 
     kind = config.pop("kind")
@@ -316,7 +316,7 @@ def _form_message(ctx: LabContext, config: dict) -> str:
     for key, value in config.items():
         values[[f.name for f in form].index(key)] = forms.to_widget_value(form[[f.name for f in form].index(key)], value)
     try:
-        ctx.submit(forms.config_from_values(kind, values, ctx.roots))
+        ctx.submit(forms.form_config(kind, values))  # what the page's Submit does
     except ConfigError as e:
         return str(e)
     return "accepted"

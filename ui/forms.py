@@ -3,9 +3,10 @@
 Each job kind's config is a dataclass whose fields carry their help text, so the form for a kind
 is generated from it: a field's type decides its widget (choice, checkbox, number, text, a list
 one entry per line, or YAML for nested values). Values come back as strings and numbers from
-the browser; :func:`config_from_values` turns them into a config mapping and validates it with
-the same code the job store uses, so the form cannot submit what ``python -m jobs submit`` would
-refuse — and every refusal is a message naming the field, never a traceback.
+the browser; :func:`form_config` turns them into the config mapping Submit hands the job store,
+which validates it with the same code as ``python -m jobs submit`` (and :func:`config_from_values`
+for "Show config"), so the form cannot queue what the command line would refuse — and every
+refusal is a message naming the field, never a traceback.
 """
 from __future__ import annotations
 
@@ -119,12 +120,16 @@ def from_widget_value(field: Field, value: Any) -> Any:
     return value
 
 
+def form_config(kind: str, values: list[Any]) -> dict[str, Any]:
+    """Form values (in :func:`fields` order) → the config mapping they spell, with ``kind``, unchecked:
+    what Submit hands the job store, which validates and resolves it once."""
+    return {"kind": kind, **{f.name: from_widget_value(f, v) for f, v in zip(fields(kind), values)}}
+
+
 def config_from_values(kind: str, values: list[Any], roots: Optional[Iterable[Path]] = None) -> dict[str, Any]:
-    """Form values (in :func:`fields` order) → a validated, complete config mapping with ``kind``,
-    its files resolved inside ``roots`` (so even "Show config" never lists a folder outside them)."""
-    form = fields(kind)
-    config = {f.name: from_widget_value(f, v) for f, v in zip(form, values)}
-    job_kind, parsed = parse_config({"kind": kind, **config}, roots)
+    """Form values → a validated, complete config mapping with ``kind``, its files resolved inside
+    ``roots`` (so even "Show config" never lists a folder outside them)."""
+    job_kind, parsed = parse_config(form_config(kind, values), roots)
     return {"kind": job_kind.name, **parsed.to_dict()}
 
 

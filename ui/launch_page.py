@@ -98,19 +98,16 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     yaml_box = gr.Code(label="Config (YAML): what will run; copy it to run from a terminal", language="yaml",
                        visible=False)
 
-    def build_config(*widget_values):
-        return forms.config_from_values(kind, values_in_field_order(widget_values), ctx.roots)
-
     def on_show(*widget_values):
         try:
-            config = build_config(*widget_values)
+            config = forms.config_from_values(kind, values_in_field_order(widget_values), ctx.roots)
         except ConfigError as e:
             return error(str(e)), gr.update(visible=False)
         return "", gr.update(value=forms.config_yaml(config), visible=True)
 
     def on_submit(n_gpus, *widget_values):
         try:
-            job = ctx.submit(build_config(*widget_values), gpus=n_gpus)
+            job = ctx.submit(forms.form_config(kind, values_in_field_order(widget_values)), gpus=n_gpus)
         except ConfigError as e:
             return error(str(e))
         return ok(f"Job {job.id} queued ({kind}); follow it on the Jobs tab.")
