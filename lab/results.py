@@ -32,7 +32,7 @@ FORMS: tuple[str, ...] = ("logit", "paper")
 CaseKind = Literal["all", "overconfident_wrong", "correct", "wrong"]
 CASE_KINDS: tuple[str, ...] = ("all", "overconfident_wrong", "correct", "wrong")
 # Default sweep grids: the logit temperature is 1 for "no change"; the paper form divides
-# probabilities in [0, 1], so only c well below 1 restores contrast (lab.calibration.temperature_paper).
+# probabilities in [0, 1], so only c well below 1 restores contrast (lab.first.recalibration.temperature_paper).
 DEFAULT_TEMPERATURES: dict[str, np.ndarray] = {
     "logit": np.geomspace(0.1, 10.0, 81),
     "paper": np.geomspace(0.01, 1.0, 81),
@@ -258,7 +258,7 @@ def recalibrate(pred: Predictions, temperature: float, form: Form = "logit") -> 
 
     ``"logit"``: ``softmax(log p / T)`` (:func:`lab.temperature.scale`); T = 1 only renormalises.
     ``"paper"``: FIRST Eq. 4 as printed, ``softmax(p / c)`` over the present options
-    (:func:`lab.calibration.temperature_paper` with a mask), which flattens rows at c = 1.
+    (:func:`lab.first.recalibration.temperature_paper` with a mask), which flattens rows at c = 1.
     """
     t = _check_temperature(temperature)
     _check_form(form)

@@ -74,7 +74,7 @@ def test_masked_out_positions_do_not_matter(renormalise, tail):
 def test_non_negative_with_normalised_teacher(renormalise, tail):
     for seed in range(5):
         logits, ids, logprobs, mask = batch(seed, torch.float32)
-        logprobs = logprobs.log_softmax(dim=-1)  # as lab.calibration returns: sums to 1 over k
+        logprobs = logprobs.log_softmax(dim=-1)  # as lab.first.recalibration returns: sums to 1 over k
         assert topk_kl_loss(logits, ids, logprobs, mask, renormalise, tail).item() >= 0
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from lab import metrics
-from lab.calibration import temperature_paper
+from lab.first.recalibration import temperature_paper
 from lab.results import (
     EvalRun, calibration_summary, case_table, filter_cases, find_evaluations, load_predictions,
     positionwise_topk, recalibrate, results_csv, results_table, same_question, temperature_sweep,

@@ -1,7 +1,7 @@
 """Knowledge matching (FIRST §4.3): KL from a teacher's stored top-k to the student, per token.
 
 The teacher arrives as integer ids and log-probabilities of its (re-calibrated, see
-:mod:`lab.calibration`) top-k at every position; the student as raw logits. Alignment contract:
+:mod:`lab.first.recalibration`) top-k at every position; the student as raw logits. Alignment contract:
 row t of the teacher tensors and position t of the student logits both describe the distribution
 of token t+1, i.e. the usual causal-LM convention (logits at t predict the next token), and
 ``mask[b, t]`` is True where token t+1 is supervised. Stored teacher rows must follow it too.
@@ -104,7 +104,7 @@ def topk_kl_loss(
 
     - default: ``log p_S,j = z_j − logsumexp_V(z)``, the student's full-vocabulary log-prob. Mass
       the student puts outside the top-k is penalised only through the top-k terms; with a
-      teacher normalised over k (as every :mod:`lab.calibration` transform returns) the loss is
+      teacher normalised over k (as every :mod:`lab.first.recalibration` transform returns) the loss is
       ``−log Σ_k p_S`` when the teacher is the student's own top-k renormalised, and 0 only when
       the student puts all its mass on them. With a teacher holding a mass a < 1 it can dip below
       0 (to ``a·log(a/b)``, b the student's top-k mass); ``tail=True`` compares full distributions.

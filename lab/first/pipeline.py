@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lab import calibration
+from lab.first import recalibration
 from lab.distill.extract import TopKStore, extract_topk
 from lab.distill.job import extract_records
 from lab.distill.losses import topk_kl_loss
@@ -74,7 +74,7 @@ def _sweep(cfg: FirstConfig, topk_dir: Path, events: EventWriter) -> dict[str, A
         probs.append(np.exp(logprobs[-1]))  # last row: the distribution of the answer token
         hits = np.flatnonzero(ids[-1] == answer)
         ranks.append(int(hits[0]) if hits.size else -1)
-    result = calibration.sweep_temperature(np.array(probs), np.array(ranks), form=cfg.ts_form,
+    result = recalibration.sweep_temperature(np.array(probs), np.array(ranks), form=cfg.ts_form,
                                            objective=cfg.ts_objective, n_bins=cfg.bins)
     for record in result["records"]:  # its own "stage" is the grid (coarse / fine)
         events.emit("sweep", grid=record["stage"], **{k: v for k, v in record.items() if k != "stage"})
@@ -84,10 +84,10 @@ def _sweep(cfg: FirstConfig, topk_dir: Path, events: EventWriter) -> dict[str, A
 def _transform(cfg: FirstConfig, method: str, sweep: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
     """How each distillation student re-calibrates the stored teacher probabilities (k per row)."""
     if method == "distill":
-        return lambda p: calibration.direct(p, cfg.direct_delta)
+        return lambda p: recalibration.direct(p, cfg.direct_delta)
     if method == "distill_ls":
-        return lambda p: calibration.label_smooth(p, cfg.ls_delta)
-    return lambda p: calibration.TRANSFORMS[cfg.ts_form](p, sweep["best"])
+        return lambda p: recalibration.label_smooth(p, cfg.ls_delta)
+    return lambda p: recalibration.TRANSFORMS[cfg.ts_form](p, sweep["best"])
 
 
 def _distill(cfg: FirstConfig, method: str, sweep: dict[str, Any], topk_dir: Path, out: Path, events: EventWriter,

@@ -1,4 +1,4 @@
-"""Tests for lab.calibration: hand-computed transforms on one top-5 row, properties over random
+"""Tests for lab.first.recalibration: hand-computed transforms on one top-5 row, properties over random
 rows, and the temperature sweep on a synthetic over-confident teacher."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from lab import calibration as C
+from lab.first import recalibration as C
 from lab.metrics import ece
 
 P = [0.6, 0.2, 0.1, 0.05, 0.05]  # a top-5 holding all the mass

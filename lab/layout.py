@@ -1,0 +1,37 @@
+"""The run directory's file names, in one place: the worker writes them, the scheduler, the
+catalogue of runs (:mod:`lab.runs`) and the pages read them, and none of them spells a name.
+
+    config.yaml        the resolved config (rerunning it reproduces the run)
+    events.jsonl       what the worker reported, one JSON object a line
+    log.txt            the worker's stdout and stderr
+    result.json        how the worker ended: {"status": …, "error": …}
+    STOP               present: the user asked the job to stop
+    metrics.json       an evaluation's metrics (beside predictions.jsonl)
+    predictions.jsonl  an evaluation's questions with every probability
+    topk/manifest.json a top-k store (teacher extraction) and its coverage curve
+    adapter/, model/   what a training run leaves: a LoRA adapter or full weights
+    checkpoints/       epoch checkpoints a resumed training run continues from
+    temperature.json   a fitted or chosen temperature
+    compare.json       a comparison's answers
+    report.json/.md    a pipeline's table (FIRST, CFT)
+    done.json          a finished pipeline stage (a rerun skips it)
+    eval/<model>-<set> a pipeline's evaluations
+"""
+CONFIG_FILE = "config.yaml"
+EVENTS_FILE = "events.jsonl"
+LOG_FILE = "log.txt"
+RESULT_FILE = "result.json"
+STOP_FILE = "STOP"
+METRICS_FILE = "metrics.json"
+PREDICTIONS_FILE = "predictions.jsonl"
+TOPK_DIR = "topk"
+MANIFEST_FILE = "manifest.json"
+ADAPTER_DIR = "adapter"
+MODEL_DIR = "model"
+CHECKPOINTS_DIR = "checkpoints"
+TEMPERATURE_FILE = "temperature.json"
+COMPARE_FILE = "compare.json"
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+DONE_FILE = "done.json"
+EVAL_DIR = "eval"
