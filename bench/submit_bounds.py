@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lab.config import ConfigError  # noqa: E402
-from lab.run import parse_config  # noqa: E402
+from lab.kinds import parse_config  # noqa: E402
 from lab.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml  # noqa: E402
 
 BOMB = ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"

@@ -5,8 +5,12 @@ loading any weights); memory per parameter depends on what the job does with the
 
 - inference: the weights, plus 20 % for activations and the KV cache;
 - full fine-tuning with AdamW: weights + gradients (job dtype) + two fp32 moments (8 bytes), plus 20 %;
-- LoRA: the frozen weights plus about 2 % trainable parameters with their own gradients and moments.
+- LoRA: the frozen weights plus about 2 % trainable parameters with their own gradients and moments;
+- QLoRA: the same on 4-bit weights (half a byte each).
 
+Which models a job loads, and whether it trains them, comes from its kind's config declarations
+(every ``model`` field; its ``trained_by`` field names the training method), so a FIRST job's
+teacher and student and every model of a comparison are checked, and a new kind needs nothing here.
 Activations of long sequences and large batches come on top; the warning says so.
 """
 from __future__ import annotations
@@ -15,7 +19,10 @@ import json
 import struct
 import subprocess
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
+
+from lab import kinds
+from lab.config import spec_of, walk
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HEADROOM = 1.2
@@ -48,8 +55,10 @@ def estimate_bytes(n_params: int, dtype: str, method: str) -> float:
         per_param = 2 * width + 8
     elif method == "lora":
         per_param = width + LORA_TRAINABLE * (2 * width + 8)
+    elif method == "qlora":
+        per_param = 0.5 + LORA_TRAINABLE * (2 * width + 8)
     else:
-        raise ValueError(f"Expected method 'inference', 'full' or 'lora', but got {method!r}")
+        raise ValueError(f"Expected method 'inference', 'full', 'lora' or 'qlora', but got {method!r}")
     return n_params * per_param * HEADROOM
 
 
@@ -74,23 +83,43 @@ def _model_dir(model: str) -> Optional[Path]:
     return path if path.is_dir() else None
 
 
+def _setting(cls: type, values: dict[str, Any], dotted: str) -> Any:
+    """The value of ``dotted`` (``teacher_method``, ``training.method``) in a config, or its default."""
+    head, _, rest = dotted.partition(".")
+    f = cls.__dataclass_fields__[head]
+    default = f.default_factory() if callable(f.default_factory) else f.default
+    value = values.get(head, default)
+    return _setting(spec_of(f).entries, value or {}, rest) if rest else value
+
+
+def models(kind: str, config: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(field path, model, what the job does with it: inference or a training method) per model field."""
+    cls = kinds.get(kind).config
+    for path, spec, holder, key, _ in walk(cls, config):
+        if spec.role == "model" and isinstance(holder[key], str):
+            yield path, holder[key], _setting(cls, config, spec.trained_by) if spec.trained_by else "inference"
+
+
 def check(kind: str, config: dict[str, Any], gpus: tuple[int, ...], free: Optional[dict[int, float]] = None) -> list[str]:
-    """Warnings for a job about to start on ``gpus`` (nothing to say for CPU jobs or unknown sizes)."""
+    """Warnings for a job about to start on ``gpus``, one per model that will not fit (nothing to say
+    for CPU jobs or unknown sizes). Data-parallel ranks each hold a full copy, so the smallest GPU
+    is what must fit it; a pipeline loads its models one after another, so each must fit alone."""
     if not gpus:
-        return []
-    model_dir = _model_dir(str(config.get("model", "")))
-    n_params = count_parameters(model_dir) if model_dir else None
-    if n_params is None:
         return []
     dtype = config.get("dtype", "auto")
     dtype = "bfloat16" if dtype == "auto" else dtype
-    method = "inference" if kind == "evaluate" else str(config.get("method", "full"))
-    # Data-parallel ranks each hold a full copy, so the smallest GPU is what must fit it.
-    need = estimate_bytes(n_params, dtype, method)
-    free = free_gpu_memory() if free is None else free
-    have = min((free[g] for g in gpus if g in free), default=None)
-    if have is None or need <= have:
-        return []
-    return [f"{config.get('model')} ({n_params / 1e9:.2f} B parameters, {dtype}, {method}) needs about "
-            f"{need / GIB:.1f} GiB per GPU before activations; GPU(s) {','.join(map(str, gpus))} have "
-            f"{have / GIB:.1f} GiB free. Use LoRA, bf16, a smaller model, or free the GPU."]
+    warnings = []
+    for path, model, method in models(kind, config):
+        model_dir = _model_dir(model)
+        n_params = count_parameters(model_dir) if model_dir else None
+        if n_params is None:
+            continue
+        need = estimate_bytes(n_params, dtype, method)
+        free = free_gpu_memory() if free is None else free
+        have = min((free[g] for g in gpus if g in free), default=None)
+        if have is not None and need > have:
+            warnings.append(
+                f"{path}: {model} ({n_params / 1e9:.2f} B parameters, {dtype}, {method}) needs about "
+                f"{need / GIB:.1f} GiB per GPU before activations; GPU(s) {','.join(map(str, gpus))} have "
+                f"{have / GIB:.1f} GiB free. Use LoRA, bf16, a smaller model, or free the GPU.")
+    return warnings

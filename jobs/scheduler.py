@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator, Optional
 import psutil
 
 from lab.events import EVENTS_FILE, EventWriter
-from lab.run import CONFIG_FILE, RESULT_FILE, STOP_FILE
+from lab.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
 from jobs import failures, preflight
 from jobs.launch import Launch, build_command, job_env, visible_gpus
 from jobs.process import job_process, reap, terminate_tree

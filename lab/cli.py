@@ -1,9 +1,13 @@
-"""``python -m lab evaluate …`` and ``python -m lab run CONFIG.yaml``: the lab's command line.
+"""The lab's command line: ``python -m lab KIND --field …`` for every job kind, ``run CONFIG.yaml``, ``kinds``.
 
-Flags are generated from ``EvalConfig``'s fields so the defaults and help live in one place.
-Bad input (unknown dataset or model, malformed file, wrong option) ends with one line on stderr
-and exit code 2, running out of memory with exit code 3; only a bug in the lab itself shows a
-traceback.
+Each kind's flags are generated from its config's fields (:mod:`lab.kinds`), so defaults, help
+and checks live in one place: ``--data-files a.jsonl b.jsonl`` for a list, ``--no-completion-only``
+for a switch, YAML text for a nested field (``--training '{epochs: 1, method: lora}'``). A flag
+not given keeps the config's default. ``evaluate`` runs in the foreground with a progress bar and
+prints its metrics; the other kinds run as the job system runs them (:func:`lab.worker.run`) in
+``--out``. Bad input (unknown dataset or model, malformed file, wrong option) ends with one line
+on stderr and exit code 2, running out of memory with exit code 3; only a bug in the lab itself
+shows a traceback.
 """
 from __future__ import annotations
 
@@ -13,40 +17,69 @@ import sys
 import time
 import typing
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from lab import kinds
+from lab.config import ConfigError, unwrap_optional
 from lab.errors import USER_ERRORS
-from lab.evaluate import EvalConfig, evaluate
+from lab.evaluate import evaluate
+from lab.files import write_atomic
+from lab.layout import CONFIG_FILE, METRICS_FILE, PREDICTIONS_FILE
+from lab.yamlio import load_yaml
+
+SUMMARY_KEYS = ("n", "accuracy", "ece", "cw_ece", "mce", "brier", "nll", "trust")
+
+
+def _flag_kwargs(hint: Any, help_text: str) -> dict[str, Any]:
+    """How argparse reads one field; the config's validator checks the value afterwards."""
+    hint, _ = unwrap_optional(hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    kwargs: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
+    if origin is list and args and typing.get_origin(args[0]) is not dict and args[0] is not dict:
+        inner = args[0]
+        kwargs.update(nargs="+", type=inner if inner in (int, float) else str)
+    elif origin in (list, dict):
+        kwargs.update(type=lambda text: load_yaml(text, "flag"), metavar="YAML")
+    elif origin is typing.Literal:
+        kwargs.update(choices=args)
+    elif hint is bool:
+        kwargs.update(action=argparse.BooleanOptionalAction)
+    elif hint in (int, float):
+        kwargs.update(type=hint)
+    return kwargs
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        kind = hints[f.name]
-        args = typing.get_args(kind)
-        kwargs: dict = {"dest": f.name, "help": f"{f.metadata.get('help', '')} (default: %(default)s)"}
-        if typing.get_origin(kind) is list:
-            kwargs.update(nargs="+", default=[])
-        elif typing.get_origin(kind) is typing.Literal:
-            kwargs.update(choices=args, default=f.default)
-        else:
-            base = next((a for a in args if a is not type(None)), kind)  # Optional[X] -> X
-            kwargs.update(type=base, default=f.default)
-        parser.add_argument(flag, **kwargs)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        help_text = f"{f.metadata.get('help', '')} (default: {default!r})".replace("%", "%%")
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **_flag_kwargs(hints[f.name], help_text))
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description="Calibration Lab command line")
     sub = parser.add_subparsers(dest="command", required=True)
-    ev = sub.add_parser("evaluate", help="accuracy and calibration of a model on a multiple-choice dataset")
-    _add_config_flags(ev, EvalConfig)
-    ev.add_argument("--out", type=Path, default=None, help="run directory (default: runs/evaluate-<time>)")
+    for kind in kinds.all_kinds():
+        sp = sub.add_parser(kind.name, help=kind.description)
+        _add_config_flags(sp, kind.config)
+        sp.add_argument("--out", type=Path, default=None, help=f"run directory (default: runs/{kind.name}-<time>)")
     rn = sub.add_parser("run", help="run a job config (YAML with `kind` and its fields), as the job system does")
     rn.add_argument("config", type=Path)
     rn.add_argument("--out", "--run-dir", dest="run_dir", type=Path, default=None,
                     help="run directory (default: runs/<config name>-<time>)")
+    sub.add_parser("kinds", help="the job kinds as a Markdown table (the README's)")
     return parser
+
+
+def kinds_table() -> str:
+    """One row per registered kind: what it does, its config class, what its run directory holds."""
+    rows = ["| kind | what it does | config | run directory |", "|---|---|---|---|"]
+    for kind in kinds.all_kinds():
+        outputs = ", ".join(f"`{o}`" for o in kind.outputs)
+        rows.append(f"| `{kind.name}` | {kind.description} | `{kind.config.__module__}.{kind.config.__name__}` | "
+                    f"{outputs} |")
+    return "\n".join(rows)
 
 
 def _progress_bar(total: int):
@@ -56,30 +89,45 @@ def _progress_bar(total: int):
     return bar.update
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = vars(build_parser().parse_args(argv))
-    if args.pop("command") == "run":
-        from lab.run import run
-
-        default = Path("runs") / f"{args['config'].stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-        return run(args["config"], args["run_dir"] or default)
+def _evaluate(cfg: Any, out: Path) -> int:
+    """Foreground evaluation: a progress bar on stderr, the headline metrics on stdout."""
     import torch
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # ours is the one progress bar on stderr
-    out = args.pop("out")
     try:
-        cfg = EvalConfig.from_dict(args)
-        out = out or Path("runs") / f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}"
         result = evaluate(cfg, out, progress_factory=_progress_bar, log=lambda m: print(m, file=sys.stderr))
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (MemoryError, torch.OutOfMemoryError):
-        print(f"error: out of memory at --batch-size {args['batch_size']}; lower it (or use a smaller "
+        print(f"error: out of memory at --batch-size {cfg.batch_size}; lower it (or use a smaller "
               "--dtype such as bfloat16 on a GPU)", file=sys.stderr)
         return 3
-    keys = ("n", "accuracy", "ece", "cw_ece", "mce", "brier", "nll", "trust")
-    print(" ".join(f"{k}={result[k]:.4f}" if isinstance(result[k], float) else f"{k}={result[k]}" for k in keys))
-    print(f"wrote {out}/metrics.json and {out}/predictions.jsonl", file=sys.stderr)
+    print(" ".join(f"{k}={result[k]:.4f}" if isinstance(result[k], float) else f"{k}={result[k]}"
+                   for k in SUMMARY_KEYS))
+    print(f"wrote {out}/{METRICS_FILE} and {out}/{PREDICTIONS_FILE}", file=sys.stderr)
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    command, stamp = args.pop("command"), time.strftime("%Y%m%d-%H%M%S")
+    if command == "kinds":
+        print(kinds_table())
+        return 0
+    from lab.worker import run
+
+    if command == "run":
+        return run(args["config"], args["run_dir"] or Path("runs") / f"{args['config'].stem}-{stamp}")
+    out = args.pop("out") or Path("runs") / f"{command}-{stamp}"
+    try:
+        kind, cfg = kinds.parse_config({"kind": command, **args})
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if command == "evaluate":
+        return _evaluate(cfg, out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / CONFIG_FILE, kinds.config_text(kind, cfg))
+    return run(out / CONFIG_FILE, out)

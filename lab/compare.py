@@ -15,42 +15,38 @@ from typing import Any, Optional
 
 import numpy as np
 
-from lab.config import ConfigMixin, doc
+from lab.config import ConfigMixin, doc, redeclare
 from lab.data.record import MCQRecord
 from lab.files import write_atomic
+from lab.kinds import JobKind, register
+from lab.layout import COMPARE_FILE
+from lab.sections import AdaptedModel, DeviceSection, PromptSection
 from lab.temperature import load_temperature, scale
-from lab.limits import DEVICE, Dtype
-from lab.templates import TEMPLATES, get_template, user_turn
+from lab.templates import get_template, user_turn
 
-RESULT = "compare.json"
 MAX_MODELS = 4
 MAX_QUESTION = 20_000  # characters; a longer prompt is over most models' context anyway
 
 
 @dataclass
-class CompareModel:
+class CompareModel(AdaptedModel):
     """One model of a comparison (an entry of ``CompareConfig.models``)."""
 
-    model: str = field(metadata=doc("'bundled', a local directory or a hub id", role="model"))
-    adapter: Optional[str] = field(default=None, metadata=doc("its LoRA adapter directory", role="dir"))
     temperature: Optional[str] = field(default=None, metadata=doc(
         "scale its option probabilities by T: a number, a temperature.json or its directory", role="temperature"))
     label: Optional[str] = field(default=None, metadata=doc("the name shown for it", role="text", max_len=200))
 
 
 @dataclass
-class CompareConfig(ConfigMixin):
+class CompareConfig(ConfigMixin, DeviceSection):
     question: str = field(default="", metadata=doc("the question", role="text", max_len=MAX_QUESTION))
     options: list[str] = field(default_factory=list, metadata=doc("answer options (none: free text only)",
                                                                   role="text", max_len=MAX_QUESTION, max_items=26))
     models: list[dict[str, Any]] = field(default_factory=lambda: [{"model": "bundled"}], metadata=doc(
         f"up to {MAX_MODELS} models: [{{model, adapter, temperature, label}}]", entries=CompareModel,
         max_items=MAX_MODELS))
-    template: str = field(default="cft_chat", metadata=doc("letter template for the options", role="name",
-                                                           registry=TEMPLATES))
+    template: str = redeclare(PromptSection, "template", default="cft_chat", help="letter template for the options")
     max_new_tokens: int = field(default=48, metadata=doc("length of each generated answer", ge=1, le=512))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda", **DEVICE))
-    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
 
     def __post_init__(self) -> None:
         if not self.question.strip():
@@ -119,13 +115,24 @@ def compare(cfg: CompareConfig, out: Path, log=print) -> dict[str, Any]:
         results.append(item)
     report = {"question": cfg.question, "options": cfg.options, "results": results}
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / RESULT, json.dumps(report, indent=2) + "\n")
+    write_atomic(out / COMPARE_FILE, json.dumps(report, indent=2) + "\n")
     return report
 
 
 def read_result(run_dir: Optional[str | Path]) -> Optional[dict[str, Any]]:
-    path = Path(run_dir or "") / RESULT
+    path = Path(run_dir or "") / COMPARE_FILE
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def _run_job(cfg: CompareConfig, ctx) -> dict[str, Any]:
+    report = compare(cfg, ctx.run_dir, log=ctx.log)
+    return {"models": len(report["results"])}
+
+
+register(JobKind(
+    "compare", "2–4 models on one question: option probabilities and generated answers", CompareConfig, _run_job,
+    outputs=(COMPARE_FILE,), key_fields=("question", "options", "models"),
+))

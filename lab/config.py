@@ -18,7 +18,7 @@ import math
 import re
 import typing
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal, Mapping, Optional, TypeVar
+from typing import Any, ClassVar, Iterator, Literal, Mapping, Optional, TypeVar
 
 C = TypeVar("C", bound="ConfigMixin")
 
@@ -58,6 +58,7 @@ class Spec:
     entries: Optional[type] = None  # the dataclass each mapping of a dict / list-of-dict field follows
     exclude: tuple[str, ...] = ()  # entries' fields that may not be set here
     exclude_reason: str = ""
+    trained_by: Optional[str] = None  # a model field: the field saying how the job trains it (pre-flight)
 
     def bounds_text(self) -> str:
         parts = [f"{op} {int(v):,}" if float(v).is_integer() else f"{op} {v:g}"
@@ -72,6 +73,28 @@ def doc(text: str, **declaration: Any) -> dict[str, Any]:
 
 def spec_of(f: dataclasses.Field) -> Spec:
     return f.metadata.get("spec") or Spec(f.metadata.get("help", ""))
+
+
+def redeclare(section: type, name: str, *, default: Any = dataclasses.MISSING, required: bool = False,
+              **declaration: Any) -> Any:
+    """A section's field again with another default, help text or declaration item, the rest kept.
+
+    A config composed of shared sections sometimes needs one field to differ (extraction reads the
+    train split, evaluation the test split; a training job's model is trained by ``method``; an
+    out-of-domain entry must name its dataset): this
+    says so in one line instead of copying the field and the bounds that come with it.
+    """
+    base = next(f for f in dataclasses.fields(section) if f.name == name)
+    spec = dataclasses.replace(spec_of(base), **declaration)
+    if required:  # an entry that means nothing without it (an evaluation's dataset); needs kw_only
+        kwargs = {}
+    elif default is not dataclasses.MISSING:
+        kwargs = {"default": default}
+    elif base.default_factory is not dataclasses.MISSING:
+        kwargs = {"default_factory": base.default_factory}
+    else:
+        kwargs = {"default": base.default}
+    return dataclasses.field(**kwargs, metadata={"help": spec.help, "spec": spec})
 
 
 def unwrap_optional(hint: Any) -> tuple[Any, bool]:
@@ -192,9 +215,12 @@ def validate(cls: type, values: Any, where: str = "", *, exclude: tuple[str, ...
     declared = {f.name: f for f in dataclasses.fields(cls)}
     allowed = [name for name in declared if name not in exclude]
     hints = typing.get_type_hints(cls)
+    moved = getattr(cls, "MOVED", {})
     out: dict[str, Any] = {}
     for key, value in values.items():
         path = f"{where}.{key}" if where else str(key)
+        if isinstance(key, str) and key in moved and key not in declared:
+            raise _fail(path, f"this key moved: write it as `{moved[key]}`")
         if not isinstance(key, str) or key not in declared:
             close = suggest(str(key), allowed)
             guess = f"; did you mean {close}?" if close else ""
@@ -227,11 +253,23 @@ def walk(cls: type, values: Mapping[str, Any], where: str = "") -> Iterator[tupl
 
 
 class ConfigMixin:
-    """For dataclasses: ``from_dict`` validates against the fields' declarations first."""
+    """For dataclasses: ``from_dict`` validates against the fields' declarations first.
+
+    ``MOVED`` maps a key an older config shape used to where it lives now, so a config written
+    before the change is refused with the new key named rather than "unknown key".
+    """
+
+    MOVED: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def from_dict(cls: type[C], values: Any) -> C:
-        return cls(**validate(cls, values))
+        checked = validate(cls, values)
+        try:
+            return cls(**checked)
+        except ConfigError:
+            raise
+        except ValueError as e:  # __post_init__'s cross-field checks speak of the user's values
+            raise ConfigError(str(e)) from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]

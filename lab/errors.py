@@ -1,5 +1,6 @@
 """The errors a user can cause, in one light module (no torch), so every entry point can catch
 them without importing the model stack first."""
+from lab.config import ConfigError
 from lab.data.record import DataError
 from lab.registry import UnknownNameError
 
@@ -16,4 +17,6 @@ class Stopped(Exception):
     """The user asked a job to stop; raised at its next safe point, after saving what it has."""
 
 
-USER_ERRORS = (DataError, ModelLoadError, ScoringError, UnknownNameError, ValueError, FileNotFoundError)
+# What the user can mend: reported as "bad input" with exit code 2 and no traceback. A plain
+# ValueError is not here: raised by the lab's own code it is a bug, and keeps its traceback.
+USER_ERRORS = (ConfigError, DataError, ModelLoadError, ScoringError, UnknownNameError, FileNotFoundError)

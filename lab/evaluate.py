@@ -20,13 +20,16 @@ import numpy as np
 import yaml
 
 from lab import metrics
-from lab.config import ConfigMixin, doc
-from lab.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
+from lab.config import ConfigMixin, doc, redeclare
+from lab.limits import MAX_BATCH
 from lab.files import write_atomic
-from lab.data import DATASETS, load_records
+from lab.kinds import JobKind, register
+from lab.layout import CONFIG_FILE, METRICS_FILE, PREDICTIONS_FILE
+from lab.data import load_records
 from lab.data.record import MCQRecord
 from lab.temperature import load_temperature, scale
-from lab.templates import TEMPLATES, default_template, get_template, template_names
+from lab.sections import AdaptedModel, DataSection, EvalSection, PromptSection, RunSection
+from lab.templates import default_template, get_template, template_names
 
 Scoring = Literal["letter", "cloze"]
 CONFIDENCE = {
@@ -36,28 +39,16 @@ CONFIDENCE = {
 
 
 @dataclass
-class EvalConfig(ConfigMixin):
-    """Everything that defines an evaluation; defaults in one place, unknown keys refused."""
+class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSection, AdaptedModel):
+    """Everything that defines an evaluation: the shared sections (model, data, prompt, ECE,
+    device) and what only an evaluation has; unknown keys refused."""
 
-    model: str = field(default="bundled", metadata=doc("'bundled', a local directory or a hub id", role="model"))
-    adapter: Optional[str] = field(default=None, metadata=doc("PEFT (LoRA) adapter directory", role="dir"))
-    dataset: str = field(default="arc_challenge", metadata=doc("registered dataset name", role="name", registry=DATASETS))
-    data_files: list[str] = field(default_factory=list, metadata=doc("local files: PATH or SPLIT=PATH",
-                                                                     role="data_files"))
-    split: str = field(default="test", metadata=doc("split name, or SOURCE:PART for a seeded carve", **SPLIT))
-    subject: Optional[str] = field(default=None, metadata=doc("MMLU subject", **SUBJECT))
-    limit: Optional[int] = field(default=None, metadata=doc("first N questions only", ge=1, le=MAX_ROWS))
+    dataset: str = redeclare(DataSection, "dataset", default="arc_challenge")
+    template: Optional[str] = redeclare(PromptSection, "template", help="prompt template (None: the dataset's "
+                                        "default for the scoring)")
     scoring: Scoring = field(default="letter", metadata=doc("letter (option tokens) or cloze (option texts)"))
-    template: Optional[str] = field(default=None, metadata=doc("prompt template; default depends on dataset",
-                                                               role="name", registry=TEMPLATES))
-    bins: int = field(default=10, metadata=doc("equal-width bins for ECE", ge=1, le=MAX_BINS))
     batch_size: int = field(default=16, metadata=doc("questions per forward pass", ge=1, le=MAX_BATCH))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda, cuda:N", **DEVICE))
-    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16"))
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
-    seed: int = field(default=0, metadata=doc("seed for split carving and the ECE bootstrap", **SEED))
-    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for the ECE interval (0: none)",
-                                                      ge=0, le=MAX_BOOTSTRAP))
     temperature: Optional[str] = field(default=None, metadata=doc(
         "scale probabilities by T: a number, a temperature.json or its directory", role="temperature"))
 
@@ -177,7 +168,7 @@ def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Pat
     ``info`` adds to (or overrides, e.g. ``dataset`` for a pooled set) what ``metrics.json`` says.
     """
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "config.yaml", yaml.safe_dump({"kind": "evaluate", **cfg.to_dict()}, sort_keys=False))
+    write_atomic(out / CONFIG_FILE, yaml.safe_dump({"kind": "evaluate", **cfg.to_dict()}, sort_keys=False))
     start = time.perf_counter()
     rows, extra = score_records(cfg, loaded, records, progress)
     elapsed = time.perf_counter() - start
@@ -199,6 +190,17 @@ def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, inf
         "scoring": cfg.scoring, "confidence": CONFIDENCE[cfg.scoring], "template": cfg.template,
         "dataset": cfg.dataset, "split": cfg.split, **info, **compute_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed),
     }
-    write_atomic(out / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    write_atomic(out / "metrics.json", json.dumps(result, indent=2, allow_nan=False) + "\n")
+    write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_atomic(out / METRICS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result
+
+
+def _run_job(cfg: EvalConfig, ctx) -> dict[str, Any]:
+    return evaluate(cfg, ctx.run_dir, progress_factory=ctx.progress("scoring"), log=ctx.log)
+
+
+register(JobKind(
+    "evaluate", "accuracy and calibration of a model on a dataset", EvalConfig, _run_job,
+    outputs=(METRICS_FILE, PREDICTIONS_FILE),
+    key_fields=("model", "adapter", "dataset", "data_files", "split", "limit", "scoring", "template", "temperature"),
+))

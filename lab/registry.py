@@ -7,7 +7,7 @@ the valid ones (and a "did you mean") instead of a KeyError.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -26,15 +26,6 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, T] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: ``@REGISTRY.register("name")``."""
-
-        def add(obj: T) -> T:
-            self.add(name, obj)
-            return obj
-
-        return add
-
     def add(self, name: str, obj: T) -> None:
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is already registered")
@@ -52,6 +43,10 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._items)
+
+    def in_order(self) -> list[str]:
+        """The names in the order they were added (a registry that is also a menu)."""
+        return list(self._items)
 
     def __contains__(self, name: object) -> bool:
         return name in self._items

@@ -15,7 +15,7 @@ import string
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional
 
-from lab.data.record import MCQRecord
+from lab.data.record import DataError, MCQRecord
 from lab.registry import Registry
 
 Kind = Literal["letter", "cloze"]
@@ -28,6 +28,17 @@ CFT_SYSTEM = (
 ALPACA_HEADER = (
     "Below is an instruction that describes a task. Write a response that appropriately completes the request."
 )
+
+
+def option_letter(i: int) -> str:
+    """The label of option ``i`` (0-based) as prompts letter them: A, B, C, …, Z; past Z, its
+    1-based number as text, so that a table of a run with many (cloze) options still reads."""
+    return LETTERS[i] if 0 <= i < len(LETTERS) else str(i + 1)
+
+
+def option_letters(n: int) -> list[str]:
+    """The labels of ``n`` options: ``["A", "B", …]`` (see :func:`option_letter`)."""
+    return [option_letter(i) for i in range(n)]
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,7 @@ def template_names(kind: Optional[Kind] = None) -> list[str]:
 
 def _letters(record: MCQRecord, lower: bool = False) -> list[str]:
     if len(record.choices) > len(LETTERS):
-        raise ValueError(f"record {record.id!r} has {len(record.choices)} options; letter templates allow at most 26")
+        raise DataError(f"record {record.id!r} has {len(record.choices)} options; letter templates allow at most 26")
     letters = LETTERS[: len(record.choices)]
     return list(letters.lower() if lower else letters)
 

@@ -8,11 +8,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 from lab.cft.config import CftConfig
 from lab.cft.losses import ece_regulariser, option_probs, option_smoothing_loss
 from lab.cft.pipeline import run_cft
+from lab.cft.trainer import LabelSmoothingTrainer, RCFTTrainer
 from lab.data.record import MCQRecord
 from lab.events import EventWriter, read_events
 from lab.train.config import TrainConfig
 from lab.train.data import IGNORE, build_examples, pad_option_batch
-from lab.train.trainer import LabelSmoothingTrainer, RCFTTrainer, finetune
+from lab.train.trainer import finetune
 
 RECORDS = [MCQRecord("a", "Where do fish live?", ("tree", "water", "sky"), 1, "t"),
            MCQRecord("b", "What is hot?", ("ice", "snow", "fire", "rain"), 2, "t"),
@@ -119,8 +120,10 @@ def test_cft_config_refuses_bad_values():
         CftConfig.from_dict({"training": {"epoch": 3}})
     with pytest.raises(ValueError, match=r"^lambdas\[0\]: must be a finite number ≥ 0"):
         CftConfig.from_dict({"lambdas": [-1]})
-    with pytest.raises(ValueError, match=r"^in_domain\[0\].n: must be an integer ≥ 1"):
-        CftConfig.from_dict({"in_domain": [{"dataset": "mmlu", "n": 0}]})
+    with pytest.raises(ValueError, match=r"^in_domain\[0\].limit: must be an integer ≥ 1"):
+        CftConfig.from_dict({"in_domain": [{"dataset": "mmlu", "limit": 0}]})
+    with pytest.raises(ValueError, match=r"^in_domain\[0\].n: this key moved: write it as `limit`"):
+        CftConfig.from_dict({"in_domain": [{"dataset": "mmlu", "n": 10}]})
     with pytest.raises(ValueError, match="^lambdas: `rcft` needs at least one value"):
         CftConfig.from_dict({"lambdas": []})
 
@@ -128,11 +131,11 @@ def test_cft_config_refuses_bad_values():
 def test_cft_protocol_end_to_end_and_resume(tiny_model_dir, shared_data, tmp_path):
     cfg = CftConfig(
         model=str(tiny_model_dir),
-        in_domain=[{"dataset": "mmlu", "data_files": [str(shared_data / "mmlu" / "test")], "split": "test", "n": 10},
-                   {"dataset": "medmcqa", "data_files": [str(shared_data / "medmcqa" / "dev.jsonl")], "split": "validation", "n": 10},
-                   {"dataset": "obqa", "data_files": [str(shared_data / "openbookqa" / "train.jsonl")], "split": "train", "n": 10}],
+        in_domain=[{"dataset": "mmlu", "data_files": [str(shared_data / "mmlu" / "test")], "split": "test", "limit": 10},
+                   {"dataset": "medmcqa", "data_files": [str(shared_data / "medmcqa" / "dev.jsonl")], "split": "validation", "limit": 10},
+                   {"dataset": "obqa", "data_files": [str(shared_data / "openbookqa" / "train.jsonl")], "split": "train", "limit": 10}],
         train_size=8, val_size=12, test_size=6,
-        ood=[{"dataset": "arc_challenge", "data_files": [str(shared_data / "arc_challenge" / "test.jsonl")], "n": 5}],
+        ood=[{"dataset": "arc_challenge", "data_files": [str(shared_data / "arc_challenge" / "test.jsonl")], "limit": 5}],
         lambdas=[0.0, 1.0], preferences=[str(shared_data / "ultrafeedback_binarized_subset" / "eval.jsonl")],
         preference_limit=3, max_response_tokens=16, bootstrap=20,
         training={"method": "full", "epochs": 1, "batch_size": 4, "learning_rate": 1e-3, "max_length": 400},

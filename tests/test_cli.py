@@ -53,7 +53,7 @@ def test_evaluate_writes_metrics_that_match_an_independent_recomputation(tmp_pat
     (["--dataset", "arc_chalenge"], "Did you mean 'arc_challenge'"),
     (["--dataset", "arc_challenge", "--data-files", "/nonexistent/test.jsonl"], "/nonexistent/test.jsonl"),
     (["--dataset", "arc_challenge", "--scoring", "cloze", "--template", "first"], "letter template"),
-    (["--model", "./no/such/model", "--dataset", "custom", "--data-files", "{ok}"], "does not exist"),
+    (["--model", "./no/such/model", "--dataset", "custom", "--data-files", "{ok}"], "is not a model folder"),
     (["--batch-size", "0"], "batch_size"),
 ])
 def test_bad_input_exits_2_with_one_clear_line(tmp_path, argv, message, capsys):

@@ -166,7 +166,7 @@ def test_bundled_model_smoke(bundled, tmp_path):
 def test_the_extract_job_writes_a_store_with_its_coverage_curve(tiny_model_dir, csqa_files, tmp_path):
     import yaml
 
-    from lab.run import run
+    from lab.worker import run
 
     config = tmp_path / "extract.yaml"
     config.write_text(yaml.safe_dump({"kind": "extract", "model": str(tiny_model_dir), "dataset": "csqa",

@@ -7,7 +7,7 @@ from lab.distill.losses import topk_kl_loss
 from lab.first.config import FirstConfig
 from lab.first.pipeline import run_first
 from lab.events import EventWriter, read_events
-from lab.train.trainer import DistillTrainer
+from lab.distill.trainer import DistillTrainer
 
 
 def test_distill_trainer_loss_equals_the_kl_on_full_logits(tiny_model_dir):
@@ -39,7 +39,8 @@ def test_first_pipeline_runs_every_stage_and_resumes(tiny_model_dir, shared_data
         teacher=str(tiny_model_dir), teacher_method="lora", student=str(tiny_model_dir), student_method="full",
         dataset="csqa", data_files=[f"train={csqa / 'train.jsonl'}", f"test={csqa / 'dev.jsonl'}"],
         train_split="train:train", val_split="train:validation", test_split="test",
-        train_limit=8, val_limit=6, test_limit=5, epochs=1, batch_size=4, learning_rate=1e-3, bootstrap=50,
+        train_limit=8, val_limit=6, test_limit=5, training={"epochs": 1, "batch_size": 4, "learning_rate": 1e-3},
+        bootstrap=50,
         ood=[{"dataset": "obqa", "data_files": [str(shared_data / "openbookqa" / "test.jsonl")], "limit": 5}],
     )
     events = EventWriter(tmp_path / "events.jsonl")

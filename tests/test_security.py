@@ -13,7 +13,8 @@ import pytest
 
 from lab.config import PATH_ROLES, ConfigError, spec_of, unwrap_optional, walk
 from lab.paths import PathNotAllowed
-from lab.run import JOB_KINDS, parse_config
+from lab import kinds
+from lab.kinds import parse_config
 from lab import yamlio
 from lab.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml
 from ui.context import LabContext
@@ -26,7 +27,7 @@ FREE_TEXT = {("CompareConfig", "question"), ("CompareConfig", "options"), ("Comp
 def config_classes() -> list[type]:
     """Every job kind's config class and every entry schema nested in one."""
     seen: list[type] = []
-    stack = [JOB_KINDS.get(name).config for name in JOB_KINDS]
+    stack = [k.config for k in kinds.all_kinds()]
     while stack:
         cls = stack.pop()
         if cls not in seen:
@@ -87,7 +88,7 @@ def test_every_field_declares_what_it_is(cls):
             assert base is bool or typing.get_origin(base) is typing.Literal, f"{where}: unchecked type {base!r}"
 
 
-@pytest.mark.parametrize("cls", [JOB_KINDS.get(n).config for n in JOB_KINDS], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [k.config for k in kinds.all_kinds()], ids=lambda c: c.__name__)
 def test_every_text_field_given_an_outside_path_is_refused_or_is_free_text(cls, tree):
     """The dynamic half of the policy: put a path outside the roots into each text field of a
     kind (nested entries too); unless the field is declared free text, the config is refused."""
@@ -111,7 +112,7 @@ def test_every_text_field_given_an_outside_path_is_refused_or_is_free_text(cls, 
 
 
 def _assert_refused_or_free(kind_cls, owner, f, config, root):
-    kind = next(n for n in JOB_KINDS if JOB_KINDS.get(n).config is kind_cls)
+    kind = next(k.name for k in kinds.all_kinds() if k.config is kind_cls)
     if (owner.__name__, f.name) in FREE_TEXT:
         return
     with pytest.raises(ConfigError) as refused:
@@ -225,11 +226,11 @@ def test_fuzzed_paths_never_resolve_to_or_open_a_file_outside(tree, monkeypatch)
 
     sys.addaudithook(audit)
     rng = random.Random(0)
-    kinds = [n for n in JOB_KINDS]
+    names = kinds.names()
     accepted = 0
     for _ in range(2000):
-        kind = rng.choice(kinds)
-        cls = JOB_KINDS.get(kind).config
+        kind = rng.choice(names)
+        cls = kinds.get(kind).config
         name, spec = rng.choice(_fields_with_roles(cls))
         path = _random_path(rng, root)
         if spec.entries is not None:

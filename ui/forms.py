@@ -17,20 +17,11 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from lab.config import ConfigError, spec_of, unwrap_optional
-from lab.run import JOB_KINDS, parse_config
+from lab import kinds
+from lab.kinds import parse_config
 from lab.yamlio import dump_yaml, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-# The fields a user changes most, shown first; the rest go under "more options".
-KEY_FIELDS = {
-    "evaluate": ("model", "adapter", "dataset", "data_files", "split", "limit", "scoring", "template", "temperature"),
-    "finetune": ("model", "method", "dataset", "data_files", "split", "limit", "objective", "epochs", "learning_rate",
-                 "batch_size", "lora_r"),
-    "first": ("teacher", "student", "teacher_method", "student_method", "dataset", "data_files", "train_limit",
-              "test_limit", "epochs", "learning_rate", "k"),
-    "cft": ("model", "in_domain", "ood", "train_size", "val_size", "test_size", "methods", "lambdas", "training",
-            "preferences"),
-}
 
 
 @dataclass(frozen=True)
@@ -62,19 +53,20 @@ def _widget(kind: Any) -> tuple[str, tuple, bool]:
 
 def fields(kind: str) -> list[Field]:
     """The form fields of a job kind, key fields first."""
-    cls = JOB_KINDS.get(kind).config
+    cls = kinds.get(kind).config
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         widget, choices, optional = _widget(hints[f.name])
         out.append(Field(f.name, widget, default, f.metadata.get("help", ""), choices, optional, spec_of(f).role))
-    key = KEY_FIELDS.get(kind, ())
+    key = kinds.get(kind).key_fields
     return sorted(out, key=lambda f: key.index(f.name) if f.name in key else len(key))
 
 
 def is_key(kind: str, name: str) -> bool:
-    return name in KEY_FIELDS.get(kind, ())
+    """Shown first on the form (the kind's description says which), the rest under "More options"."""
+    return name in kinds.get(kind).key_fields
 
 
 def to_widget_value(field: Field, value: Any) -> Any:

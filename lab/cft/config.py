@@ -13,49 +13,46 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from lab.config import ConfigMixin, doc
-from lab.data import DATASETS
-from lab.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, MAX_TOKENS, SEED, SPLIT, SUBJECT, Dtype
-from lab.train.config import Objective, TrainConfig
+from lab.config import ConfigMixin, doc, redeclare
+from lab.kinds import JobKind, register
+from lab.layout import EVAL_DIR, REPORT_JSON, REPORT_MD
+from lab.limits import MAX_BATCH, MAX_ROWS, MAX_TOKENS
+from lab.sections import DataSection, EvalSection, ModelSection, RunSection
+from lab.train.config import Loss, TrainConfig, training_section
 
-Method = Literal["ts", "ls", "cft", "rcft"]
-METHODS: tuple[str, ...] = typing.get_args(Method)
-# Set by the protocol for each row; a user setting them in `training` would silently be overridden.
-PROTOCOL_FIELDS = ("model", "dataset", "data_files", "split", "limit", "val_split", "val_data_files", "val_limit",
-                   "template", "objective", "completion_only", "ece_lambda", "label_smoothing", "seed", "device",
-                   "dtype", "bins")
+Row = Literal["ts", "ls", "cft", "rcft"]  # the rows of the report besides the base model
+ROWS: tuple[str, ...] = typing.get_args(Row)
 DEFAULT_IN_DOMAIN = [{"dataset": "mmlu", "split": "test"}, {"dataset": "medmcqa", "split": "validation"},
                      {"dataset": "obqa", "split": "train"}]
 
 
-@dataclass
-class Source:
+@dataclass(kw_only=True)
+class Source(DataSection):
     """One dataset of the in-domain pool or one out-of-domain evaluation (entries of ``in_domain`` / ``ood``)."""
 
-    dataset: str = field(metadata=doc("registered dataset name", role="name", registry=DATASETS))
-    data_files: list[str] = field(default_factory=list, metadata=doc("its local files: PATH or SPLIT=PATH",
-                                                                     role="data_files"))
-    split: str = field(default="test", metadata=doc("split (or SOURCE:PART)", **SPLIT))
-    n: Optional[int] = field(default=None, metadata=doc("questions sampled from it (None: all)", ge=1, le=MAX_ROWS))
-    subject: Optional[str] = field(default=None, metadata=doc("MMLU subject", **SUBJECT))
+    MOVED: typing.ClassVar[dict[str, str]] = {"n": "limit"}
+
+    dataset: str = redeclare(DataSection, "dataset", required=True)
+    limit: Optional[int] = redeclare(DataSection, "limit", help="questions drawn from it at random, seeded "
+                                                                "(None: all)")
 
 
 @dataclass
-class CftConfig(ConfigMixin):
-    model: str = field(default="bundled", metadata=doc("the (preference-aligned) model: 'bundled', a directory or a hub id",
-                                                       role="model"))
+class CftConfig(ConfigMixin, RunSection, EvalSection, ModelSection):
+    model: str = redeclare(ModelSection, "model", help="the (preference-aligned) model: 'bundled', a directory or "
+                                                       "a hub id", trained_by="training.method")
     in_domain: list[dict[str, Any]] = field(default_factory=lambda: [dict(e) for e in DEFAULT_IN_DOMAIN], metadata=doc(
-        "in-domain sources [{dataset, data_files, split, n, subject}]: n questions sampled from each, then pooled",
-        entries=Source, max_items=32))
+        "in-domain sources [{dataset, data_files, subject, split, limit}]: limit questions drawn from each, then "
+        "pooled", entries=Source, max_items=32))
     train_size: int = field(default=3000, metadata=doc("pooled questions to train on", ge=1, le=MAX_ROWS))
     val_size: int = field(default=500, metadata=doc("pooled questions to fit the temperature and track ECE per epoch",
                                                     ge=1, le=MAX_ROWS))
     test_size: int = field(default=2000, metadata=doc("pooled questions for the in-domain evaluation", ge=1, le=MAX_ROWS))
     ood: list[dict[str, Any]] = field(default_factory=lambda: [{"dataset": "arc_challenge", "split": "test"}],
-                                      metadata=doc("out-of-domain evaluations [{dataset, data_files, split, n, subject}]",
-                                                   entries=Source, max_items=32))
-    methods: list[Method] = field(default_factory=lambda: list(METHODS), metadata=doc(
-        f"rows besides the base model: any of {METHODS}"))
+                                      metadata=doc("out-of-domain evaluations [{dataset, data_files, subject, split, "
+                                                   "limit}]", entries=Source, max_items=32))
+    methods: list[Row] = field(default_factory=lambda: list(ROWS), metadata=doc(
+        f"rows besides the base model: any of {ROWS}"))
     lambdas: list[float] = field(default_factory=lambda: [0.4, 1.0, 1.8], metadata=doc(
         "RCFT's λ values (one row each)", ge=0, le=1000, max_items=32))
     ts_objective: Literal["nll", "ece"] = field(default="nll", metadata=doc("temperature fit: NLL (L-BFGS) or ECE (grid)"))
@@ -67,18 +64,13 @@ class CftConfig(ConfigMixin):
                                                                       ge=1, le=MAX_ROWS))
     max_response_tokens: Optional[int] = field(default=256, metadata=doc("each response is cut to this many tokens",
                                                                          ge=1, le=MAX_TOKENS))
-    training: dict[str, Any] = field(default_factory=dict, metadata=doc(
+    training: dict[str, Any] = field(default_factory=dict, metadata=training_section(
         "fine-tuning settings for every trained row (TrainConfig fields: method, epochs, learning_rate, lora_r, ...)",
-        entries=TrainConfig, exclude=PROTOCOL_FIELDS,
-        exclude_reason="the protocol sets it for each row (use the top-level fields model, seed, device, dtype, bins, "
-                       "label_smoothing, lambdas)"))
+        ("objective", "completion_only", "ece_lambda", "label_smoothing"),
+        "the protocol sets it for each row (use the top-level fields model, seed, device, dtype, bins, "
+        "label_smoothing, lambdas)"))
     eval_batch_size: int = field(default=16, metadata=doc("questions per forward pass when evaluating",
                                                           ge=1, le=MAX_BATCH))
-    bins: int = field(default=10, metadata=doc("ECE bins", ge=1, le=MAX_BINS))
-    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for ECE intervals", ge=0, le=MAX_BOOTSTRAP))
-    seed: int = field(default=0, metadata=doc("seed of the sampling, the carve, data order and initialisation", **SEED))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda", **DEVICE))
-    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
 
     def __post_init__(self) -> None:
         if not self.in_domain:
@@ -87,7 +79,7 @@ class CftConfig(ConfigMixin):
             raise ValueError("lambdas: `rcft` needs at least one value")
         self.train_config("sft", completion_only=True)  # cross-field checks of the training settings, at submit time
 
-    def train_config(self, objective: Objective, completion_only: bool, **overrides: Any) -> TrainConfig:
+    def train_config(self, objective: Loss, completion_only: bool, **overrides: Any) -> TrainConfig:
         """The fine-tuning settings of one trained row."""
         return TrainConfig.from_dict({
             **self.training, "model": self.model, "dataset": self.in_domain[0]["dataset"], "template": "cft_chat",
@@ -109,3 +101,20 @@ class CftConfig(ConfigMixin):
             rows += [(f"rcft_{lam:g}", self.train_config("rcft", completion_only=False, ece_lambda=float(lam)))
                      for lam in self.lambdas]
         return rows
+
+
+def _run_job(cfg: CftConfig, ctx) -> dict[str, Any]:
+    from lab.cft.pipeline import run_cft
+
+    report = run_cft(cfg, ctx.run_dir, ctx.events, ctx.should_stop)
+    t = report.get("temperature") or {}
+    return {"rows": len(report["win_rate"]), "temperature": t.get("temperature")}
+
+
+register(JobKind(
+    "cft", "CFT/RCFT protocol: base, temperature scaling, label smoothing, CFT, RCFT per λ, in/out of domain, "
+    "win rate, report", CftConfig, _run_job,
+    outputs=(f"{EVAL_DIR}/<row>-<set>/", "ts/", "models/<row>/", "winrate/<row>/", REPORT_JSON, REPORT_MD),
+    key_fields=("model", "in_domain", "ood", "train_size", "val_size", "test_size", "methods", "lambdas", "training",
+                "preferences"),
+))

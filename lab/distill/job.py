@@ -10,33 +10,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
-from lab.config import ConfigMixin, doc
-from lab.data import DATASETS, MCQRecord, load_records
+from lab.config import ConfigMixin, doc, redeclare
+from lab.data import MCQRecord, load_records
 from lab.errors import Stopped
 from lab.events import EventWriter
-from lab.limits import DEVICE, MAX_ROWS, MAX_TOKENS, MAX_TOP_K, SEED, SPLIT, Dtype
-from lab.templates import TEMPLATES, default_template, get_template
+from lab.kinds import JobKind, register
+from lab.layout import MANIFEST_FILE, TOPK_DIR
+from lab.limits import MAX_TOKENS, MAX_TOP_K
+from lab.sections import AdaptedModel, DataSection, PromptSection, RunSection
+from lab.templates import default_template, get_template
 
 
 @dataclass
-class ExtractConfig(ConfigMixin):
-    model: str = field(default="bundled", metadata=doc("the teacher: 'bundled', a directory or a hub id", role="model"))
-    adapter: Optional[str] = field(default=None, metadata=doc("its LoRA adapter, if any", role="dir"))
-    dataset: str = field(default="csqa", metadata=doc("registered dataset name", role="name", registry=DATASETS))
-    data_files: list[str] = field(default_factory=list, metadata=doc("local files: PATH or SPLIT=PATH",
-                                                                     role="data_files"))
-    split: str = field(default="train", metadata=doc("split (or SOURCE:PART)", **SPLIT))
-    limit: Optional[int] = field(default=None, metadata=doc("first N examples", ge=1, le=MAX_ROWS))
-    template: Optional[str] = field(default=None, metadata=doc("letter template; default depends on dataset",
-                                                               role="name", registry=TEMPLATES))
+class ExtractConfig(ConfigMixin, RunSection, PromptSection, DataSection, AdaptedModel):
+    model: str = redeclare(AdaptedModel, "model", help="the teacher: 'bundled', a directory or a hub id")
+    split: str = redeclare(DataSection, "split", default="train")
+    template: Optional[str] = redeclare(PromptSection, "template", help="letter template (None: the dataset's default)")
     k: int = field(default=5, metadata=doc("tokens kept per position", ge=1, le=MAX_TOP_K))
     logprob_dtype: Literal["float16", "float32"] = field(default="float16", metadata=doc(
         "stored log-prob width: float16 or float32"))
     completion_only: bool = field(default=True, metadata=doc("sequences as the student will be trained on them"))
     max_length: int = field(default=512, metadata=doc("longer examples are dropped", ge=1, le=MAX_TOKENS))
-    seed: int = field(default=0, metadata=doc("seed for split carving", **SEED))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda", **DEVICE))
-    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
 
     def __post_init__(self) -> None:
         if self.template is None:
@@ -70,10 +64,23 @@ def extract_records(loaded, records: Sequence[MCQRecord], template: str, out_dir
 def run_extract(cfg: ExtractConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
     from lab.models import load_model
 
-    records = load_records(cfg.dataset, cfg.split, cfg.data_files or None, seed=cfg.seed, limit=cfg.limit).records
+    records = load_records(cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject, seed=cfg.seed,
+                           limit=cfg.limit).records
     loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype)
     meta = {"model": {"model": cfg.model, "adapter": cfg.adapter}, "dataset": cfg.dataset, "split": cfg.split,
             "template": cfg.template}
-    return extract_records(loaded, records, cfg.template, out / "topk", k=cfg.k, logprob_dtype=cfg.logprob_dtype,
+    return extract_records(loaded, records, cfg.template, out / TOPK_DIR, k=cfg.k, logprob_dtype=cfg.logprob_dtype,
                            completion_only=cfg.completion_only, max_length=cfg.max_length, meta=meta, events=events,
                            should_stop=should_stop)
+
+
+def _run_job(cfg: ExtractConfig, ctx) -> dict[str, Any]:
+    manifest = run_extract(cfg, ctx.run_dir, ctx.events, ctx.should_stop)
+    return {"sequences": manifest["n_sequences"]}
+
+
+register(JobKind(
+    "extract", "a teacher's top-k tokens over a dataset (FIRST's concentrated knowledge), with the coverage curve",
+    ExtractConfig, _run_job, outputs=(f"{TOPK_DIR}/{MANIFEST_FILE}", f"{TOPK_DIR}/<shards>"),
+    key_fields=("model", "adapter", "dataset", "data_files", "split", "limit", "k"),
+))

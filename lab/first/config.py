@@ -3,6 +3,10 @@
 Teacher fine-tune (or an existing teacher) → top-k extraction → temperature sweep on validation
 questions → students (``finetune``, ``distill``, ``distill_ls``, ``first``) → evaluation of the
 teacher and every student in-domain and on the out-of-domain datasets named in ``ood``.
+
+``training`` holds the fine-tuning settings of the teacher and every student — any
+:class:`~lab.train.config.TrainConfig` field the protocol does not set itself — so the YAML is a
+``finetune`` job's vocabulary, as in the CFT protocol.
 """
 from __future__ import annotations
 
@@ -10,44 +14,41 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from lab.config import ConfigMixin, doc
-from lab.data import DATASETS
-from lab.limits import (DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_EPOCHS, MAX_LORA_RANK, MAX_ROWS, MAX_TOKENS,
-                        MAX_TOP_K, SEED, SPLIT, Dtype)
-from lab.templates import TEMPLATES
-from lab.train.config import Method, TrainConfig
+from lab.config import ConfigMixin, doc, redeclare
+from lab.kinds import JobKind, register
+from lab.layout import EVAL_DIR, REPORT_JSON, REPORT_MD, TOPK_DIR
+from lab.limits import MAX_BATCH, MAX_EPOCHS, MAX_ROWS, MAX_TOP_K, SPLIT
+from lab.sections import AdaptedModel, DataSection, Dataset, EvalSection, ModelSection, PromptSection, RunSection
+from lab.train.config import TrainConfig, Tuning, training_section
 
 Student = Literal["finetune", "distill", "distill_ls", "first"]
 STUDENTS: tuple[str, ...] = typing.get_args(Student)
+TRAINING_KEYS = ("epochs", "learning_rate", "batch_size", "grad_accum", "warmup_ratio", "max_length", "lora_r",
+                 "lora_alpha", "completion_only")  # top-level keys before `training:` existed
 
 
-@dataclass
-class OodEvaluation:
+@dataclass(kw_only=True)
+class OodEvaluation(PromptSection, DataSection):
     """One out-of-domain evaluation of every trained model (an entry of ``FirstConfig.ood``)."""
 
-    dataset: str = field(metadata=doc("registered dataset name", role="name", registry=DATASETS))
-    data_files: list[str] = field(default_factory=list, metadata=doc("its local files: PATH or SPLIT=PATH",
-                                                                     role="data_files"))
-    split: str = field(default="test", metadata=doc("split (or SOURCE:PART)", **SPLIT))
-    limit: Optional[int] = field(default=None, metadata=doc("first N questions", ge=1, le=MAX_ROWS))
-    template: Optional[str] = field(default=None, metadata=doc("letter template; default depends on dataset",
-                                                               role="name", registry=TEMPLATES))
+    dataset: str = redeclare(DataSection, "dataset", required=True)
 
 
 @dataclass
-class FirstConfig(ConfigMixin):
-    teacher: str = field(default="bundled", metadata=doc("teacher base model: 'bundled', a directory or a hub id",
-                                                         role="model"))
-    teacher_adapter: Optional[str] = field(default=None, metadata=doc("an existing teacher LoRA adapter", role="dir"))
+class FirstConfig(ConfigMixin, RunSection, EvalSection, PromptSection, Dataset):
+    MOVED: typing.ClassVar[dict[str, str]] = {key: f"training.{key}" for key in TRAINING_KEYS}
+
+    teacher: str = redeclare(ModelSection, "model", help="teacher base model: 'bundled', a directory or a hub id",
+                             trained_by="teacher_method")
+    teacher_adapter: Optional[str] = redeclare(AdaptedModel, "adapter", help="an existing teacher LoRA adapter")
     finetune_teacher: bool = field(default=True, metadata=doc("fine-tune the teacher first (else use it as is)"))
-    teacher_method: Method = field(default="full", metadata=doc("teacher fine-tuning: full, lora or qlora"))
-    student: str = field(default="bundled", metadata=doc("student base model (same tokenizer as the teacher)",
-                                                         role="model"))
-    student_method: Method = field(default="full", metadata=doc("student training: full, lora or qlora"))
+    teacher_method: Tuning = field(default="full", metadata=doc("teacher fine-tuning: full, lora or qlora"))
+    teacher_epochs: Optional[float] = field(default=None, metadata=doc(
+        "epochs for the teacher (None: training.epochs)", gt=0, le=MAX_EPOCHS))
+    student: str = redeclare(ModelSection, "model", help="student base model (same tokenizer as the teacher)",
+                             trained_by="student_method")
+    student_method: Tuning = field(default="full", metadata=doc("student training: full, lora or qlora"))
     students: list[Student] = field(default_factory=lambda: list(STUDENTS), metadata=doc(f"any of {STUDENTS}"))
-    dataset: str = field(default="csqa", metadata=doc("in-domain dataset", role="name", registry=DATASETS))
-    data_files: list[str] = field(default_factory=list, metadata=doc("its local files: PATH or SPLIT=PATH",
-                                                                     role="data_files"))
     train_split: str = field(default="train", metadata=doc("training split (or SOURCE:PART)", **SPLIT))
     val_split: str = field(default="validation", metadata=doc("split for the temperature sweep and per-epoch ECE",
                                                               **SPLIT))
@@ -56,10 +57,8 @@ class FirstConfig(ConfigMixin):
     val_limit: Optional[int] = field(default=None, metadata=doc("first N validation questions", ge=1, le=MAX_ROWS))
     test_limit: Optional[int] = field(default=None, metadata=doc("first N test questions", ge=1, le=MAX_ROWS))
     ood: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
-        "out-of-domain evaluations: [{dataset, data_files, split, limit, template}]", entries=OodEvaluation,
+        "out-of-domain evaluations: [{dataset, data_files, subject, split, limit, template}]", entries=OodEvaluation,
         max_items=32))
-    template: Optional[str] = field(default=None, metadata=doc("letter template; default depends on dataset",
-                                                               role="name", registry=TEMPLATES))
     k: int = field(default=5, metadata=doc("teacher tokens kept per position", ge=1, le=MAX_TOP_K))
     logprob_dtype: Literal["float16", "float32"] = field(default="float16", metadata=doc(
         "stored log-prob width: float16 or float32"))
@@ -69,24 +68,14 @@ class FirstConfig(ConfigMixin):
     direct_delta: float = field(default=1e-6, metadata=doc("δ of direct distillation's normalisation", gt=0, lt=1))
     kd_renormalise: bool = field(default=False, metadata=doc("renormalise the student over the teacher's top-k"))
     kd_tail: bool = field(default=False, metadata=doc("add a 'rest of the vocabulary' bucket to the KL"))
-    completion_only: bool = field(default=True, metadata=doc("supervise the answer only"))
-    epochs: float = field(default=3, metadata=doc("epochs for every student", gt=0, le=MAX_EPOCHS))
-    teacher_epochs: Optional[float] = field(default=None, metadata=doc("epochs for the teacher (default: epochs)",
-                                                                       gt=0, le=MAX_EPOCHS))
-    learning_rate: float = field(default=2e-5, metadata=doc("peak learning rate", gt=0, le=10))
-    batch_size: int = field(default=8, metadata=doc("examples per device per step", ge=1, le=MAX_BATCH))
-    grad_accum: int = field(default=1, metadata=doc("gradient accumulation steps", ge=1, le=MAX_BATCH))
-    warmup_ratio: float = field(default=0.03, metadata=doc("linear warm-up fraction", ge=0, lt=1))
-    max_length: int = field(default=512, metadata=doc("longer examples are dropped", ge=1, le=MAX_TOKENS))
-    lora_r: int = field(default=16, metadata=doc("LoRA rank", ge=1, le=MAX_LORA_RANK))
-    lora_alpha: int = field(default=32, metadata=doc("LoRA scaling numerator", ge=1, le=16 * MAX_LORA_RANK))
+    training: dict[str, Any] = field(default_factory=dict, metadata=training_section(
+        "fine-tuning settings of the teacher and every student (TrainConfig fields: epochs, learning_rate, "
+        "batch_size, lora_r, max_length, completion_only, weight_decay, lr_scheduler, ...)",
+        ("method", "objective", "label_smoothing", "ece_lambda", "ece_bins", "estep_steps"),
+        "the protocol sets it (use the top-level fields teacher, student, teacher_method, student_method, "
+        "dataset, data_files, the splits and limits, template, seed, device, dtype, bins)"))
     eval_batch_size: int = field(default=16, metadata=doc("questions per forward pass when evaluating",
                                                           ge=1, le=MAX_BATCH))
-    bins: int = field(default=10, metadata=doc("ECE bins", ge=1, le=MAX_BINS))
-    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for ECE intervals", ge=0, le=MAX_BOOTSTRAP))
-    seed: int = field(default=0, metadata=doc("seed for carving, data order and initialisation", **SEED))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda", **DEVICE))
-    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU)"))
 
     def __post_init__(self) -> None:
         if not self.students:
@@ -96,13 +85,27 @@ class FirstConfig(ConfigMixin):
                              "top-k there is no mass left for a tail bucket")
         self.template = self.train_config(self.teacher, self.teacher_method).template
 
-    def train_config(self, model: str, method: Method, epochs: Optional[float] = None) -> TrainConfig:
-        """The fine-tuning settings shared by the teacher and every student."""
-        return TrainConfig(
-            model=model, method=method, lora_r=self.lora_r, lora_alpha=self.lora_alpha, dataset=self.dataset,
-            data_files=self.data_files, split=self.train_split, limit=self.train_limit, val_split=self.val_split,
-            val_limit=self.val_limit, template=self.template, completion_only=self.completion_only,
-            max_length=self.max_length, epochs=epochs or self.epochs, learning_rate=self.learning_rate,
-            batch_size=self.batch_size, grad_accum=self.grad_accum, warmup_ratio=self.warmup_ratio,
-            seed=self.seed, device=self.device, dtype=self.dtype, bins=self.bins,
-        )
+    def train_config(self, model: str, method: Tuning, epochs: Optional[float] = None) -> TrainConfig:
+        """The fine-tuning settings of the teacher or a student: ``training`` plus what the protocol sets."""
+        return TrainConfig.from_dict({
+            **self.training, "model": model, "method": method, "dataset": self.dataset, "data_files": self.data_files,
+            "subject": self.subject, "split": self.train_split, "limit": self.train_limit, "val_split": self.val_split,
+            "val_limit": self.val_limit, "template": self.template, "seed": self.seed, "device": self.device,
+            "dtype": self.dtype, "bins": self.bins, **({"epochs": epochs} if epochs else {}),
+        })
+
+
+def _run_job(cfg: FirstConfig, ctx) -> dict[str, Any]:
+    from lab.first.pipeline import run_first
+
+    report = run_first(cfg, ctx.run_dir, ctx.events, ctx.should_stop)
+    return {"models": len({r["method"] for r in report["rows"]}), "temperature": report["sweep"]["best"]}
+
+
+register(JobKind(
+    "first", "FIRST: teacher, top-k extraction, temperature sweep, four students, report", FirstConfig, _run_job,
+    outputs=("teacher/", f"{TOPK_DIR}/", "sweep/", "students/<name>/", f"{EVAL_DIR}/<model>-<dataset>/", REPORT_JSON,
+             REPORT_MD),
+    key_fields=("teacher", "student", "teacher_method", "student_method", "dataset", "data_files", "train_limit",
+                "test_limit", "training", "k"),
+))

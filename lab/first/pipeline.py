@@ -24,16 +24,19 @@ from lab.first import recalibration
 from lab.distill.extract import TopKStore, extract_topk
 from lab.distill.job import extract_records
 from lab.distill.losses import topk_kl_loss
+from lab.distill.trainer import DistillTrainer
 from lab.evaluate import EvalConfig, evaluate
 from lab.events import EventWriter
 from lab.first.config import FirstConfig
+from lab.errors import ModelLoadError
 from lab.first.report import write_report
+from lab.layout import EVAL_DIR, TOPK_DIR
 from lab.stages import stage
 from lab.models import load_model
 from lab.scoring import split_pairs
 from lab.templates import get_template
 from lab.train.data import build_examples, pad_batch
-from lab.train.trainer import DistillTrainer, finetune, load_split_records, prepare_model, run_training
+from lab.train.trainer import finetune, load_split_records, prepare_model, run_training
 
 def _teacher(cfg: FirstConfig, out: Path, events: EventWriter, should_stop) -> dict[str, Any]:
     if not cfg.finetune_teacher:
@@ -46,12 +49,13 @@ def _extract(cfg: FirstConfig, teacher: dict[str, Any], out: Path, events: Event
     """Teacher top-k over the training sequences, and at the answer position of the validation questions."""
     loaded = load_model(teacher["model"], adapter=teacher["adapter"], device=cfg.device, dtype=cfg.dtype)
     tok = loaded.tokenizer
-    train = load_split_records(cfg.train_config(cfg.student, cfg.student_method), cfg.train_split, [], cfg.train_limit)
+    tcfg = cfg.train_config(cfg.student, cfg.student_method)  # the sequences as the students will train on them
+    train = load_split_records(tcfg, cfg.train_split, [], cfg.train_limit)
     meta = {"model": teacher, "dataset": cfg.dataset, "split": cfg.train_split, "template": cfg.template}
     manifest = extract_records(loaded, train, cfg.template, out / "train", k=cfg.k, logprob_dtype=cfg.logprob_dtype,
-                               completion_only=cfg.completion_only, max_length=cfg.max_length, meta=meta, events=events,
-                               should_stop=should_stop)
-    val = load_split_records(cfg.train_config(cfg.student, cfg.student_method), cfg.val_split, [], cfg.val_limit)
+                               completion_only=tcfg.completion_only, max_length=tcfg.max_length, meta=meta,
+                               events=events, should_stop=should_stop)
+    val = load_split_records(tcfg, cfg.val_split, [], cfg.val_limit)
     render = get_template(cfg.template).render
     contexts, answers = [], []
     for record in val:
@@ -74,8 +78,8 @@ def _sweep(cfg: FirstConfig, topk_dir: Path, events: EventWriter) -> dict[str, A
         probs.append(np.exp(logprobs[-1]))  # last row: the distribution of the answer token
         hits = np.flatnonzero(ids[-1] == answer)
         ranks.append(int(hits[0]) if hits.size else -1)
-    result = recalibration.sweep_temperature(np.array(probs), np.array(ranks), form=cfg.ts_form,
-                                           objective=cfg.ts_objective, n_bins=cfg.bins)
+    result = recalibration.sweep_teacher_temperature(np.array(probs), np.array(ranks), form=cfg.ts_form,
+                                                   objective=cfg.ts_objective, n_bins=cfg.bins)
     for record in result["records"]:  # its own "stage" is the grid (coarse / fine)
         events.emit("sweep", grid=record["stage"], **{k: v for k, v in record.items() if k != "stage"})
     return result
@@ -98,7 +102,7 @@ def _distill(cfg: FirstConfig, method: str, sweep: dict[str, Any], topk_dir: Pat
     examples = build_examples(train, tcfg.template, tok, tcfg.completion_only, tcfg.max_length)
     store = TopKStore(topk_dir / "train")
     if len(store) != len(examples):
-        raise ValueError(f"The top-k store holds {len(store)} sequences but there are {len(examples)} examples; "
+        raise ModelLoadError(f"The top-k store holds {len(store)} sequences but there are {len(examples)} examples; "
                          "the teacher and student tokenizers must match")
     for i, example in enumerate(examples):
         example["topk"] = i
@@ -128,14 +132,15 @@ def _distill(cfg: FirstConfig, method: str, sweep: dict[str, Any], topk_dir: Pat
 
 def _evaluations(cfg: FirstConfig) -> list[dict[str, Any]]:
     """In-domain test first, then each out-of-domain dataset."""
-    return [{"dataset": cfg.dataset, "data_files": cfg.data_files, "split": cfg.test_split, "limit": cfg.test_limit},
-            *cfg.ood]
+    return [{"dataset": cfg.dataset, "data_files": cfg.data_files, "subject": cfg.subject, "split": cfg.test_split,
+             "limit": cfg.test_limit}, *cfg.ood]
 
 
 def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
     teacher = stage(out / "teacher", events, "teacher", lambda: _teacher(cfg, out / "teacher", events, should_stop))
-    stage(out / "topk", events, "extract", lambda: _extract(cfg, teacher, out / "topk", events, should_stop))
-    sweep = stage(out / "sweep", events, "sweep", lambda: _sweep(cfg, out / "topk", events))
+    topk = out / TOPK_DIR
+    stage(topk, events, "extract", lambda: _extract(cfg, teacher, topk, events, should_stop))
+    sweep = stage(out / "sweep", events, "sweep", lambda: _sweep(cfg, topk, events))
     models = {"teacher": teacher}
     for method in cfg.students:
         target = out / "students" / method
@@ -143,18 +148,17 @@ def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Cal
             work = lambda t=target: finetune(cfg.train_config(cfg.student, cfg.student_method), t, events, should_stop,
                                              stage="student:finetune")
         else:
-            work = lambda m=method, t=target: _distill(cfg, m, sweep, out / "topk", t, events, should_stop)
+            work = lambda m=method, t=target: _distill(cfg, m, sweep, topk, t, events, should_stop)
         models[method] = stage(target, events, f"student:{method}", work)
     rows = []
     for name, trained in models.items():
         for spec in _evaluations(cfg):
-            ecfg = EvalConfig(model=trained["model"], adapter=trained["adapter"], dataset=spec["dataset"],
-                              data_files=spec.get("data_files") or [], split=spec.get("split", "test"),
-                              limit=spec.get("limit"), scoring="letter",
-                              template=spec.get("template", cfg.template if spec["dataset"] == cfg.dataset else None),
-                              bins=cfg.bins, batch_size=cfg.eval_batch_size, device=cfg.device, dtype=cfg.dtype,
-                              bootstrap=cfg.bootstrap, seed=cfg.seed)
-            directory = out / "eval" / f"{name}-{spec['dataset']}"
+            template = spec.get("template") or (cfg.template if spec["dataset"] == cfg.dataset else None)
+            ecfg = EvalConfig.from_dict({
+                **spec, "model": trained["model"], "adapter": trained["adapter"], "scoring": "letter",
+                "template": template, "bins": cfg.bins, "batch_size": cfg.eval_batch_size, "device": cfg.device,
+                "dtype": cfg.dtype, "bootstrap": cfg.bootstrap, "seed": cfg.seed})
+            directory = out / EVAL_DIR / f"{name}-{spec['dataset']}"
             metrics = stage(directory, events, f"evaluate {name} on {spec['dataset']}",
                              lambda e=ecfg, d=directory, i=spec["dataset"] == cfg.dataset:
                              evaluate(e, d, log=lambda m: events.emit("log", message=m), in_domain=i))

@@ -1,0 +1,79 @@
+"""The sections job configs are composed of, each field declared once (TRL's ``GKDConfig(SFTConfig)``).
+
+A job config inherits the sections it needs and adds its own fields; a section's field that needs
+another default in one config is re-declared with :func:`lab.config.redeclare`, keeping its
+bounds. The YAML stays flat (``dataset:``, ``bins:`` …), so a section is a vocabulary shared by
+every kind rather than a level of nesting.
+
+    ModelSection    model                       the model a job loads
+    AdaptedModel    + adapter                   ... with a LoRA adapter on top
+    Dataset         dataset, data_files, subject which questions
+    DataSection     + split, limit              ... and which part of them
+    PromptSection   template                    how a question becomes a prompt
+    EvalSection     bins, bootstrap             how calibration is measured
+    DeviceSection   device, dtype               where a model runs
+    RunSection      + seed                      ... reproducibly
+
+Dataclass fields are collected from the last base to the first, so a config lists its sections
+last-first to show them in reading order (model, data, prompt, evaluation, device).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from lab.config import doc
+from lab.data import DATASETS
+from lab.limits import DEVICE, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
+from lab.templates import TEMPLATES
+
+BUNDLED = "bundled"  # lab.models.BUNDLED, without importing the model stack
+
+
+@dataclass
+class ModelSection:
+    model: str = field(default=BUNDLED, metadata=doc("'bundled', a local directory or a hub id", role="model"))
+
+
+@dataclass
+class AdaptedModel(ModelSection):
+    adapter: Optional[str] = field(default=None, metadata=doc("PEFT (LoRA) adapter directory", role="dir"))
+
+
+@dataclass
+class Dataset:
+    dataset: str = field(default="csqa", metadata=doc("registered dataset name", role="name", registry=DATASETS))
+    data_files: list[str] = field(default_factory=list, metadata=doc(
+        "local files, folders or globs: PATH or SPLIT=PATH (none: the hub copy)", role="data_files"))
+    subject: Optional[str] = field(default=None, metadata=doc("MMLU subject (None: all)", **SUBJECT))
+
+
+@dataclass
+class DataSection(Dataset):
+    split: str = field(default="test", metadata=doc("split name, or SOURCE:PART for a seeded carve", **SPLIT))
+    limit: Optional[int] = field(default=None, metadata=doc("first N questions only (None: all)", ge=1, le=MAX_ROWS))
+
+
+@dataclass
+class PromptSection:
+    template: Optional[str] = field(default=None, metadata=doc("prompt template (None: the dataset's default)",
+                                                               role="name", registry=TEMPLATES))
+
+
+@dataclass
+class EvalSection:
+    bins: int = field(default=10, metadata=doc("equal-width bins for ECE", ge=1, le=MAX_BINS))
+    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for the ECE interval (0: none)",
+                                                      ge=0, le=MAX_BOOTSTRAP))
+
+
+@dataclass
+class DeviceSection:
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda, cuda:N", **DEVICE))
+    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16"))
+
+
+@dataclass
+class RunSection(DeviceSection):
+    seed: int = field(default=0, metadata=doc(
+        "seed of split carving, sampling, data order, initialisation and the bootstrap", **SEED))
