@@ -4,7 +4,7 @@
 
 One slider move recomputes, from a run's stored option probabilities: the probabilities at the
 new temperature and two summaries (ECE, NLL, Brier, cw-ECE, accuracy, reliability table; at T and
-at T = 1) — what ``ui.explore_pages.temperature_view`` does per move; the 81-point ECE/NLL sweep
+at T = 1) — what ``ui.temperature_page.temperature_view`` does per move; the 81-point ECE/NLL sweep
 is computed once per run and cached. Timed on synthetic runs of 1,000 and 10,000 four-option
 questions. The baseline, measured in the same
 run, is what re-scoring would cost instead: the bundled model's letter-scoring time per question
@@ -21,24 +21,24 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
 
-from lab import results  # noqa: E402
+from lab import analysis  # noqa: E402
 from lab.data.record import MCQRecord  # noqa: E402
 
 REPEATS = 5
 
 
-def synthetic(n: int, seed: int = 0) -> results.Predictions:
+def synthetic(n: int, seed: int = 0) -> analysis.Predictions:
     rng = np.random.default_rng(seed)
     z = rng.normal(0, 2, size=(n, 4))
     probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
     labels = rng.integers(0, 4, size=n)
     rows = [{"probs": p.tolist(), "answer": int(y)} for p, y in zip(probs, labels)]
-    return results.Predictions(probs, np.ones_like(probs, dtype=bool), labels, rows)
+    return analysis.Predictions(probs, np.ones_like(probs, dtype=bool), labels, rows)
 
 
-def slider_move(pred: results.Predictions, t: float) -> None:
-    results.calibration_summary(results.recalibrate(pred, t), pred.mask, pred.labels)
-    results.calibration_summary(pred.probs, pred.mask, pred.labels)
+def slider_move(pred: analysis.Predictions, t: float) -> None:
+    analysis.calibration_summary(analysis.recalibrate(pred, t), pred.mask, pred.labels)
+    analysis.calibration_summary(pred.probs, pred.mask, pred.labels)
 
 
 def scoring_seconds_per_question(n: int = 32) -> float:
@@ -69,7 +69,7 @@ def main() -> None:
             times.append(time.perf_counter() - start)
         ms = 1000 * statistics.median(times)
         start = time.perf_counter()
-        results.temperature_sweep(pred)
+        analysis.temperature_sweep(pred)
         sweep_ms = 1000 * (time.perf_counter() - start)
         print(f"n = {n:>6}: slider move {ms:6.1f} ms (the sweep, once per run: {sweep_ms:6.1f} ms); "
               f"re-scoring would take {n * per_question:7.1f} s = {n * per_question / (ms / 1000):,.0f}x longer")

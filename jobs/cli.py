@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from lab.events import EVENTS_FILE, read_events
 from jobs import failures
 from jobs.scheduler import Scheduler, cancel, start_in_background
-from jobs.store import Job, JobStore
+from jobs.store import JobStore
 from lab.config import ConfigError
 from lab.yamlio import load_yaml
 
@@ -29,10 +29,8 @@ def _when(t: Optional[float]) -> str:
     return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
 
 
-def _elapsed(job: Job) -> str:
-    if not job.started:
-        return "-"
-    return f"{(job.finished or time.time()) - job.started:.0f}s"
+def _seconds(elapsed: Optional[float]) -> str:
+    return "-" if elapsed is None else f"{elapsed:.0f}s"
 
 
 def cmd_submit(store: JobStore, args) -> int:
@@ -51,7 +49,7 @@ def cmd_submit(store: JobStore, args) -> int:
 def cmd_list(store: JobStore, args) -> int:
     print(f"{'id':>5}  {'kind':<10} {'status':<12} {'devices':<8} {'elapsed':>8}  {'created':<19}  error")
     for job in store.list(tuple(args.status) if args.status else None):
-        print(f"{job.id:>5}  {job.kind:<10} {job.status:<12} {job.devices or '-':<8} {_elapsed(job):>8}  "
+        print(f"{job.id:>5}  {job.kind:<10} {job.status:<12} {job.devices or '-':<8} {_seconds(job.elapsed()):>8}  "
               f"{_when(job.created):<19}  {job.error or ''}")
     return 0
 

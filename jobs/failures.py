@@ -1,13 +1,16 @@
 """Turn a dead job's exit code and log tail into a one-line summary a user can act on."""
 from __future__ import annotations
 
+import os
 import re
 import signal
 from pathlib import Path
 from typing import Optional
 
-LOG_FILE = "log.txt"
+from lab.layout import LOG_FILE
+
 TAIL_LINES = 40
+TAIL_BYTES = 64 * 1024  # what a tail reads at most: 40 lines of a log, with room to spare
 
 # (pattern in the log, summary); the first match wins, so the most specific come first.
 PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -22,9 +25,15 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
-def log_tail(run_dir: Path, lines: int = TAIL_LINES) -> str:
+def log_tail(run_dir: Optional[str | Path], lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of a job's ``log.txt`` (its stdout and stderr); "" for a job without
+    a run directory or a log yet. Read from the end, so that a poll costs the same for a long job."""
+    if not run_dir:
+        return ""
     try:
-        text = (Path(run_dir) / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+        with open(Path(run_dir) / LOG_FILE, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
+            text = f.read().decode("utf-8", errors="replace")
     except OSError:  # none yet, or unreadable (a run directory gone wrong): no tail to show
         return ""
     return "\n".join(text.splitlines()[-lines:])

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from lab.config import ConfigError
-from lab.run import CONFIG_FILE, parse_config
+from lab.kinds import parse_config
+from lab.layout import CONFIG_FILE
 from lab.yamlio import dump_yaml, load_yaml
 
-STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
-ACTIVE = ("queued", "running")
 DB_FILE = "jobs.db"
 # A scheduler beats every tick (1 s by default); this long without one, none is serving the queue.
 HEARTBEAT_STALE_S = 30.0
@@ -90,6 +89,10 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def elapsed(self) -> Optional[float]:
+        """Seconds it has run: to its end when finished, else to now; None when it has not started."""
+        return ((self.finished or time.time()) - self.started) if self.started else None
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,11 @@ MAX_MODELS = 4
 MAX_QUESTION = 20_000  # characters; a longer prompt is over most models' context anyway
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CompareModel(AdaptedModel):
     """One model of a comparison (an entry of ``CompareConfig.models``)."""
+
+    model: str = redeclare(AdaptedModel, "model", required=True)
 
     temperature: Optional[str] = field(default=None, metadata=doc(
         "scale its option probabilities by T: a number, a temperature.json or its directory", role="temperature"))

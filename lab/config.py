@@ -220,7 +220,7 @@ def validate(cls: type, values: Any, where: str = "", *, exclude: tuple[str, ...
     for key, value in values.items():
         path = f"{where}.{key}" if where else str(key)
         if isinstance(key, str) and key in moved and key not in declared:
-            raise _fail(path, f"this key moved: write it as `{moved[key]}`")
+            raise _fail(path, f"this key moved: write it as {moved[key]}")
         if not isinstance(key, str) or key not in declared:
             close = suggest(str(key), allowed)
             guess = f"; did you mean {close}?" if close else ""

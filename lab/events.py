@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-EVENTS_FILE = "events.jsonl"
+from lab.layout import EVENTS_FILE
 
 
 class EventWriter:

@@ -59,14 +59,20 @@ def register(kind: JobKind) -> JobKind:
     return kind
 
 
+def _position(kind: JobKind) -> int:
+    module = kind.config.__module__
+    return KIND_MODULES.index(module) if module in KIND_MODULES else len(KIND_MODULES)
+
+
 def all_kinds() -> list[JobKind]:
-    """Every registered kind, in registration order (importing the defining modules once)."""
+    """Every registered kind in :data:`KIND_MODULES` order (whichever was imported first), then
+    any registered from elsewhere in the order they came."""
     global _loaded
     if not _loaded:
         for module in KIND_MODULES:
             importlib.import_module(module)
         _loaded = True
-    return [KINDS.get(name) for name in KINDS.in_order()]
+    return sorted((KINDS.get(name) for name in KINDS.in_order()), key=_position)
 
 
 def get(name: str) -> JobKind:

@@ -10,121 +10,24 @@ Inputs, everywhere in this module:
 - ``conf`` (n,) float in [0, 1] and ``correct`` (n,) bool or 0/1: the confidence of the predicted
   option and whether it was right (see :func:`predictions`).
 
-Every public function follows the torchmetrics order: argument checks, input checks, compute. All
-binned metrics share one core, :func:`_bin_sums`, so ECE, MCE, the reliability table, the bootstrap
-and cw-ECE cannot drift apart. References: Guo et al. 2017 (ECE), Kull et al. 2019 (cw-ECE),
-Brier 1950, Błasiok & Nakkiran 2023 (smECE); see ``shared/REFERENCE.md`` §1.
+Every public function follows the torchmetrics order: argument checks, input checks (both in
+:mod:`lab.metric_checks`), compute. All binned metrics share one core, :func:`_bin_sums`, so ECE,
+MCE, the reliability table, the bootstrap and cw-ECE cannot drift apart. References: Guo et al.
+2017 (ECE), Kull et al. 2019 (cw-ECE), Brier 1950, Błasiok & Nakkiran 2023 (smECE); see
+``shared/REFERENCE.md`` §1.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-Strategy = Literal["width", "mass"]
-STRATEGIES: tuple[str, ...] = ("width", "mass")
-PROB_TOL = 1e-6  # probabilities this far outside [0, 1] are float error and are clipped
+from lab.metric_checks import (Strategy, check_conf, check_conf_correct, check_labels, check_n_bins, check_n_boot,
+                               check_probs, check_strategy)
+
 CI_LEVEL = 0.95  # level of the bootstrap interval reported by summarize
 _BOOT_CHUNK = 2**22  # indices drawn per bootstrap chunk: bounds memory at ~100 MB for any n
-
-
-# ---------------------------------------------------------------- argument checks
-def _check_n_bins(n_bins: int) -> None:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
-        raise ValueError(f"Expected `n_bins` to be an integer larger than 0, but got {n_bins!r}.")
-
-
-def _check_strategy(strategy: str) -> None:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"Expected `strategy` to be one of {STRATEGIES}, but got {strategy!r}.")
-
-
-def _check_n_boot(n_boot: int, smallest: int) -> None:
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < smallest:
-        raise ValueError(
-            f"Expected `n_boot` to be an integer of at least {smallest}, but got {n_boot!r}."
-        )
-
-
-# ------------------------------------------------------------------- input checks
-def _check_unit_interval(name: str, x: np.ndarray) -> np.ndarray:
-    """Finite values in [0, 1] up to ``PROB_TOL``; returns them clipped into [0, 1]."""
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"Expected `{name}` to contain only finite values, but got NaN or inf.")
-    if x.size and (x.min() < -PROB_TOL or x.max() > 1 + PROB_TOL):
-        raise ValueError(
-            f"Expected `{name}` to be probabilities in [0, 1], but got values from {x.min()} to "
-            f"{x.max()}. Pass probabilities (e.g. a softmax), not logits or percentages."
-        )
-    return np.clip(x, 0.0, 1.0)
-
-
-def _check_conf(conf: Any) -> np.ndarray:
-    """Returns ``conf`` (n,) float64 clipped to [0, 1]."""
-    conf = np.asarray(conf, dtype=np.float64)
-    if conf.ndim != 1 or conf.shape[0] < 1:
-        raise ValueError(f"Expected `conf` to have shape (n,) with n >= 1, but got {conf.shape}.")
-    return _check_unit_interval("conf", conf)
-
-
-def _check_conf_correct(conf: Any, correct: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Returns ``conf`` (n,) float64 clipped to [0, 1] and ``correct`` (n,) float64 of 0/1."""
-    conf, correct = _check_conf(conf), np.asarray(correct)
-    if correct.shape != conf.shape:
-        raise ValueError(
-            f"Expected `correct` to have the shape of `conf` {conf.shape}, but got {correct.shape}."
-        )
-    if correct.dtype.kind not in "biuf" or not np.all((correct == 0) | (correct == 1)):
-        raise ValueError("Expected `correct` to hold booleans or 0/1 values, but got other values.")
-    return conf, correct.astype(np.float64)
-
-
-def _check_probs(probs: Any, mask: Any | None) -> tuple[np.ndarray, np.ndarray]:
-    """Returns ``probs`` (n, K) float64 (padding zeroed, rest clipped) and ``mask`` (n, K) bool."""
-    probs = np.asarray(probs, dtype=np.float64)
-    if probs.ndim != 2 or probs.shape[0] < 1 or probs.shape[1] < 1:
-        raise ValueError(
-            f"Expected `probs` to have shape (n, K) with n, K >= 1, but got {probs.shape}."
-        )
-    mask = np.ones(probs.shape, dtype=bool) if mask is None else np.asarray(mask)
-    if mask.shape != probs.shape or mask.dtype != bool:
-        raise ValueError(
-            f"Expected `mask` to be a bool array of shape {probs.shape}, "
-            f"but got {mask.dtype} {mask.shape}."
-        )
-    empty = np.flatnonzero(~mask.any(axis=1))
-    if empty.size:
-        raise ValueError(
-            f"Expected every question to have a present option, "
-            f"but row {empty[0]} of `mask` is all False."
-        )
-    out = np.zeros_like(probs)
-    out[mask] = _check_unit_interval("probs", probs[mask])
-    return out, mask
-
-
-def _check_labels(labels: Any, mask: np.ndarray) -> np.ndarray:
-    labels = np.asarray(labels)
-    n, k = mask.shape
-    if labels.shape != (n,) or labels.dtype.kind not in "iu":
-        raise ValueError(
-            f"Expected `labels` to be integers of shape ({n},), "
-            f"but got {labels.dtype} {labels.shape}."
-        )
-    bad = np.flatnonzero((labels < 0) | (labels >= k))
-    if bad.size:
-        raise ValueError(
-            f"Expected `labels` in [0, {k - 1}], but got {labels[bad[0]]} at index {bad[0]}."
-        )
-    absent = np.flatnonzero(~mask[np.arange(n), labels])
-    if absent.size:
-        i = absent[0]
-        raise ValueError(
-            f"Expected `labels` to point at present options, "
-            f"but option {labels[i]} of row {i} is masked out."
-        )
-    return labels.astype(np.int64)
 
 
 # ---------------------------------------------------------------------- the core
@@ -185,7 +88,7 @@ def padded(vectors: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
 
 def predictions(probs: Any, mask: Any | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Predicted option (n,) = argmax over present options (first on ties), and its probability."""
-    probs, mask = _check_probs(probs, mask)
+    probs, mask = check_probs(probs, mask)
     pred = _predict(probs, mask)
     return pred, probs[np.arange(probs.shape[0]), pred]
 
@@ -201,9 +104,9 @@ def bin_indices(conf: Any, n_bins: int = 10, strategy: Strategy = "width") -> np
     M groups of as-equal-as-possible size; tied confidences may straddle two bins, and with n < M
     the last bins are empty.
     """
-    _check_n_bins(n_bins)
-    _check_strategy(strategy)
-    return _assign_bins(_check_conf(conf), n_bins, strategy)
+    check_n_bins(n_bins)
+    check_strategy(strategy)
+    return _assign_bins(check_conf(conf), n_bins, strategy)
 
 
 def reliability_table(
@@ -215,9 +118,9 @@ def reliability_table(
     conf/acc/gap. For ``"width"`` lo/hi are the bin edges; for ``"mass"`` they are the smallest and
     largest confidence in the bin (NaN when empty), since those bins have no fixed edges.
     """
-    _check_n_bins(n_bins)
-    _check_strategy(strategy)
-    conf, correct = _check_conf_correct(conf, correct)
+    check_n_bins(n_bins)
+    check_strategy(strategy)
+    conf, correct = check_conf_correct(conf, correct)
     bins = _assign_bins(conf, n_bins, strategy)
     count, sum_conf, sum_acc = _bin_sums(bins, conf, correct, n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -245,9 +148,9 @@ def ece(conf: Any, correct: Any, n_bins: int = 10, strategy: Strategy = "width")
     >>> ece([1.0, 1.0], [0, 0])
     1.0
     """
-    _check_n_bins(n_bins)
-    _check_strategy(strategy)
-    conf, correct = _check_conf_correct(conf, correct)
+    check_n_bins(n_bins)
+    check_strategy(strategy)
+    conf, correct = check_conf_correct(conf, correct)
     _, sum_conf, sum_acc = _bin_sums(_assign_bins(conf, n_bins, strategy), conf, correct, n_bins)
     return float(_l1_gap(sum_conf, sum_acc, conf.shape[0]))
 
@@ -257,8 +160,8 @@ def mce(conf: Any, correct: Any, n_bins: int = 10) -> float:
 
     The worst bin, whatever its size: it matters where any error is costly, but is noisy at small n.
     """
-    _check_n_bins(n_bins)
-    conf, correct = _check_conf_correct(conf, correct)
+    check_n_bins(n_bins)
+    conf, correct = check_conf_correct(conf, correct)
     count, sum_conf, sum_acc = _bin_sums(_assign_bins(conf, n_bins, "width"), conf, correct, n_bins)
     full = count > 0
     return float(np.max(np.abs(sum_acc[full] - sum_conf[full]) / count[full]))
@@ -275,9 +178,9 @@ def classwise_ece(probs: Any, labels: Any, n_bins: int = 10, mask: Any | None = 
     5-option questions) is neither diluted nor ignored. With all K options always present,
     ``n_c = n`` and this is the textbook ``Σ_c Σ_m |B_cm|/n · (…) / K``.
     """
-    _check_n_bins(n_bins)
-    probs, mask = _check_probs(probs, mask)
-    labels = _check_labels(labels, mask)
+    check_n_bins(n_bins)
+    probs, mask = check_probs(probs, mask)
+    labels = check_labels(labels, mask)
     k = probs.shape[1]
     p = probs.T  # (K, n)
     target = (np.arange(k)[:, None] == labels[None, :]).astype(np.float64)  # (K, n)
@@ -296,10 +199,10 @@ def brier(probs: Any, labels: Any, mask: Any | None = None) -> float:
     wrong). This is the original definition; for K = 2 it is twice sklearn's binary
     ``brier_score_loss``, which scores only the positive class.
     """
-    probs, mask = _check_probs(probs, mask)
-    labels = _check_labels(labels, mask)
+    probs, mask = check_probs(probs, mask)
+    labels = check_labels(labels, mask)
     onehot = np.arange(probs.shape[1])[None, :] == labels[:, None]  # (n, K)
-    # padding is zeroed by _check_probs and never the label, so it adds nothing to the sum
+    # padding is zeroed by check_probs and never the label, so it adds nothing to the sum
     return float(np.mean(np.sum((probs - onehot) ** 2, axis=1)))
 
 
@@ -311,16 +214,16 @@ def nll(probs: Any, labels: Any, eps: float = 1e-12) -> float:
     """
     if not (isinstance(eps, (int, float)) and 0 < eps < 1):
         raise ValueError(f"Expected `eps` to be a float in (0, 1), but got {eps!r}.")
-    probs, mask = _check_probs(probs, None)
-    labels = _check_labels(labels, mask)
+    probs, mask = check_probs(probs, None)
+    labels = check_labels(labels, mask)
     p_y = probs[np.arange(probs.shape[0]), labels]
     return float(np.mean(-np.log(np.maximum(p_y, eps))))
 
 
 def accuracy(probs: Any, labels: Any, mask: Any | None = None) -> float:
     """Fraction of questions whose predicted option (see :func:`predictions`) is the correct one."""
-    probs, mask = _check_probs(probs, mask)
-    labels = _check_labels(labels, mask)
+    probs, mask = check_probs(probs, mask)
+    labels = check_labels(labels, mask)
     return float(np.mean(_predict(probs, mask) == labels))
 
 
@@ -337,7 +240,7 @@ def smooth_ece(conf: Any, correct: Any) -> float:
     calibration error that kernel-smooths the residual ``conf − correct`` with a bandwidth chosen
     automatically (the fixed point σ = smECE_σ).
     """
-    conf, correct = _check_conf_correct(conf, correct)
+    conf, correct = check_conf_correct(conf, correct)
     import relplot  # lazy: relplot imports matplotlib and seaborn, seconds of start-up
 
     return float(relplot.smECE(conf, correct))
@@ -361,11 +264,11 @@ def ece_bootstrap(
     error), so for a well-calibrated model the interval can lie wholly above the point ECE: read
     it as the sampling noise of the estimate, not as an interval for the true calibration error.
     """
-    _check_n_bins(n_bins)
-    _check_n_boot(n_boot, 1)
+    check_n_bins(n_bins)
+    check_n_boot(n_boot, 1)
     if not (isinstance(level, (int, float)) and 0 < level < 1):
         raise ValueError(f"Expected `level` to be a float in (0, 1), but got {level!r}.")
-    conf, correct = _check_conf_correct(conf, correct)
+    conf, correct = check_conf_correct(conf, correct)
     n = conf.shape[0]
     bins = _assign_bins(conf, n_bins, "width")
     rng = np.random.default_rng(seed)
@@ -379,8 +282,12 @@ def ece_bootstrap(
     return float(low), float(high)
 
 
-def _json_float(x: float) -> float | None:
-    return None if not np.isfinite(x) else float(x)
+def finite_or_none(x: Any) -> float | None:
+    """``x`` as a plain float when it is a finite real number, else None (NaN, ±inf, text, bool,
+    None): what a JSON file may hold, and what a table read from another version's file may show."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        return None
+    return float(x) if math.isfinite(x) else None
 
 
 def summarize(
@@ -397,10 +304,10 @@ def summarize(
     ece_ci_high, ece_ci_level, n_bins, reliability`` (one dict per equal-width bin). With
     ``n_boot=0`` the bootstrap is skipped and the three ``ece_ci_*`` values are None.
     """
-    _check_n_bins(n_bins)
-    _check_n_boot(n_boot, 0)
-    probs, mask = _check_probs(probs, mask)
-    labels = _check_labels(labels, mask)
+    check_n_bins(n_bins)
+    check_n_boot(n_boot, 0)
+    probs, mask = check_probs(probs, mask)
+    labels = check_labels(labels, mask)
     pred, conf = predictions(probs, mask)
     correct = pred == labels
     acc, err = float(np.mean(correct)), ece(conf, correct, n_bins)
@@ -410,7 +317,7 @@ def summarize(
         level = CI_LEVEL
     table = reliability_table(conf, correct, n_bins)
     reliability = [
-        {key: int(col[m]) if key == "count" else _json_float(col[m]) for key, col in table.items()}
+        {key: int(col[m]) if key == "count" else finite_or_none(col[m]) for key, col in table.items()}
         for m in range(n_bins)
     ]
     return {

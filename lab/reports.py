@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.files import write_atomic
+from lab.layout import REPORT_JSON, REPORT_MD
 
 ROW_KEYS = ("method", "dataset", "split", "in_domain", "n", "accuracy", "ece", "ece_ci_low", "ece_ci_high",
             "cw_ece", "nll", "trust", "temperature")
@@ -22,6 +23,6 @@ def row(method: str, metrics: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 def write_files(out: Path, report: dict[str, Any], markdown: str) -> dict[str, Any]:
-    write_atomic(out / "report.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(out / "report.md", markdown)
+    write_atomic(out / REPORT_JSON, json.dumps(report, indent=2) + "\n")
+    write_atomic(out / REPORT_MD, markdown)
     return report

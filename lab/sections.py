@@ -11,6 +11,7 @@ every kind rather than a level of nesting.
     DataSection     + split, limit              ... and which part of them
     PromptSection   template                    how a question becomes a prompt
     EvalSection     bins, bootstrap             how calibration is measured
+    PipelineEvalSection + eval_batch_size       ... of every model a pipeline (FIRST, CFT) makes
     DeviceSection   device, dtype               where a model runs
     RunSection      + seed                      ... reproducibly
 
@@ -24,7 +25,7 @@ from typing import Optional
 
 from lab.config import doc
 from lab.data import DATASETS
-from lab.limits import DEVICE, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
+from lab.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
 from lab.templates import TEMPLATES
 
 BUNDLED = "bundled"  # lab.models.BUNDLED, without importing the model stack
@@ -65,6 +66,12 @@ class EvalSection:
     bins: int = field(default=10, metadata=doc("equal-width bins for ECE", ge=1, le=MAX_BINS))
     bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for the ECE interval (0: none)",
                                                       ge=0, le=MAX_BOOTSTRAP))
+
+
+@dataclass
+class PipelineEvalSection(EvalSection):
+    eval_batch_size: int = field(default=16, metadata=doc("questions per forward pass when evaluating",
+                                                          ge=1, le=MAX_BATCH))
 
 
 @dataclass

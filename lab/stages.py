@@ -12,8 +12,7 @@ from typing import Any, Callable
 
 from lab.events import EventWriter
 from lab.files import write_atomic
-
-DONE = "done.json"
+from lab.layout import DONE_FILE as DONE
 
 
 def stage(directory: Path, events: EventWriter, name: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -24,9 +24,9 @@ import numpy as np
 
 from lab import metrics
 from lab.files import write_atomic
+from lab.layout import TEMPERATURE_FILE
 
-Objective = Literal["nll", "ece"]
-TEMPERATURE_FILE = "temperature.json"
+FitObjective = Literal["nll", "ece"]  # what a fitted temperature minimises (here and in lab.first.recalibration)
 PROB_FLOOR = 1e-12  # log(0) guard: an option with probability 0 gets a very low, finite score
 T_MIN, T_MAX = 0.01, 100.0  # a fit outside is clamped and flagged: beyond, the rows are one-hot or uniform
 GRID = np.exp(np.linspace(np.log(0.05), np.log(20.0), 401))  # the ECE objective's candidates
@@ -70,7 +70,7 @@ class TemperatureFit:
     at_bound: bool = False  # the optimum is beyond [T_MIN, T_MAX]: e.g. a model no better than chance → T = ∞
 
 
-def fit_temperature(probs: Any, labels: Any, mask: Any | None = None, objective: Objective = "nll",
+def fit_temperature(probs: Any, labels: Any, mask: Any | None = None, objective: FitObjective = "nll",
                     n_bins: int = 10, max_iter: int = 100) -> TemperatureFit:
     """Fit one temperature on validation rows; returns it with NLL and ECE before and after."""
     import torch  # only the NLL fit needs it; the server imports this module for ``scale``

@@ -122,7 +122,7 @@ def test_cft_config_refuses_bad_values():
         CftConfig.from_dict({"lambdas": [-1]})
     with pytest.raises(ValueError, match=r"^in_domain\[0\].limit: must be an integer ≥ 1"):
         CftConfig.from_dict({"in_domain": [{"dataset": "mmlu", "limit": 0}]})
-    with pytest.raises(ValueError, match=r"^in_domain\[0\].n: this key moved: write it as `limit`"):
+    with pytest.raises(ValueError, match=r"^in_domain\[0\].n: this key moved: write it as limit"):
         CftConfig.from_dict({"in_domain": [{"dataset": "mmlu", "n": 10}]})
     with pytest.raises(ValueError, match="^lambdas: `rcft` needs at least one value"):
         CftConfig.from_dict({"lambdas": []})

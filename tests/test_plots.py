@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from lab.results import calibration_summary
+from lab.analysis import calibration_summary
 from ui import plots
 from ui.plots import OVER, UNDER
 

@@ -123,7 +123,7 @@ def test_label_smooth_can_break_the_order():
 # ------------------------------------------------------------------------------- sweep
 def test_sweep_beats_no_recalibration_on_overconfident_teacher():
     p, rank = overconfident(2000, seed=0)
-    out = C.sweep_temperature(p, rank)
+    out = C.sweep_teacher_temperature(p, rank)
     conf = p[:, 0] / p.sum(axis=1)
     assert conf.mean() > np.mean(rank == 0) + 0.2  # the teacher really is over-confident
     assert out["identity_ece"] == pytest.approx(ece(conf, rank == 0))
@@ -138,7 +138,7 @@ def test_sweep_beats_no_recalibration_on_overconfident_teacher():
 
 def test_sweep_grids():
     p, rank = overconfident(500, seed=1)
-    out = C.sweep_temperature(p, rank)
+    out = C.sweep_teacher_temperature(p, rank)
     coarse = [r["value"] for r in out["records"] if r["stage"] == "coarse"]
     fine = [r["value"] for r in out["records"] if r["stage"] == "fine"]
     assert coarse == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # no 0.30000000000000004
@@ -150,7 +150,7 @@ def test_sweep_grids():
 
 def test_sweep_fine_grid_clipped_and_identity_off_grid():
     p, rank = overconfident(300, seed=2)
-    out = C.sweep_temperature(p, rank, coarse=[0.05, 0.5], fine_step=0.01)
+    out = C.sweep_teacher_temperature(p, rank, coarse=[0.05, 0.5], fine_step=0.01)
     values = [r["value"] for r in out["records"]]
     assert min(values) > 0 and 1.0 not in values
     assert out["identity_ece"] == pytest.approx(ece(p[:, 0] / p.sum(axis=1), rank == 0))
@@ -159,16 +159,16 @@ def test_sweep_fine_grid_clipped_and_identity_off_grid():
 def test_sweep_on_edge_when_optimum_beyond_grid():
     # the logit form cools only with T > 1, but the paper's grid stops at 1.0 (+ 0.1 fine)
     p, rank = overconfident(1000, seed=3)
-    out = C.sweep_temperature(p, rank, form="logit")
+    out = C.sweep_teacher_temperature(p, rank, form="logit")
     assert out["on_edge"] and out["best"] == pytest.approx(1.1)
-    wide = C.sweep_temperature(p, rank, form="logit", coarse=np.arange(0.5, 4.01, 0.5))
+    wide = C.sweep_teacher_temperature(p, rank, form="logit", coarse=np.arange(0.5, 4.01, 0.5))
     assert not wide["on_edge"] and wide["best"] > 1.1
     assert wide["best_ece"] < out["best_ece"] <= out["identity_ece"]
 
 
 def test_sweep_nll_objective():
     p, rank = overconfident(1000, seed=4)
-    out = C.sweep_temperature(p, rank, objective="nll")
+    out = C.sweep_teacher_temperature(p, rank, objective="nll")
     assert out["objective"] == "nll"
     assert out["best_nll"] == min(r["nll"] for r in out["records"])
     # by hand at the best value: an answer outside the top-5 counts as -log(1e-12)
@@ -191,14 +191,14 @@ def test_sweep_nll_objective():
         (lambda: C.temperature_logit([0.0, 0.0], 1.0), "positive entry"),
         (lambda: C.temperature_paper([0.9, 0.8], 1.0), "sum to at most 1"),
         (lambda: C.temperature_paper([1.5, -0.5], 1.0), r"probabilities in \[0, 1\]"),
-        (lambda: C.sweep_temperature([P], [5]), r"`correct_rank` in \[-1, 4\]"),
-        (lambda: C.sweep_temperature([P], [0.0]), "`correct_rank` to be integers"),
-        (lambda: C.sweep_temperature(P, [0]), r"shape \(n, k\)"),
-        (lambda: C.sweep_temperature([P], [0], form="kelvin"), "`form` to be one of"),
-        (lambda: C.sweep_temperature([P], [0], objective="acc"), "`objective` to be one of"),
-        (lambda: C.sweep_temperature([P], [0], coarse=[]), "`coarse` to be a non-empty"),
-        (lambda: C.sweep_temperature([P], [0], fine_step=0), "`fine_step` to be positive"),
-        (lambda: C.sweep_temperature([P], [0], n_bins=0), "`n_bins` to be an integer"),
+        (lambda: C.sweep_teacher_temperature([P], [5]), r"`correct_rank` in \[-1, 4\]"),
+        (lambda: C.sweep_teacher_temperature([P], [0.0]), "`correct_rank` to be integers"),
+        (lambda: C.sweep_teacher_temperature(P, [0]), r"shape \(n, k\)"),
+        (lambda: C.sweep_teacher_temperature([P], [0], form="kelvin"), "`form` to be one of"),
+        (lambda: C.sweep_teacher_temperature([P], [0], objective="acc"), "`objective` to be one of"),
+        (lambda: C.sweep_teacher_temperature([P], [0], coarse=[]), "`coarse` to be a non-empty"),
+        (lambda: C.sweep_teacher_temperature([P], [0], fine_step=0), "`fine_step` to be positive"),
+        (lambda: C.sweep_teacher_temperature([P], [0], n_bins=0), "`n_bins` to be an integer"),
     ],
 )
 def test_validation_errors(call, match):

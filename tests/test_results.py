@@ -1,4 +1,5 @@
-"""Reading stored evaluations: finding runs, loading predictions, recalibrating, tables."""
+"""Stored evaluations analysed again (lab.analysis: loading predictions, recalibrating, summaries,
+tables) and case studies (lab.cases). Finding them is lab.runs: tests/test_runs.py."""
 import io
 import json
 import os
@@ -9,10 +10,11 @@ import pytest
 
 from lab import metrics
 from lab.first.recalibration import temperature_paper
-from lab.results import (
-    EvalRun, calibration_summary, case_table, filter_cases, find_evaluations, load_predictions,
-    positionwise_topk, recalibrate, results_csv, results_table, same_question, temperature_sweep,
+from lab.analysis import (
+    calibration_summary, load_predictions, positionwise_topk, recalibrate, results_csv, results_table,
+    temperature_sweep,
 )
+from lab.cases import case_table, filter_cases, same_question
 
 
 def _row(i, probs, answer, **extra):
@@ -54,34 +56,6 @@ def mixed(tmp_path):
         _row(2, [0.7, 0.2, 0.1], 1),
     ]
     return load_predictions(write_eval(tmp_path / "mixed", rows, dataset="pooled"))
-
-
-# ---------------------------------------------------------------- find_evaluations
-def test_find_evaluations_finds_plain_and_nested_runs_newest_first_and_skips_damaged(tmp_path):
-    rows = [_row(0, [0.6, 0.4], 0)]
-    write_eval(tmp_path / "00001-evaluate", rows, mtime=1000, accuracy=0.75, ece=0.125)
-    write_eval(tmp_path / "00002-first" / "eval" / "teacher-csqa", rows, mtime=3000, dataset="csqa")
-    write_eval(tmp_path / "12" / "eval" / "cft-in_domain", rows, mtime=2000, temperature=1.5)
-    half = write_eval(tmp_path / "00003-evaluate", rows)
-    (half / "metrics.json").write_text('{"n": 1, "accuracy": 0.')  # a job killed mid-write
-    write_eval(tmp_path / "00004-evaluate", rows).joinpath("metrics.json").write_text("[1, 2]")
-    (tmp_path / "00005-evaluate").mkdir()
-    (tmp_path / "00005-evaluate" / "metrics.json").write_text("{}")  # no predictions.jsonl: not an evaluation
-    write_eval(tmp_path / "a" / "b" / "c" / "d" / "e", rows)  # deeper than the search goes
-
-    runs = find_evaluations(tmp_path)
-
-    assert [r.name for r in runs] == ["00002-first/eval/teacher-csqa", "12/eval/cft-in_domain", "00001-evaluate"]
-    assert runs[0].dataset == "csqa" and runs[1].temperature == 1.5
-    assert runs[1].path == tmp_path / "12" / "eval" / "cft-in_domain"
-    assert runs[2] == EvalRun(path=tmp_path / "00001-evaluate", name="00001-evaluate", model="bundled",
-                              dataset="arc_challenge", split="test", n=1, accuracy=0.75, ece=0.125, cw_ece=0.05,
-                              nll=1.0, trust=0.4, temperature=None, scoring="letter")
-
-
-def test_find_evaluations_of_a_missing_or_empty_root_is_empty(tmp_path):
-    assert find_evaluations(tmp_path / "absent") == []
-    assert find_evaluations(tmp_path) == []
 
 
 # ---------------------------------------------------------------- load_predictions
@@ -314,16 +288,3 @@ def test_positionwise_topk(tmp_path):
     np.testing.assert_allclose(df["answer_in_topk"], [0.5, 1.0, 1.0])
     cloze = positionwise_topk(load_predictions(write_eval(tmp_path / "c", rows[2:])))
     assert cloze.empty and cloze.columns.tolist() == ["rank", "mean_prob", "answer_in_topk"]
-
-
-def test_evaluation_looks_up_one_name_and_nothing_outside_the_root(tmp_path):
-    from lab.results import evaluation
-
-    root = tmp_path / "runs"
-    write_eval(root / "00001-evaluate", [_row(0, [0.6, 0.4], 0)])
-    outside = write_eval(tmp_path / "elsewhere", [_row(0, [0.6, 0.4], 0)])
-    (root / "link").symlink_to(outside)
-    assert evaluation(root, "00001-evaluate").path == (root / "00001-evaluate").resolve()
-    assert evaluation(root, "00001-evaluate").n == 1
-    for name in ("", "../elsewhere", "link", str(outside), "00001-evaluate/../../elsewhere", "missing"):
-        assert evaluation(root, name) is None, name

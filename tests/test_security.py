@@ -293,7 +293,7 @@ BAD_CONFIGS = [
     ("kind: evaluate\nmodel: 123\n", "model: must be text, got 123", False),
     ("kind: evaluate\ndata_files: [[a.jsonl]]\n", "data_files[0]: must be text, got ['a.jsonl']", False),
     ("kind: evaluate\ndata_files: {/tmp/x/creds.csv: x}\n", "data_files: must be a list, got {'/tmp/x/creds.csv': 'x'}", False),
-    ("kind: [evaluate]\n", "kind: must be one of cft, compare, evaluate, extract, finetune, first, got ['evaluate']", False),
+    ("kind: [evaluate]\n", "kind: must be one of evaluate, finetune, first, cft, extract, compare, got ['evaluate']", False),
     ("kind: finetune\nlearning_rate: .nan\n", "learning_rate: must be a finite number > 0 and ≤ 10, got nan", True),
     ("kind: finetune\nlearning_rate: .inf\n", "learning_rate: must be a finite number > 0 and ≤ 10, got inf", True),
     ("kind: finetune\nepochs: 1.0e+9\n", "epochs: must be a finite number > 0 and ≤ 1,000, got 1000000000.0", True),
@@ -302,7 +302,7 @@ BAD_CONFIGS = [
     ("kind: first\neval_batch_size: 0\n", "eval_batch_size: must be an integer ≥ 1 and ≤ 4,096, got 0", True),
     ("kind: first\nbootstrap: -5\n", "bootstrap: must be an integer ≥ 0 and ≤ 100,000, got -5", True),
     ("kind: first\nood: [{dataset: arc_challenge, limt: 5}]\n",
-     "ood[0].limt: unknown key; did you mean limit? (valid: dataset, data_files, split, limit, template)", True),
+     "ood[0].limt: unknown key; did you mean limit? (valid: dataset, data_files, subject, split, limit, template)", True),
     ("a: &a [x, x]\nb: [*a, *a]\n", "YAML anchors and aliases (&name, *name) are not accepted in a config; write each value out", False),
 ]
 

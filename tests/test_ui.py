@@ -1,6 +1,7 @@
 """The browser lab without a browser: forms, path checks, uploads, progress, the explore pages'
 computations, and the whole app driven in-process through gradio_client."""
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from lab.data import DataError
 from lab.evaluate import EvalConfig, write_evaluation
 from lab.events import EventWriter
 from lab.temperature import load_temperature
-from ui import explore_pages, forms
+from lab import runs
+from ui import cases_page, forms, knowledge_page, reliability_page, results_page, temperature_page
 from ui.context import LabContext
+from ui.messages import error
 from ui.progress import EventCache, progress
 from ui.uploads import accept_upload
 
@@ -131,30 +134,73 @@ def run_root(tmp_path):
 
 def test_temperature_lab_recomputes_and_saves(run_root):
     ctx = LabContext(run_root)
-    _, text_1, _ = explore_pages.temperature_view(ctx, "00001-evaluate", 1.0, "logit", "10 equal-width bins")
-    _, text_3, _ = explore_pages.temperature_view(ctx, "00001-evaluate", 3.0, "logit", "10 equal-width bins")
+    _, text_1, _ = temperature_page.temperature_view(ctx, "00001-evaluate", 1.0, "logit", "10 equal-width bins")
+    _, text_3, _ = temperature_page.temperature_view(ctx, "00001-evaluate", 3.0, "logit", "10 equal-width bins")
     ece = lambda text: float(text.split("id='ece-value'>")[1].split("%")[0])  # noqa: E731
     assert ece(text_3) < ece(text_1) / 2  # the right temperature undoes the sharpening
-    assert "positive number" in explore_pages.temperature_view(ctx, "00001-evaluate", "abc", "logit", "")[1]
-    assert "Pick" in explore_pages.temperature_view(ctx, "../../etc", 1.0, "logit", "")[1]  # not a found run
-    assert explore_pages.stored_temperature(ctx, "00001-evaluate") is None
-    saved = explore_pages.save_chosen_temperature(ctx, "00001-evaluate", 3.0, "logit")
+    assert "positive number" in temperature_page.temperature_view(ctx, "00001-evaluate", "abc", "logit", "")[1]
+    assert "Pick" in temperature_page.temperature_view(ctx, "../../etc", 1.0, "logit", "")[1]  # not a found run
+    assert temperature_page.stored_temperature(ctx, "00001-evaluate") is None
+    saved = temperature_page.save_chosen_temperature(ctx, "00001-evaluate", 3.0, "logit")
     assert "Saved" in saved and load_temperature(run_root / "00001-evaluate") == 3.0
-    assert explore_pages.stored_temperature(ctx, "00001-evaluate") == 3.0  # the slider starts there next time
-    assert "logit form" in explore_pages.save_chosen_temperature(ctx, "00001-evaluate", 0.5, "paper")
+    assert temperature_page.stored_temperature(ctx, "00001-evaluate") == 3.0  # the slider starts there next time
+    assert "logit form" in temperature_page.save_chosen_temperature(ctx, "00001-evaluate", 0.5, "paper")
 
 
 def test_reliability_cases_and_results(run_root):
     ctx = LabContext(run_root)
-    figure, message = explore_pages.reliability_view(ctx, ["00001-evaluate", "00002-cft/eval/base-in_domain"],
-                                                     "10 equal-mass bins", "reliability diagram")
+    figure, message = reliability_page.reliability_view(ctx, ["00001-evaluate", "00002-cft/eval/base-in_domain"],
+                                                        "10 equal-mass bins", "reliability diagram")
     assert figure is not None and message == ""
-    table, datasets, note = explore_pages.cases_view(ctx, "00001-evaluate", "overconfident_wrong", 0.0, 1.0, "")
+    table, datasets, note = cases_page.cases_view(ctx, "00001-evaluate", "overconfident_wrong", 0.0, 1.0, "")
     assert not table["correct"].any() and list(table["confidence"]) == sorted(table["confidence"], reverse=True)
     assert set(datasets["choices"]) == {"", "mmlu", "obqa"} and "of 200 questions" in note
-    only_obqa, _, _ = explore_pages.cases_view(ctx, "00001-evaluate", "all", 0.0, 1.0, "obqa")
+    only_obqa, _, _ = cases_page.cases_view(ctx, "00001-evaluate", "all", 0.0, 1.0, "obqa")
     assert set(only_obqa["dataset"]) == {"obqa"} and len(only_obqa) == 100
 
+
+
+def test_page_handlers_take_plain_values(run_root):
+    """One module-level handler per page, called as the wiring calls them: no browser, no server."""
+    ctx = LabContext(run_root)
+    assert reliability_page.reliability_view(ctx, [], "", "reliability diagram") == (None, "Pick one or more evaluation runs.")
+    assert reliability_page.reliability_view(ctx, ["../../etc"], "", "reliability diagram")[0] is None
+    exported = reliability_page.export_view(ctx, ["00001-evaluate"], "10 equal-width bins", "reliability diagram")
+    assert exported["visible"] and "<html>" in Path(exported["value"]).read_text()
+    assert reliability_page.export_view(ctx, [], "", "")["visible"] is False
+    assert temperature_page.slider_start(ctx, "00001-evaluate") == 1.0 and temperature_page.slider_start(ctx, None) == 1.0
+    assert "positive number" in temperature_page.save_chosen_temperature(ctx, "00001-evaluate", -2, "logit")
+    same = cases_page.same_question_view(ctx, " q3 ", ["00001-evaluate", "00002-cft/eval/base-in_domain", "/etc"])
+    assert same["run"].tolist() == [str(run_root.resolve() / "00001-evaluate"),
+                                    str(run_root.resolve() / "00002-cft" / "eval" / "base-in_domain")]
+    assert cases_page.same_question_view(ctx, "", ["00001-evaluate"]).empty
+    table = results_page.results_view(ctx)
+    assert sorted(table["run"]) == ["00001-evaluate", "00002-cft/eval/base-in_domain"]
+    csv = results_page.export_csv(ctx)
+    assert Path(csv["value"]) == ctx.exports / "results.csv" and "00002-cft/eval/base-in_domain" in Path(csv["value"]).read_text()
+    assert knowledge_page.knowledge_view(ctx, None)[0] is None
+
+
+def test_the_api_handlers_and_the_caches_belong_to_one_context(run_root):
+    from ui import api
+
+    ctx, other = LabContext(run_root), LabContext(run_root)
+    assert ctx.events is ctx.events and ctx.events is not other.events
+    assert ctx.results is not other.results
+    assert ctx.results.predictions(runs.evaluation(run_root, "00001-evaluate")) is \
+        ctx.results.predictions(runs.evaluation(run_root, "00001-evaluate"))  # read once per version of the file
+    metrics = api.run_metrics(ctx, "00001-evaluate")
+    assert metrics["ok"] and metrics["n"] == 200 and len(metrics["reliability"]) == 10
+    assert api.run_metrics(ctx, "../00001-evaluate") == {"ok": False, "error": "No evaluation '../00001-evaluate'"}
+    ctx = LabContext(run_root / "jobs")  # a runs directory of its own: job ids start at 1 again
+    job = ctx.store.submit({"kind": "evaluate", "model": "bundled"})
+    status = api.job_status(ctx, job.id)
+    assert status["ok"] and status["status"] == "queued" and status["evaluations"] == [] and status["log_tail"] == ""
+    shutil.copytree(run_root / "00001-evaluate", Path(job.run_dir) / "eval" / "base-x")
+    shutil.copytree(run_root / "00001-evaluate", Path(f"{job.run_dir}-copy"))  # another run, the same prefix
+    assert api.job_status(ctx, job.id)["evaluations"] == [f"{Path(job.run_dir).name}/eval/base-x"]
+    assert api.job_status(ctx, "nope") == {"ok": False, "error": "No job 'nope'"}
+    assert api.submit_job(ctx, 42)["error"] == "config: must be YAML text, got int"
 
 def test_auth_is_required_off_loopback(monkeypatch):
     monkeypatch.delenv("CALIBRATION_LAB_AUTH", raising=False)
@@ -209,15 +255,15 @@ def test_knowledge_page_finds_stores_and_draws_their_coverage(tmp_path):
                 "storage": {"k": [1, 2, 3], "bytes_per_position": [4, 8, 12]}}
     (store / "manifest.json").write_text(json.dumps(manifest))
     ctx = LabContext(tmp_path)
-    assert list(explore_pages._manifests(ctx)) == ["00003-extract/topk"]
-    figure, text = explore_pages.knowledge_view(ctx, "00003-extract/topk")
+    assert runs.store_names(ctx.runs) == ["00003-extract/topk"]
+    figure, text = knowledge_page.knowledge_view(ctx, "00003-extract/topk")
     assert "k = 5" in text and "4 sequences" in text
     assert [trace.name for trace in figure.data][-2:] == ["mean coverage", "bytes / position"]
-    assert explore_pages.knowledge_view(ctx, "../../etc")[0] is None
+    assert knowledge_page.knowledge_view(ctx, "../../etc")[0] is None
 
 
 def test_compare_page_offers_trained_models_and_adapters(tmp_path):
-    from ui.compare_page import trained_models
+    from ui.compare_page import model_choices
 
     adapter = tmp_path / "00004-finetune" / "adapter"
     adapter.mkdir(parents=True)
@@ -227,7 +273,7 @@ def test_compare_page_offers_trained_models_and_adapters(tmp_path):
     full.mkdir(parents=True)
     (full / "config.json").write_text("{}")
     (tmp_path / "00005-cft" / "models" / "cft" / "checkpoints" / "checkpoint-3" / "model").mkdir(parents=True)
-    assert trained_models(tmp_path) == [
+    assert model_choices(tmp_path) == [
         ("bundled", "bundled|"), ("00004-finetune (LoRA on some/base)", f"some/base|{adapter}"),
         ("00005-cft/models/cft (full)", f"{full}|")]
 
@@ -252,3 +298,21 @@ def test_job_page_shows_progress_curves_activity_and_the_error(tmp_path):
     ctx.store.update(job.id, status="failed", error="out of memory: lower batch_size")
     assert "What went wrong" in job_view(ctx, job.id)[0] and "lower batch_size" in job_view(ctx, job.id)[0]
     assert job_view(ctx, 999)[0] == "No job 999."
+
+
+def test_compare_and_jobs_handlers_take_plain_values(tmp_path):
+    from ui import compare_page, components, jobs_page
+
+    ctx = LabContext(tmp_path)
+    assert compare_page.model_entry("some/base|/runs/1/adapter", " 1.5 ") == {
+        "model": "some/base", "adapter": "/runs/1/adapter", "temperature": "1.5"}
+    assert compare_page.model_entry(None, "2") is None
+    message, job_id = compare_page.submit_compare(ctx, "", "", "bundled|", None, None, None, "", "", "", "")
+    assert job_id is None and "question" in message and ctx.store.list() == []
+    assert compare_page.poll_compare(ctx, None) == (compare_page.gr.skip(),) * 4  # nothing submitted: nothing changes
+    assert jobs_page.cancel_job(ctx, None) == error("Pick a job first.")
+    job = ctx.store.submit({"kind": "evaluate", "model": "bundled"})
+    table, picker, banner = jobs_page.refresh_all(ctx, None)
+    assert table.loc[0, "id"] == job.id and picker["value"] == job.id and "No scheduler" in banner
+    assert "Cloned as job 2" in jobs_page.clone_job(ctx, job.id)
+    assert components.picker_choices(ctx)["choices"] == [] and components.binning("nonsense") == (10, "width")

@@ -4,11 +4,15 @@ from __future__ import annotations
 import gradio as gr
 
 from ui.api import API_NAMES, register_api
+from ui.cases_page import build_cases
 from ui.compare_page import build_compare
 from ui.context import LabContext
-from ui.explore_pages import build_cases, build_knowledge, build_reliability, build_results, build_temperature
 from ui.jobs_page import build_jobs
+from ui.knowledge_page import build_knowledge
 from ui.launch_page import build_launch
+from ui.reliability_page import build_reliability
+from ui.results_page import build_results
+from ui.temperature_page import build_temperature
 
 PAGES = (("Launch", "launch", build_launch), ("Jobs", "jobs", build_jobs), ("Reliability", "reliability", build_reliability),
          ("Temperature lab", "temperature", build_temperature), ("Case studies", "cases", build_cases),

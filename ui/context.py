@@ -1,4 +1,5 @@
-"""What every page needs from the server: where runs live, the job store, the folders it may read."""
+"""What every page needs from the server: where runs live, the job store, the folders it may read,
+and the caches of this server (two servers in one process share none of them)."""
 from __future__ import annotations
 
 import functools
@@ -7,7 +8,42 @@ from pathlib import Path
 from typing import Any
 
 from jobs.store import Job, JobStore
+from lab.analysis import Predictions, Sweep, load_predictions, temperature_sweep
 from lab.files import cache_dir
+from lab.layout import PREDICTIONS_FILE
+from lab.runs import EvalRun
+from ui.progress import EventCache
+
+CACHED_RUNS = 32  # predictions (and sweeps) kept in memory; a run of 10,000 questions is a few MB
+
+
+def _version(run: EvalRun) -> tuple[int, int]:
+    """What changes when a run's predictions are rewritten: a rerun in place must not be served stale."""
+    stat = (run.path / PREDICTIONS_FILE).stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+class ResultCache:
+    """A run's predictions, read once per version of the file, and its temperature sweeps, which do
+    not depend on the slider: computed once per run, form and binning, not on every move."""
+
+    def __init__(self, size: int = CACHED_RUNS) -> None:
+        self._load = functools.lru_cache(maxsize=size)(self._read)
+        self._sweep = functools.lru_cache(maxsize=size)(self._compute_sweep)
+
+    @staticmethod
+    def _read(path: Path, version: tuple[int, int]) -> Predictions:
+        return load_predictions(path)
+
+    def _compute_sweep(self, path: Path, version: tuple[int, int], form: str, n_bins: int) -> Sweep:
+        return temperature_sweep(self._load(path, version), form=form, n_bins=n_bins)
+
+    def predictions(self, run: EvalRun) -> Predictions:
+        """Raises OSError or ValueError (naming file and line) as :func:`lab.analysis.load_predictions`."""
+        return self._load(run.path, _version(run))
+
+    def sweep(self, run: EvalRun, form: str, n_bins: int) -> Sweep:
+        return self._sweep(run.path, _version(run), form, n_bins)
 
 
 @dataclass(frozen=True)
@@ -19,6 +55,15 @@ class LabContext:
     def store(self) -> JobStore:
         """One store per server: opening one creates the schema, which a 2-second poll need not repeat."""
         return JobStore(self.runs)
+
+    @functools.cached_property
+    def events(self) -> EventCache:
+        """The jobs' events, each file read from where this server's last poll stopped."""
+        return EventCache()
+
+    @functools.cached_property
+    def results(self) -> ResultCache:
+        return ResultCache()
 
     @property
     def uploads(self) -> Path:

@@ -2,7 +2,7 @@
 
 Each function returns a ``go.Figure`` and never raises: empty input gives an empty figure saying
 "no data", and input it cannot draw gives one saying why, so one bad run cannot break a page.
-Inputs come from :mod:`lab.results` (summaries, sweeps, tables), a top-k store's manifest
+Inputs come from :mod:`lab.analysis` (summaries, sweeps, tables), a top-k store's manifest
 (:mod:`lab.distill.extract`) and a job's events (:class:`lab.train.trainer.LabCallback`).
 """
 from __future__ import annotations
@@ -15,6 +15,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
+
+from lab.templates import option_letters
 
 OVER = "#d62728"  # conf > acc: the model claims more than it achieves
 UNDER = "#1f77b4"  # conf < acc
@@ -106,7 +108,7 @@ def _add_reliability(fig: go.Figure, summary: dict, col: Optional[int] = None, l
 # ---------------------------------------------------------------- reliability
 @_never_raises
 def reliability_figure(summary: dict, title: str = "") -> go.Figure:
-    """Reliability diagram of one summary (:func:`lab.results.calibration_summary` or ``metrics.json``).
+    """Reliability diagram of one summary (:func:`lab.analysis.calibration_summary` or ``metrics.json``).
 
     Grey bars: accuracy per bin, labelled with the bin's count. On top, the gap to the bin's mean
     confidence: red where over-confident (conf > acc), blue where under-confident.
@@ -252,7 +254,7 @@ def option_bars(results: Sequence[dict]) -> go.Figure:
     fig = go.Figure()
     for result in results:
         probs = list(result["probs"])
-        labels = list(result.get("labels") or [chr(ord("A") + i) for i in range(len(probs))])
+        labels = list(result.get("labels") or option_letters(len(probs)))
         fig.add_trace(go.Bar(x=labels, y=probs, name=str(result.get("model", "")),
                              text=[f"{p:.0%}" for p in probs], textposition="outside"))
     fig.update_layout(barmode="group", xaxis_title="option", yaxis_title="probability", yaxis_range=[0, 1.1])
@@ -261,7 +263,7 @@ def option_bars(results: Sequence[dict]) -> go.Figure:
 
 @_never_raises
 def positionwise_figure(df: pd.DataFrame) -> go.Figure:
-    """:func:`lab.results.positionwise_topk`: mean probability of the rank-k token (bars) and how
+    """:func:`lab.analysis.positionwise_topk`: mean probability of the rank-k token (bars) and how
     often the answer letter is within the top k (line)."""
     if df is None or df.empty:
         return _message_figure(NO_DATA)

@@ -76,18 +76,3 @@ def progress(events: list[dict[str, Any]]) -> Optional[Progress]:
         eta = (last["time"] - first["time"]) / done * (last["total"] - last["step"])
     return Progress(last["stage"], int(last["step"]), int(last["total"]), eta)
 
-
-def log_tail(run_dir: Optional[str | Path], lines: int = 40) -> str:
-    """The end of a job's ``log.txt`` (its stdout and stderr), read from the end of the file."""
-    if not run_dir:
-        return ""
-    path = Path(run_dir) / "log.txt"
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
-            text = f.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])

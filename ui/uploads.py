@@ -20,6 +20,7 @@ import pandas as pd
 
 from lab.data import DataError, MCQRecord, load_records
 from lab.files import write_atomic
+from lab.templates import option_letter
 
 ALLOWED_SUFFIXES = (".jsonl", ".json", ".csv")
 MAX_BYTES = 20 * 1024 * 1024  # one file
@@ -99,7 +100,7 @@ def accept_upload(temp_path: str | Path, original_name: str, uploads: Path, *,
         uploads.mkdir(parents=True, exist_ok=True)
         write_atomic(target, content)
     preview = pd.DataFrame([{"id": r.id, "question": r.question, "options": " | ".join(r.choices),
-                             "answer": "ABCDEFGHIJ"[r.answer] if r.answer < 10 else r.answer}
+                             "answer": option_letter(r.answer)}
                             for r in records[:PREVIEW_ROWS]])
     return Upload(target, len(records), problems, preview)
 

@@ -16,8 +16,9 @@ from typing import Any, Literal, Optional
 from lab.config import ConfigMixin, doc, redeclare
 from lab.kinds import JobKind, register
 from lab.layout import EVAL_DIR, REPORT_JSON, REPORT_MD
-from lab.limits import MAX_BATCH, MAX_ROWS, MAX_TOKENS
-from lab.sections import DataSection, EvalSection, ModelSection, RunSection
+from lab.limits import MAX_ROWS, MAX_TOKENS
+from lab.sections import DataSection, ModelSection, PipelineEvalSection, RunSection
+from lab.temperature import FitObjective
 from lab.train.config import Loss, TrainConfig, training_section
 
 Row = Literal["ts", "ls", "cft", "rcft"]  # the rows of the report besides the base model
@@ -38,7 +39,7 @@ class Source(DataSection):
 
 
 @dataclass
-class CftConfig(ConfigMixin, RunSection, EvalSection, ModelSection):
+class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
     model: str = redeclare(ModelSection, "model", help="the (preference-aligned) model: 'bundled', a directory or "
                                                        "a hub id", trained_by="training.method")
     in_domain: list[dict[str, Any]] = field(default_factory=lambda: [dict(e) for e in DEFAULT_IN_DOMAIN], metadata=doc(
@@ -55,7 +56,7 @@ class CftConfig(ConfigMixin, RunSection, EvalSection, ModelSection):
         f"rows besides the base model: any of {ROWS}"))
     lambdas: list[float] = field(default_factory=lambda: [0.4, 1.0, 1.8], metadata=doc(
         "RCFT's λ values (one row each)", ge=0, le=1000, max_items=32))
-    ts_objective: Literal["nll", "ece"] = field(default="nll", metadata=doc("temperature fit: NLL (L-BFGS) or ECE (grid)"))
+    ts_objective: FitObjective = field(default="nll", metadata=doc("temperature fit: NLL (L-BFGS) or ECE (grid)"))
     label_smoothing: float = field(default=0.1, metadata=doc("ε of the label-smoothing row", ge=0, lt=1))
     preferences: list[str] = field(default_factory=list, metadata=doc(
         "preference pair files for the win rate (empty: the hub's argilla/ultrafeedback-binarized-preferences)",
@@ -69,8 +70,6 @@ class CftConfig(ConfigMixin, RunSection, EvalSection, ModelSection):
         ("objective", "completion_only", "ece_lambda", "label_smoothing"),
         "the protocol sets it for each row (use the top-level fields model, seed, device, dtype, bins, "
         "label_smoothing, lambdas)"))
-    eval_batch_size: int = field(default=16, metadata=doc("questions per forward pass when evaluating",
-                                                          ge=1, le=MAX_BATCH))
 
     def __post_init__(self) -> None:
         if not self.in_domain:

@@ -25,7 +25,8 @@ from lab.data.preferences import load_pairs
 from lab.errors import Stopped
 from lab.evaluate import EvalConfig, apply_temperature, evaluate_records, write_evaluation
 from lab.events import EventWriter
-from lab.results import load_predictions
+from lab.analysis import load_predictions
+from lab.layout import EVAL_DIR, METRICS_FILE, PREDICTIONS_FILE
 from lab.stages import stage
 from lab.temperature import fit_temperature, save_temperature
 from lab.train.config import TrainConfig
@@ -45,7 +46,7 @@ def _sample(records: list[MCQRecord], n: Optional[int], seed: int) -> list[MCQRe
 def _load_source(entry: dict[str, Any], seed: int) -> list[MCQRecord]:
     data = load_records(entry["dataset"], entry.get("split", "test"), entry.get("data_files") or None,
                         subject=entry.get("subject"), seed=seed)
-    return _sample(data.records, entry.get("n"), seed)
+    return _sample(data.records, entry.get("limit"), seed)
 
 
 def load_pool(cfg: CftConfig) -> dict[str, list[MCQRecord]]:
@@ -103,7 +104,7 @@ class _Protocol:
         results = {}
         for set_name, (dataset, records) in sets.items():
             self.check_stop()
-            directory = self.out / "eval" / f"{name}-{set_name}"
+            directory = self.out / EVAL_DIR / f"{name}-{set_name}"
 
             def work(d: Path = directory, dataset: str = dataset, records: list = records, set_name: str = set_name):
                 nonlocal loaded
@@ -130,20 +131,20 @@ class _Protocol:
 
     def temperature(self) -> dict[str, Any]:
         """Fit T on the base model's validation predictions; apply it to its other sets."""
-        val = load_predictions(self.out / "eval" / f"base-{VALIDATION}")
+        val = load_predictions(self.out / EVAL_DIR / f"base-{VALIDATION}")
         fit = fit_temperature(val.probs, val.labels, val.mask, objective=self.cfg.ts_objective, n_bins=self.cfg.bins)
         path = save_temperature(self.out / "ts", fit, model=self.cfg.model, fitted_on="validation part of the in-domain pool",
-                                predictions=str(self.out / "eval" / f"base-{VALIDATION}" / "predictions.jsonl"))
+                                predictions=str(self.out / EVAL_DIR / f"base-{VALIDATION}" / PREDICTIONS_FILE))
         self.events.emit("temperature", temperature=fit.temperature, nll_before=fit.nll_before, nll_after=fit.nll_after,
                          ece_before=fit.ece_before, ece_after=fit.ece_after)
         results: dict[str, Any] = {"fit": {**fit.__dict__, "path": str(path)}}
         for set_name, (dataset, _) in self.sets.items():
-            base_dir = self.out / "eval" / f"base-{set_name}"
+            base_dir = self.out / EVAL_DIR / f"base-{set_name}"
             rows = apply_temperature(load_predictions(base_dir).rows, fit.temperature)
-            base_metrics = json.loads((base_dir / "metrics.json").read_text())
+            base_metrics = json.loads((base_dir / METRICS_FILE).read_text())
             info = {k: base_metrics.get(k) for k in PROVENANCE} | {"temperature": fit.temperature, "temperature_file": str(path)}
             ecfg = _eval_config(self.cfg, {"model": self.cfg.model, "adapter": None}, dataset)
-            results[set_name] = write_evaluation(self.out / "eval" / f"ts-{set_name}", rows, ecfg, info)
+            results[set_name] = write_evaluation(self.out / EVAL_DIR / f"ts-{set_name}", rows, ecfg, info)
         return results
 
     def train(self, name: str, tcfg: TrainConfig) -> dict[str, Any]:

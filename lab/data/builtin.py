@@ -10,16 +10,17 @@ from __future__ import annotations
 import re
 from functools import partial
 from pathlib import Path
-from string import ascii_uppercase
 from typing import Any, Iterator, Mapping
 
+# The module, read at call time: importing lab.templates first runs this package's __init__ (it
+# imports lab.data.record), and so this module, before lab.templates has defined anything.
+from .. import templates
 from .loaders import DatasetSpec, register
 from .record import MCQRecord
 from .rows import (NO_ANSWER, BadRow, Row, as_object, json_type, present, read_csv, read_json, row_id,
                    string_list, text_field)
 
 SPLITS = {"train": "train", "validation": "validation", "test": "test"}
-LETTERS = ("A", "B", "C", "D")
 
 # ---------------------------------------------------------------- CommonsenseQA, ARC, OpenBookQA
 # AI2 layout: options carry their own labels (ARC uses "1".."4" for some questions, and has 3-5
@@ -136,10 +137,11 @@ def _mmlu_file_row(subject: str, cells: list[str], default_id: str) -> MCQRecord
         raise BadRow("empty question")
     if not letter.strip():
         raise BadRow(f"{NO_ANSWER}: the answer column is empty")
-    if letter.strip() not in LETTERS:
-        raise BadRow(f"answer {letter!r} should be one of A, B, C, D")
+    letters = templates.option_letters(len(options))  # A, B, C, D
+    if letter.strip() not in letters:
+        raise BadRow(f"answer {letter!r} should be one of {', '.join(letters)}")
     return MCQRecord(id=default_id, question=question, choices=tuple(options),
-                     answer=LETTERS.index(letter.strip()), source="mmlu", labels=LETTERS,
+                     answer=letters.index(letter.strip()), source="mmlu", labels=tuple(letters),
                      meta={"subject": subject})
 
 
@@ -157,7 +159,7 @@ def _mmlu_hub_row(row: Mapping[str, Any], default_id: str) -> MCQRecord:
     if not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer < len(choices):
         raise BadRow(f"'answer' should be a 0-based index below {len(choices)}, got {answer!r}")
     return MCQRecord(id=default_id, question=text_field(row, "question"), choices=tuple(choices),
-                     answer=answer, source="mmlu", labels=tuple(ascii_uppercase[: len(choices)]),
+                     answer=answer, source="mmlu", labels=tuple(templates.option_letters(len(choices))),
                      meta={"subject": row.get("subject", "")})
 
 
@@ -191,7 +193,8 @@ def _medmcqa_row(first: int, row: Any, default_id: str) -> MCQRecord:
         raise BadRow(f"'cop' {cop} is outside {first}..{first + len(options) - 1} ({numbering})")
     meta = {k: row[k] for k in ("subject_name", "topic_name", "choice_type", "exp") if k in row}
     return MCQRecord(id=row_id(row, default_id), question=text_field(row, "question"), choices=options,
-                     answer=cop - first, source="medmcqa", labels=LETTERS, meta=meta)
+                     answer=cop - first, source="medmcqa",
+                     labels=tuple(templates.option_letters(len(options))), meta=meta)
 
 
 register(DatasetSpec(

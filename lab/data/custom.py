@@ -22,6 +22,7 @@ from pathlib import Path
 from string import ascii_lowercase
 from typing import Any, Iterable, Iterator, Sequence
 
+from .. import templates  # the module, read at call time: see the same import in .builtin
 from .loaders import DatasetSpec, register
 from .record import DataError, MCQRecord
 from .rows import (NO_ANSWER, TOO_DEEP, BadRow, Row, as_object, convert_rows, csv_rows, json_type, read_json,
@@ -60,7 +61,7 @@ def resolve_answer(answer: Any, choices: Sequence[str]) -> int:
                      "use a letter")
     if matches:
         return matches[0]
-    last = chr(ord("A") + n - 1)
+    last = templates.option_letter(n - 1)
     if len(text) == 1 and text.isascii() and text.isalpha():
         if ord(text.upper()) - ord("A") >= n:
             raise BadRow(f"answer {answer!r} is not among the {n} choices (A-{last})")

@@ -35,6 +35,7 @@ import torch
 from safetensors.numpy import load as st_load, save as st_save
 
 from lab.files import write_atomic
+from lab.layout import MANIFEST_FILE as MANIFEST
 from lab.scoring import _device, _order, right_padded
 
 FORMAT = "calibration-lab/topk-store/v1"
@@ -43,7 +44,6 @@ ALIGNMENT = ("row j of sequence i is the teacher's distribution over token j+1 o
 LOGPROBS = "log_softmax over the full vocabulary, computed in fp32"
 LOGPROB_DTYPES = {"float16": np.float16, "float32": np.float32}
 FULL_FP16_BYTES = 2  # per vocabulary entry: the full distribution FIRST compares top-k storage with
-MANIFEST = "manifest.json"
 
 
 class StoreError(ValueError):
@@ -188,17 +188,8 @@ def extract_topk(model: torch.nn.Module, sequences: Sequence[Sequence[int]], out
     """
     out_dir = Path(out_dir)
     vocab_size = int(model.config.vocab_size)
-    for name, value in [("k", k), ("batch_size", batch_size), ("shard_size", shard_size), ("coverage_k", coverage_k)]:
-        if not isinstance(value, int) or value < 1:
-            raise StoreError(f"Expected `{name}` to be an integer larger than 0, but got {value!r}")
-    if k > vocab_size:
-        raise StoreError(f"Expected `k` to be at most the vocabulary size {vocab_size}, but got {k}")
-    if logprob_dtype not in LOGPROB_DTYPES:
-        raise StoreError(f"Expected `logprob_dtype` to be one of {sorted(LOGPROB_DTYPES)}, but got {logprob_dtype!r}")
-    if not 0 <= pad_id < vocab_size:
-        raise StoreError(f"Expected `pad_id` in 0..{vocab_size - 1}, but got {pad_id}")
-    if not sequences:
-        raise StoreError("Expected at least one sequence to extract, but got none")
+    _check_extract_args(sequences, k=k, batch_size=batch_size, shard_size=shard_size, coverage_k=coverage_k,
+                        logprob_dtype=logprob_dtype, pad_id=pad_id, vocab_size=vocab_size)
     fingerprint, lengths = _fingerprint(sequences, vocab_size)
     id_dtype, lp_dtype = id_dtype_for(vocab_size), LOGPROB_DTYPES[logprob_dtype]
     n_cov = min(coverage_k, vocab_size)
@@ -208,22 +199,7 @@ def extract_topk(model: torch.nn.Module, sequences: Sequence[Sequence[int]], out
         "sequences_sha256": fingerprint, "meta": json.loads(json.dumps(meta or {})),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    previous = _read_manifest(out_dir)
-    if previous is not None:
-        changed = [f"{key}: {previous.get(key)!r} there, {value!r} here" for key, value in settings.items()
-                   if previous.get(key) != value]
-        if changed:
-            raise StoreError(f"{out_dir} holds a top-k store made with different settings ({'; '.join(changed)}). "
-                             "Pick another out_dir, or delete this one to start over.")
-    coverage = _Coverage(n_cov)
-    shards: dict[int, dict] = {}
-    for entry in (previous or {}).get("shards", []):  # complete shards of an earlier run: keep the valid ones
-        try:
-            arrays = _load_shard(out_dir, entry)
-        except StoreError:
-            continue  # missing or corrupted: extract it again
-        coverage.add(arrays["coverage_sum"], arrays["coverage_min"], arrays["coverage_max"], int(arrays["offsets"][-1]))
-        shards[entry["index"]] = entry
+    shards, coverage = _resume(out_dir, settings)
     n_shards = -(-len(sequences) // shard_size)
     top = max(k, n_cov)
     was_training = model.training
@@ -240,17 +216,63 @@ def extract_topk(model: torch.nn.Module, sequences: Sequence[Sequence[int]], out
                                     lp_dtype=lp_dtype, progress=progress, should_stop=should_stop)
             if arrays is None:
                 break
-            name = f"shard-{index:05d}.safetensors"
-            # One metadata key: safetensors orders several at random, and equal shards should hash equal.
-            data = st_save(arrays, metadata={FORMAT: json.dumps({"alignment": ALIGNMENT, "sequences": [lo, hi]})})
-            write_atomic(out_dir / name, data)
-            shards[index] = {"index": index, "file": name, "sequences": [lo, hi], "rows": int(arrays["offsets"][-1]),
-                             "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            shards[index] = _write_shard(out_dir, index, lo, hi, arrays)
             coverage.add(arrays["coverage_sum"], arrays["coverage_min"], arrays["coverage_max"], shards[index]["rows"])
             _write_manifest(out_dir, settings, shards, n_shards, sum(lengths), coverage, id_dtype, lp_dtype)
     finally:
         model.train(was_training)
     return _write_manifest(out_dir, settings, shards, n_shards, sum(lengths), coverage, id_dtype, lp_dtype)
+
+
+def _check_extract_args(sequences: Sequence[Sequence[int]], *, k: int, batch_size: int, shard_size: int,
+                        coverage_k: int, logprob_dtype: str, pad_id: int, vocab_size: int) -> None:
+    """Refuse bad arguments before the teacher runs or anything is written to ``out_dir``."""
+    for name, value in [("k", k), ("batch_size", batch_size), ("shard_size", shard_size), ("coverage_k", coverage_k)]:
+        if not isinstance(value, int) or value < 1:
+            raise StoreError(f"Expected `{name}` to be an integer larger than 0, but got {value!r}")
+    if k > vocab_size:
+        raise StoreError(f"Expected `k` to be at most the vocabulary size {vocab_size}, but got {k}")
+    if logprob_dtype not in LOGPROB_DTYPES:
+        raise StoreError(f"Expected `logprob_dtype` to be one of {sorted(LOGPROB_DTYPES)}, but got {logprob_dtype!r}")
+    if not 0 <= pad_id < vocab_size:
+        raise StoreError(f"Expected `pad_id` in 0..{vocab_size - 1}, but got {pad_id}")
+    if not sequences:
+        raise StoreError("Expected at least one sequence to extract, but got none")
+
+
+def _resume(out_dir: Path, settings: dict) -> tuple[dict[int, dict], _Coverage]:
+    """The complete shards an earlier run left in ``out_dir`` and their coverage, so that calling
+    again finishes the job rather than starting over. A store made with other settings is refused
+    (its shards would mix two teachers or two datasets); a shard that is missing or fails its
+    sha256 is left out, to be extracted again."""
+    previous = _read_manifest(out_dir)
+    if previous is not None:
+        changed = [f"{key}: {previous.get(key)!r} there, {value!r} here" for key, value in settings.items()
+                   if previous.get(key) != value]
+        if changed:
+            raise StoreError(f"{out_dir} holds a top-k store made with different settings ({'; '.join(changed)}). "
+                             "Pick another out_dir, or delete this one to start over.")
+    coverage = _Coverage(settings["coverage_k"])
+    shards: dict[int, dict] = {}
+    for entry in (previous or {}).get("shards", []):
+        try:
+            arrays = _load_shard(out_dir, entry)
+        except StoreError:
+            continue  # missing or corrupted: extract it again
+        coverage.add(arrays["coverage_sum"], arrays["coverage_min"], arrays["coverage_max"], int(arrays["offsets"][-1]))
+        shards[entry["index"]] = entry
+    return shards, coverage
+
+
+def _write_shard(out_dir: Path, index: int, lo: int, hi: int, arrays: dict[str, np.ndarray]) -> dict:
+    """Write shard ``index`` (sequences ``lo:hi``) atomically; returns its manifest entry, whose
+    sha256 lets a reader or a resumed run trust the file."""
+    name = f"shard-{index:05d}.safetensors"
+    # One metadata key: safetensors orders several at random, and equal shards should hash equal.
+    data = st_save(arrays, metadata={FORMAT: json.dumps({"alignment": ALIGNMENT, "sequences": [lo, hi]})})
+    write_atomic(out_dir / name, data)
+    return {"index": index, "file": name, "sequences": [lo, hi], "rows": int(arrays["offsets"][-1]),
+            "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def _write_manifest(out_dir: Path, settings: dict, shards: dict[int, dict], n_shards: int, n_rows: int,

@@ -17,8 +17,10 @@ from typing import Any, Literal, Optional
 from lab.config import ConfigMixin, doc, redeclare
 from lab.kinds import JobKind, register
 from lab.layout import EVAL_DIR, REPORT_JSON, REPORT_MD, TOPK_DIR
-from lab.limits import MAX_BATCH, MAX_EPOCHS, MAX_ROWS, MAX_TOP_K, SPLIT
-from lab.sections import AdaptedModel, DataSection, Dataset, EvalSection, ModelSection, PromptSection, RunSection
+from lab.limits import MAX_EPOCHS, MAX_ROWS, MAX_TOP_K, SPLIT
+from lab.sections import (AdaptedModel, DataSection, Dataset, ModelSection, PipelineEvalSection, PromptSection,
+                          RunSection)
+from lab.temperature import FitObjective
 from lab.train.config import TrainConfig, Tuning, training_section
 
 Student = Literal["finetune", "distill", "distill_ls", "first"]
@@ -35,7 +37,7 @@ class OodEvaluation(PromptSection, DataSection):
 
 
 @dataclass
-class FirstConfig(ConfigMixin, RunSection, EvalSection, PromptSection, Dataset):
+class FirstConfig(ConfigMixin, RunSection, PipelineEvalSection, PromptSection, Dataset):
     MOVED: typing.ClassVar[dict[str, str]] = {key: f"training.{key}" for key in TRAINING_KEYS}
 
     teacher: str = redeclare(ModelSection, "model", help="teacher base model: 'bundled', a directory or a hub id",
@@ -63,7 +65,7 @@ class FirstConfig(ConfigMixin, RunSection, EvalSection, PromptSection, Dataset):
     logprob_dtype: Literal["float16", "float32"] = field(default="float16", metadata=doc(
         "stored log-prob width: float16 or float32"))
     ts_form: Literal["paper", "logit"] = field(default="paper", metadata=doc("paper: softmax(P/c); logit: P^(1/T)"))
-    ts_objective: Literal["ece", "nll"] = field(default="ece", metadata=doc("what the sweep minimises"))
+    ts_objective: FitObjective = field(default="ece", metadata=doc("what the sweep minimises"))
     ls_delta: float = field(default=0.1, metadata=doc("label smoothing δ for distill_ls", ge=0, lt=1))
     direct_delta: float = field(default=1e-6, metadata=doc("δ of direct distillation's normalisation", gt=0, lt=1))
     kd_renormalise: bool = field(default=False, metadata=doc("renormalise the student over the teacher's top-k"))
@@ -74,8 +76,6 @@ class FirstConfig(ConfigMixin, RunSection, EvalSection, PromptSection, Dataset):
         ("method", "objective", "label_smoothing", "ece_lambda", "ece_bins", "estep_steps"),
         "the protocol sets it (use the top-level fields teacher, student, teacher_method, student_method, "
         "dataset, data_files, the splits and limits, template, seed, device, dtype, bins)"))
-    eval_batch_size: int = field(default=16, metadata=doc("questions per forward pass when evaluating",
-                                                          ge=1, le=MAX_BATCH))
 
     def __post_init__(self) -> None:
         if not self.students:

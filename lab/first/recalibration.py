@@ -9,20 +9,23 @@ shape that sum to 1 over the k entries.
 - :func:`temperature_logit`: the usual temperature, ``P^(1/T)`` renormalised.
 - :func:`label_smooth`: FIRST Eq. 3, generalised to any k.
 - :func:`direct`: the "direct distillation" normalisation, i.e. no re-calibration.
-- :func:`sweep_temperature`: FIRST's grid search of the temperature on a validation split (§5.5).
+- :func:`sweep_teacher_temperature`: FIRST's grid search of the temperature on a validation split
+  (§5.5).
 
 See ``shared/REFERENCE.md`` §2.3 and ``shared/seeds/first_paper.txt`` §4.2 and §5.5.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Literal
 
 import numpy as np
 
-from lab.metrics import _check_unit_interval, ece, nll
+from lab.metric_checks import check_unit_interval
+from lab.metrics import ece, nll
+from lab.temperature import FitObjective
 
 Form = Literal["paper", "logit"]
-Objective = Literal["ece", "nll"]
 OBJECTIVES: tuple[str, ...] = ("ece", "nll")
 DECIMALS = 10  # grid values are rounded to this: 3 * 0.1 is 0.30000000000000004 in floats
 COARSE_GRID = np.round(np.arange(0.1, 1.01, 0.1), DECIMALS)  # FIRST §5.5: 0.1 .. 1.0, step 0.1
@@ -38,7 +41,7 @@ def _check_p(p: Any, ndim: int | None = None) -> np.ndarray:
     if p.ndim < 1 or p.shape[-1] < 1 or (ndim is not None and p.ndim != ndim):
         want = "(..., k)" if ndim is None else "(n, k)"
         raise ValueError(f"Expected `p` to have shape {want} with k >= 1, but got {p.shape}.")
-    p = _check_unit_interval("p", p)
+    p = check_unit_interval("p", p)
     total = p.sum(axis=-1)
     if total.size and total.max() > 1 + SUM_TOL:
         raise ValueError(
@@ -106,7 +109,7 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def temperature_paper(p: Any, c: float) -> np.ndarray:
+def temperature_paper(p: Any, c: float, mask: Any | None = None) -> np.ndarray:
     """FIRST Eq. 4, literally on probabilities: ``P'(i) = exp(P(i)/c) / Σ_j exp(P(j)/c)``.
 
     ``p`` (..., k) → (..., k). This is *not* the usual logit temperature (see
@@ -114,10 +117,12 @@ def temperature_paper(p: Any, c: float) -> np.ndarray:
     entries differ by more than a factor e and rows are nearly uniform; only c ≪ 1 restores the
     teacher's contrast. c → 0 tends to one-hot on the top-1, c → ∞ to 1/k.
     c = 1 is therefore not "no re-calibration". Ranks are kept for every c > 0 (exp increases),
-    and an entry with p = 0 still gets ``exp(0)/Σ > 0``.
+    and an entry with p = 0 still gets ``exp(0)/Σ > 0``. ``mask`` (..., k) bool, optional: the
+    options present in a zero-padded row; the sum runs over those only and padding gets exactly 0.
     """
     _check_positive("c", c)
-    return _softmax(_check_p(p) / c)
+    z = _check_p(p) / c  # (..., k)
+    return _softmax(z if mask is None else np.where(mask, z, -np.inf))
 
 
 def temperature_logit(p: Any, T: float) -> np.ndarray:
@@ -182,16 +187,18 @@ TRANSFORMS: dict[str, Callable[[Any, float], np.ndarray]] = {
 
 
 # ------------------------------------------------------------------------------- sweep
-def sweep_temperature(
+def sweep_teacher_temperature(
     p: Any,
     correct_rank: Any,
     form: Form = "paper",
-    objective: Objective = "ece",
+    objective: FitObjective = "ece",
     coarse: Any = COARSE_GRID,
     fine_step: float = 0.02,
     n_bins: int = 10,
 ) -> dict[str, Any]:
-    """FIRST's temperature grid search on a validation split (§4.2, §5.5), as a JSON-ready dict.
+    """FIRST's grid search of the teacher's temperature on a validation split (§4.2, §5.5), as a
+    JSON-ready dict. (Not :func:`lab.analysis.temperature_sweep`, which scales a model's option
+    probabilities for the temperature lab.)
 
     ``p`` (n, k): the teacher's top-k probabilities, sorted descending, at the answer position of
     n validation questions. ``correct_rank`` (n,) int: rank (0..k−1) of the correct answer token
@@ -217,6 +224,20 @@ def sweep_temperature(
     almost to uniform, see :func:`temperature_paper`), so the baseline is computed apart.
     The logit form needs T > 1 to cool an over-confident teacher: give it a grid reaching above 1.
     """
+    p, rank, grid = _check_sweep(p, correct_rank, form, objective, coarse, fine_step)
+    score = partial(_grid_point, p, rank, TRANSFORMS[form], n_bins)
+    records = [score(v, "coarse") for v in grid]
+    centre = min(records, key=lambda r: r[objective])["value"]
+    tried = set(grid.tolist())
+    records += [score(v, "fine") for v in _fine_grid(centre, fine_step) if v > 0 and v not in tried]
+    return _sweep_result(p, rank, form, objective, records, n_bins)
+
+
+def _check_sweep(p: Any, correct_rank: Any, form: str, objective: str, coarse: Any,
+                 fine_step: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every check of the sweep's inputs and arguments, before the first transform runs, so a bad
+    call fails with its own message instead of deep inside a grid point. Returns ``p`` (n, k)
+    float64, ``rank`` (n,) int64 and the coarse grid (sorted, rounded, no repeats)."""
     p = _check_p(p, ndim=2)
     n, k = p.shape
     if n < 1:
@@ -229,29 +250,45 @@ def sweep_temperature(
         raise ValueError(f"Expected `objective` to be one of {OBJECTIVES}, but got {objective!r}.")
     grid = _check_grid(coarse)
     _check_positive("fine_step", fine_step)
-    transform = TRANSFORMS[form]
+    return p, rank, grid
+
+
+def _grid_point(p: np.ndarray, rank: np.ndarray, transform: Callable[[Any, float], np.ndarray], n_bins: int,
+                value: float, stage: str) -> dict[str, Any]:
+    """One record of the sweep: ECE, NLL and accuracy of the teacher re-calibrated at ``value``.
+
+    An answer outside the top-k (rank −1) points at an extra column of zeros, so its NLL term is
+    ``−log NLL_EPS`` at every value: it shifts the NLL but never the choice of value.
+    """
+    n, k = p.shape
     correct = rank == 0  # (n,)
-    labels = np.where(rank < 0, k, rank)  # rank -1 points at an extra column of zeros
+    labels = np.where(rank < 0, k, rank)  # (n,), rank -1 → column k
+    q = transform(p, value)  # (n, k)
+    q_ext = np.concatenate([q, np.zeros((n, 1))], axis=1)  # (n, k + 1)
+    return {
+        "value": float(value),
+        "ece": ece(q[:, 0], correct, n_bins),
+        "nll": nll(q_ext, labels, NLL_EPS),
+        "accuracy": float(np.mean(correct)),
+        "stage": stage,
+    }
 
-    def evaluate(value: float, stage: str) -> dict[str, Any]:
-        q = transform(p, value)  # (n, k)
-        q_ext = np.concatenate([q, np.zeros((n, 1))], axis=1)  # (n, k + 1)
-        return {
-            "value": float(value),
-            "ece": ece(q[:, 0], correct, n_bins),
-            "nll": nll(q_ext, labels, NLL_EPS),
-            "accuracy": float(np.mean(correct)),
-            "stage": stage,
-        }
 
-    records = [evaluate(v, "coarse") for v in grid]
-    centre = min(records, key=lambda r: r[objective])["value"]
-    fine = np.round(
+def _fine_grid(centre: float, fine_step: float) -> np.ndarray:
+    """FIRST §5.5's second pass: steps of ``fine_step`` over ``centre`` ± one coarse step, rounded
+    as the coarse grid is so that a value met in both compares equal and is not tried twice."""
+    return np.round(
         np.arange(centre - FINE_HALF_WIDTH, centre + FINE_HALF_WIDTH + fine_step / 2, fine_step),
         DECIMALS,
     )
-    tried = set(grid.tolist())
-    records += [evaluate(v, "fine") for v in fine if v > 0 and v not in tried]
+
+
+def _sweep_result(p: np.ndarray, rank: np.ndarray, form: str, objective: str, records: list[dict[str, Any]],
+                  n_bins: int) -> dict[str, Any]:
+    """The sweep's answer: the best record by ``objective`` (ties to the first tried), whether it
+    sits on the edge of the values tried (the optimum may lie beyond: widen the grid), and the
+    ECE with no re-calibration, computed apart because the paper form at c = 1 is not the
+    identity (the identity is the top-k normalised over k, the logit form at T = 1)."""
     best = min(records, key=lambda r: r[objective])
     values = [r["value"] for r in records]
     identity = temperature_logit(p, 1.0)[:, 0]
@@ -261,7 +298,7 @@ def sweep_temperature(
         "best": best["value"],
         "best_ece": best["ece"],
         "best_nll": best["nll"],
-        "identity_ece": ece(identity, correct, n_bins),
+        "identity_ece": ece(identity, rank == 0, n_bins),
         "on_edge": bool(best["value"] in (min(values), max(values))),
         "records": records,
     }

@@ -90,7 +90,7 @@ def _run_job(cfg: TrainConfig, ctx) -> dict[str, Any]:
 
 register(JobKind(
     "finetune", "hard-label fine-tuning (full or LoRA; cross-entropy, label smoothing or RCFT), ECE per epoch",
-    TrainConfig, _run_job, outputs=(f"{MODEL_DIR}/ or {ADAPTER_DIR}/", f"{CHECKPOINTS_DIR}/"),
+    TrainConfig, _run_job, outputs=(f"{MODEL_DIR}/", f"{ADAPTER_DIR}/", f"{CHECKPOINTS_DIR}/"),
     key_fields=("model", "method", "dataset", "data_files", "split", "limit", "objective", "epochs", "learning_rate",
                 "batch_size", "lora_r"),
 ))

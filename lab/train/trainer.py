@@ -1,17 +1,20 @@
 """Supervised fine-tuning on transformers' ``Trainer``, with the lab's events and per-epoch calibration.
 
-One trainer per objective, all driven by ``finetune``: the plain ``Trainer`` (cross-entropy:
-fine-tuning, and CFT with completion-only labels), ``LabelSmoothingTrainer`` (smoothed targets over
-the option letters), ``RCFTTrainer`` (cross-entropy + λ·ECE regulariser with its E-step) and
-``DistillTrainer`` (FIRST: top-k KL to a teacher's stored distribution).
+The shared training machinery; each method's trainer lives beside its loss. ``finetune`` picks
+one per ``cfg.objective``: the plain ``Trainer`` (``sft``: cross-entropy, i.e. fine-tuning, and CFT
+with completion-only labels), :class:`lab.cft.trainer.LabelSmoothingTrainer` (``label_smoothing``:
+smoothed targets over the option letters) or :class:`lab.cft.trainer.RCFTTrainer` (``rcft``:
+cross-entropy + λ·ECE regulariser with its E-step). FIRST's
+:class:`lab.distill.trainer.DistillTrainer` (top-k KL to a teacher's stored distribution) goes
+through ``run_training`` from :mod:`lab.first.pipeline`.
 
 After every epoch (and every ``eval_steps`` steps if set) the model scores the validation
 questions (letter scoring, no gradients) and an ``eval`` event carries their ECE and accuracy —
 REFERENCE.md §4: ECE grows with fine-tuning epochs, and users should see it happen. A ``STOP``
 request ends training after the current step, saving what it has.
 
-The custom trainers return a per-micro-batch mean loss and say so (``loss_is_scaled_for_ga =
-False``): transformers then divides it by the gradient-accumulation steps itself.
+The method trainers import :func:`supervised_positions` from here, so ``finetune`` imports them
+lazily.
 """
 from __future__ import annotations
 
@@ -22,11 +25,11 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from lab.cft.losses import bin_accuracy, ece_regulariser, option_probs, option_smoothing_loss
 from lab.data import load_records
 from lab.data.record import MCQRecord
 from lab.errors import Stopped
 from lab.events import EventWriter
+from lab.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR
 from lab.evaluate import compute_metrics
 from lab.models import load_model, select_device
 from lab.scoring import score_letter
@@ -34,7 +37,13 @@ from lab.templates import get_template
 from lab.train.config import TrainConfig
 from lab.train.data import IGNORE, build_examples, pad_batch, pad_option_batch
 
-OPTION_KEYS = ("answer_pos", "option_ids", "option_mask", "answer")
+
+def supervised_positions(labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: True at position t when token t+1 has a label, since the logits at t predict
+    token t+1 (the causal-LM shift); the method trainers compute logits only there."""
+    keep = torch.zeros_like(labels, dtype=torch.bool)
+    keep[:, :-1] = labels[:, 1:] != IGNORE
+    return keep
 
 
 def letter_probs(model, tokenizer, records: Sequence[MCQRecord], template: str) -> list:
@@ -91,7 +100,7 @@ class LabCallback(TrainerCallback):
 
 def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device) -> TrainingArguments:
     return TrainingArguments(
-        output_dir=str(out_dir / "checkpoints"), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
+        output_dir=str(out_dir / CHECKPOINTS_DIR), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
         adam_beta1=cfg.adam_beta1, adam_beta2=cfg.adam_beta2, adam_epsilon=cfg.adam_epsilon,
@@ -137,18 +146,18 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     callback = LabCallback(events, stage, validate, should_stop, cfg.eval_steps)
     trainer = trainer_cls(model=model, args=training_arguments(cfg, out_dir, device), train_dataset=Dataset.from_list(examples),
                           data_collator=collator, callbacks=[callback], **trainer_kwargs)
-    checkpoints = out_dir / "checkpoints"
+    checkpoints = out_dir / CHECKPOINTS_DIR
     resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
     trainer.train(resume_from_checkpoint=resume)
     if should_stop():
         raise Stopped(f"{stage} stopped at step {trainer.state.global_step}; checkpoint kept in {checkpoints}")
     if cfg.method in ("lora", "qlora"):
-        model.save_pretrained(out_dir / "adapter")
-        saved = {"model": cfg.model, "adapter": str(out_dir / "adapter")}
+        model.save_pretrained(out_dir / ADAPTER_DIR)
+        saved = {"model": cfg.model, "adapter": str(out_dir / ADAPTER_DIR)}
     else:
-        model.save_pretrained(out_dir / "model")
-        tokenizer.save_pretrained(out_dir / "model")
-        saved = {"model": str(out_dir / "model"), "adapter": None}
+        model.save_pretrained(out_dir / MODEL_DIR)
+        tokenizer.save_pretrained(out_dir / MODEL_DIR)
+        saved = {"model": str(out_dir / MODEL_DIR), "adapter": None}
     return {**saved, "n_train": len(examples), "history": callback.history}
 
 
@@ -172,6 +181,8 @@ def finetune(cfg: TrainConfig, out_dir: Path, events: EventWriter, should_stop: 
     if cfg.objective == "sft":
         return run_training(Trainer, cfg, out_dir, examples, model, tokenizer, device, events, stage, should_stop, val,
                             lambda batch: pad_batch(batch, pad_id))
+    from lab.cft.trainer import LabelSmoothingTrainer, RCFTTrainer  # lazy: they import this module
+
     collate = lambda batch: pad_option_batch(batch, pad_id)  # noqa: E731
     if cfg.objective == "label_smoothing":
         return run_training(LabelSmoothingTrainer, cfg, out_dir, examples, model, tokenizer, device, events, stage,
@@ -182,136 +193,3 @@ def finetune(cfg: TrainConfig, out_dir: Path, events: EventWriter, should_stop: 
                         collate, ece_lambda=cfg.ece_lambda, n_bins=cfg.ece_bins, estep_steps=cfg.estep_steps,
                         estep=estep, answers=[r.answer for r in kept],
                         on_estep=lambda **fields: events.emit(f"{stage}_estep", **fields))
-
-
-def _answer_logits(logits: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(B, V) logits at each row's answer position."""
-    return logits[torch.arange(len(logits), device=logits.device), inputs["answer_pos"]]
-
-
-class _PartsLogging:
-    """Averages a trainer's loss components between two logging steps into ``loss_<name>`` keys."""
-
-    def _record(self, **parts: torch.Tensor) -> None:
-        sums = self.__dict__.setdefault("_parts", {})
-        for name, value in parts.items():
-            total, count = sums.get(name, (0.0, 0))
-            sums[name] = (total + float(value.detach()), count + 1)
-
-    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
-        if "loss" in logs:
-            logs = {**logs, **{f"loss_{k}": t / max(c, 1) for k, (t, c) in self.__dict__.pop("_parts", {}).items()}}
-        super().log(logs, *args, **kwargs)
-
-
-class LabelSmoothingTrainer(_PartsLogging, Trainer):
-    """Cross-entropy on every supervised token, with smoothed targets over the option letters at
-    the answer position (ε spread evenly over the question's options); ε = 0 is plain SFT."""
-
-    loss_is_scaled_for_ga = False
-
-    def __init__(self, *args, epsilon: float, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.epsilon = epsilon
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        extra = {k: inputs.pop(k) for k in OPTION_KEYS}
-        labels = inputs.pop("labels")
-        keep = torch.zeros_like(labels, dtype=torch.bool)
-        keep[:, :-1] = labels[:, 1:] != IGNORE  # position t predicts token t+1
-        # Logits only where there is a loss (DistillTrainer does the same): (N, V), not (B, T, V).
-        outputs = model(**inputs, logits_to_keep=keep)
-        logits = outputs.logits.reshape(-1, outputs.logits.shape[-1])
-        token_loss = torch.nn.functional.cross_entropy(logits.float(), labels[:, 1:][keep[:, :-1]], reduction="none")
-        rows = torch.arange(len(labels), device=labels.device)
-        answer_row = keep.flatten().cumsum(0).reshape(keep.shape)[rows, extra["answer_pos"]] - 1  # its row in (N, V)
-        smoothed = option_smoothing_loss(logits[answer_row], extra["option_ids"], extra["option_mask"], extra["answer"],
-                                         self.epsilon)
-        token_loss = token_loss.index_put((answer_row,), smoothed)
-        self._record(answer=smoothed.mean())
-        loss = token_loss.mean()
-        return (loss, outputs) if return_outputs else loss
-
-
-class RCFTTrainer(_PartsLogging, Trainer):
-    """``L = L_SFT + λ·L_ECE`` from one forward pass (REFERENCE.md §3).
-
-    ``L_SFT`` is the model's mean cross-entropy over the supervised tokens (prompt + answer for
-    RCFT); ``L_ECE`` is :func:`lab.cft.losses.ece_regulariser` on the option probabilities at the
-    answer position. The E-step (``estep``: option probabilities of every training question under
-    the current model) runs before the first step and then every epoch, or every ``estep_steps``
-    steps — the released code computes it once; the bins must follow the model as it trains.
-    """
-
-    loss_is_scaled_for_ga = False
-
-    def __init__(self, *args, ece_lambda: float, n_bins: int, estep_steps: Optional[int],
-                 estep: Callable[[Any], list], answers: Sequence[int], on_estep: Callable[..., None], **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.ece_lambda, self.n_bins, self.estep_steps = ece_lambda, n_bins, estep_steps
-        self._estep, self._answers, self._on_estep = estep, list(answers), on_estep
-        self.bin_acc: Optional[torch.Tensor] = None
-        self.add_callback(_EStep(self))
-
-    def run_estep(self) -> None:
-        probs = self._estep(self.model)
-        confidence = torch.tensor([float(p.max()) for p in probs], dtype=torch.float64)
-        correct = torch.tensor([int(p.argmax()) == a for p, a in zip(probs, self._answers)])
-        self.bin_acc, counts = bin_accuracy(confidence, correct, self.n_bins)
-        self._on_estep(step=self.state.global_step, epoch=round(self.state.epoch or 0, 3),
-                          accuracy=[None if torch.isnan(a) else round(float(a), 4) for a in self.bin_acc],
-                          counts=[int(c) for c in counts], confidence=round(float(confidence.mean()), 4),
-                          train_accuracy=round(float(correct.double().mean()), 4))
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        extra = {k: inputs.pop(k) for k in OPTION_KEYS}
-        outputs = model(**inputs)
-        answer_logits = _answer_logits(outputs.logits, extra)
-        option_logits = answer_logits.gather(1, extra["option_ids"].clamp(min=0))
-        probs = option_probs(option_logits, extra["option_mask"])
-        regulariser = (ece_regulariser(probs, extra["option_mask"], self.bin_acc) if self.bin_acc is not None
-                       else probs.sum() * 0.0)
-        loss = outputs.loss + self.ece_lambda * regulariser
-        self._record(sft=outputs.loss, ece=regulariser)
-        return (loss, outputs) if return_outputs else loss
-
-
-class _EStep(TrainerCallback):
-    """Runs the RCFT trainer's E-step at the start of every epoch, or every ``estep_steps`` steps."""
-
-    def __init__(self, trainer: RCFTTrainer) -> None:
-        self.trainer = trainer
-
-    def on_epoch_begin(self, args, state, control, **kwargs):
-        if self.trainer.estep_steps is None or self.trainer.bin_acc is None:
-            self.trainer.run_estep()
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        every = self.trainer.estep_steps
-        if every and state.global_step > 0 and state.global_step % every == 0:
-            self.trainer.run_estep()
-
-
-class DistillTrainer(Trainer):
-    """Knowledge matching: the loss is the top-k KL to the teacher at every supervised position.
-
-    Logits are computed only at those positions (``logits_to_keep`` with a boolean mask): with
-    completion-only data that is a few positions per sequence instead of all of them.
-    """
-
-    loss_is_scaled_for_ga = False
-
-    def __init__(self, *args, kd_loss: Callable[..., torch.Tensor], **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.kd_loss = kd_loss
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        labels = inputs["labels"]  # (B, T)
-        keep = torch.zeros_like(labels, dtype=torch.bool)
-        keep[:, :-1] = labels[:, 1:] != IGNORE  # position t predicts token t+1
-        outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], logits_to_keep=keep)
-        logits = outputs.logits.reshape(1, -1, outputs.logits.shape[-1])  # (1, N, V), N = keep.sum()
-        ids, logprobs = inputs["teacher_ids"][keep][None], inputs["teacher_logprobs"][keep][None]  # (1, N, k)
-        mask = torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device)
-        loss = self.kd_loss(logits, ids, logprobs, mask)
-        return (loss, outputs) if return_outputs else loss

@@ -1,0 +1,250 @@
+"""Stored evaluations analysed again: predictions as arrays, re-calibration, summaries, tables.
+
+Every evaluation writes ``metrics.json`` and ``predictions.jsonl`` (see :mod:`lab.evaluate`), and
+the latter holds every probability the metrics came from. So the browser lab recomputes what it
+shows (temperatures, equal-mass bins, cross-run tables) from these files alone, with the same
+numpy functions as the evaluation (:mod:`lab.metrics`, :func:`lab.temperature.scale`,
+:func:`lab.first.recalibration.temperature_paper`): the web server needs numpy and pandas only.
+Which evaluations there are is :mod:`lab.runs`'s business; case studies are :mod:`lab.cases`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from lab import metrics
+from lab.first.recalibration import temperature_paper
+from lab.layout import PREDICTIONS_FILE
+from lab.metrics import finite_or_none
+from lab.runs import find_evaluations, read_metrics
+from lab.templates import option_letter
+from lab.temperature import scale
+
+Form = Literal["logit", "paper"]
+FORMS: tuple[str, ...] = ("logit", "paper")
+# Default sweep grids: the logit temperature is 1 for "no change"; the paper form divides
+# probabilities in [0, 1], so only c well below 1 restores contrast (lab.first.recalibration.temperature_paper).
+DEFAULT_TEMPERATURES: dict[str, np.ndarray] = {
+    "logit": np.geomspace(0.1, 10.0, 81),
+    "paper": np.geomspace(0.01, 1.0, 81),
+}
+TOPK_COLUMNS = ["rank", "mean_prob", "answer_in_topk"]
+RESULTS_COLUMNS = ["run", "model", "dataset", "domain", "n", "ECE", "accuracy", "Trust", "cw-ECE"]
+DOMAIN = {True: "in", False: "out", None: ""}
+
+
+# ---------------------------------------------------------------- loading predictions
+@dataclass
+class Predictions:
+    """One evaluation's questions as arrays.
+
+    ``probs`` (n, K) float64 zero-padded: the *unscaled* option probabilities (``raw_probs`` where
+    the run applied a temperature), so that any temperature is applied to the model's own output
+    and not on top of another one. ``mask`` (n, K) bool marks real options, ``labels`` (n,) the
+    correct option, ``rows`` the file's objects. ``dataset`` is the run's, from ``metrics.json``.
+    """
+
+    probs: np.ndarray
+    mask: np.ndarray
+    labels: np.ndarray
+    rows: list[dict[str, Any]]
+    path: Optional[Path] = None
+    dataset: Optional[str] = None
+
+
+def _vector(row: dict[str, Any], key: str, where: str) -> list[float]:
+    """``row[key]`` as floats, or a ValueError saying where: a bad row is named, not skipped."""
+    values = row.get(key)
+    if not isinstance(values, list) or not values or any(finite_or_none(v) is None for v in values):
+        raise ValueError(f"{where}: expected '{key}' to be a non-empty list of finite numbers, but got {values!r}")
+    return [float(v) for v in values]
+
+
+def _row_probs(row: Any, where: str) -> list[float]:
+    """The probabilities a row contributes (``raw_probs`` first), checked; ``where`` is ``file:line``."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object per line, but got {type(row).__name__}")
+    probs = _vector(row, "probs", where)
+    if "raw_probs" in row:
+        raw = _vector(row, "raw_probs", where)
+        if len(raw) != len(probs):
+            raise ValueError(f"{where}: 'raw_probs' has {len(raw)} options but 'probs' has {len(probs)}")
+        probs = raw
+    answer = row.get("answer")
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(probs):
+        raise ValueError(f"{where}: expected 'answer' to be an option index in 0..{len(probs) - 1}, "
+                         f"but got {answer!r}")
+    return probs
+
+
+def _read_rows(file: Path) -> list[tuple[int, Any]]:
+    """(line number, parsed object) for every non-blank line; a malformed line names itself."""
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No predictions at {file}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{file}: not UTF-8 text ({e})") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((number, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{file}:{number}: not valid JSON ({e.msg}); is the file still being written?") from None
+    if not rows:
+        raise ValueError(f"{file} holds no predictions (the file is empty)")
+    return rows
+
+
+def load_predictions(path: Path) -> Predictions:
+    """``predictions.jsonl`` (the file or its directory) as :class:`Predictions`.
+
+    Raises ValueError naming the file and line for an empty file or a malformed row.
+    """
+    path = Path(path)
+    file = path / PREDICTIONS_FILE if path.is_dir() else path
+    numbered = _read_rows(file)
+    vectors = [_row_probs(row, f"{file}:{number}") for number, row in numbered]
+    probs, mask = metrics.padded(vectors)
+    rows = [row for _, row in numbered]
+    labels = np.array([row["answer"] for row in rows], dtype=np.int64)
+    dataset = (read_metrics(file.parent) or {}).get("dataset")
+    return Predictions(probs, mask, labels, rows, file, None if dataset is None else str(dataset))
+
+
+def reported_probs(pred: Predictions) -> np.ndarray:
+    """The probabilities the run reported (its rows' ``probs``, after any temperature it applied)."""
+    return metrics.padded([row["probs"] for row in pred.rows])[0]
+
+
+# ---------------------------------------------------------------- recalibration and summaries
+def _check_temperature(temperature: Any) -> float:
+    value = finite_or_none(temperature)
+    if value is None or value <= 0:
+        raise ValueError(f"Expected a positive temperature, but got {temperature!r}")
+    return value
+
+
+def _check_form(form: str) -> None:
+    if form not in FORMS:
+        raise ValueError(f"Expected `form` to be one of {FORMS}, but got {form!r}")
+
+
+def recalibrate(pred: Predictions, temperature: float, form: Form = "logit") -> np.ndarray:
+    """Option probabilities (n, K) at ``temperature``; padded options stay 0.
+
+    ``"logit"``: ``softmax(log p / T)`` (:func:`lab.temperature.scale`); T = 1 only renormalises.
+    ``"paper"``: FIRST Eq. 4 as printed, ``softmax(p / c)`` over the present options
+    (:func:`lab.first.recalibration.temperature_paper` with the mask), which flattens rows at c = 1.
+    """
+    t = _check_temperature(temperature)
+    _check_form(form)
+    if form == "logit":
+        return scale(pred.probs, t, pred.mask)
+    return temperature_paper(pred.probs, t, pred.mask)
+
+
+def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
+                        strategy: metrics.Strategy = "width") -> dict[str, Any]:
+    """Headline metrics and the reliability table of one set of probabilities, JSON-ready.
+
+    Keys: ``n, accuracy, ece, nll, brier, cw_ece, trust, n_bins, strategy, reliability``; the
+    reliability bins have the shape of ``metrics.json``'s (``lo, hi, count, conf, acc, gap``; NaN
+    → None), so a figure draws a stored summary and a recomputed one alike. ``strategy`` bins the
+    ECE and the table (``"mass"``: equal-mass bins); cw-ECE always uses equal-width bins.
+    """
+    mask, labels = np.asarray(mask), np.asarray(labels)
+    brier = metrics.brier(probs, labels, mask)  # checks probs, mask and labels before anything else
+    probs = np.where(mask, np.asarray(probs, dtype=np.float64), 0.0)  # nll takes no mask: padding must be 0
+    choice, conf = metrics.predictions(probs, mask)
+    correct = choice == labels
+    accuracy = float(np.mean(correct))
+    ece = metrics.ece(conf, correct, n_bins, strategy)
+    table = metrics.reliability_table(conf, correct, n_bins, strategy)
+    reliability = [
+        {key: int(column[m]) if key == "count" else finite_or_none(column[m]) for key, column in table.items()}
+        for m in range(n_bins)
+    ]
+    return {
+        "n": int(len(labels)), "accuracy": accuracy, "ece": ece, "nll": metrics.nll(probs, labels),
+        "brier": brier, "cw_ece": metrics.classwise_ece(probs, labels, n_bins, mask),
+        "trust": metrics.trust(accuracy, ece), "n_bins": int(n_bins), "strategy": strategy,
+        "reliability": reliability,
+    }
+
+
+class Sweep(NamedTuple):
+    """A temperature sweep: ``table`` (temperature, ece, nll, accuracy) and the best of each."""
+
+    table: pd.DataFrame
+    best_ece: float
+    best_nll: float
+
+
+def temperature_sweep(pred: Predictions, temperatures: Optional[Sequence[float]] = None, form: Form = "logit",
+                      n_bins: int = 10) -> Sweep:
+    """ECE, NLL and accuracy at each temperature (default: ``DEFAULT_TEMPERATURES[form]``).
+
+    The best values are the first lowest-ECE and lowest-NLL temperatures in the order given.
+    Accuracy is constant up to ties, since both forms keep each row's order.
+    """
+    _check_form(form)
+    grid = DEFAULT_TEMPERATURES[form] if temperatures is None else np.asarray(temperatures, dtype=np.float64)
+    if grid.ndim != 1 or grid.size == 0:
+        raise ValueError(f"Expected a non-empty 1-D sequence of temperatures, but got {temperatures!r}")
+    records = []
+    for t in grid:
+        probs = recalibrate(pred, float(t), form)
+        choice, conf = metrics.predictions(probs, pred.mask)
+        correct = choice == pred.labels
+        records.append({"temperature": float(t), "ece": metrics.ece(conf, correct, n_bins),
+                        "nll": metrics.nll(probs, pred.labels), "accuracy": float(np.mean(correct))})
+    table = pd.DataFrame(records, columns=["temperature", "ece", "nll", "accuracy"])
+    return Sweep(table, float(grid[int(np.argmin(table["ece"]))]), float(grid[int(np.argmin(table["nll"]))]))
+
+
+# ---------------------------------------------------------------- across runs, and the top tokens
+def results_table(root: Path) -> pd.DataFrame:
+    """FIRST Table 1 across every evaluation under ``root``, newest first, numbers rounded to 4."""
+    records = [
+        {"run": r.name, "model": r.model, "dataset": r.dataset, "domain": DOMAIN[r.in_domain], "n": r.n,
+         "ECE": r.ece, "accuracy": r.accuracy, "Trust": r.trust, "cw-ECE": r.cw_ece}
+        for r in find_evaluations(root)
+    ]
+    return pd.DataFrame(records, columns=RESULTS_COLUMNS).round({"ECE": 4, "accuracy": 4, "Trust": 4, "cw-ECE": 4})
+
+
+def results_csv(df: pd.DataFrame) -> str:
+    """The table as CSV text, for a download button."""
+    return df.to_csv(index=False)
+
+
+def _as_letter(token: Any) -> str:
+    """A decoded token compared as a letter: it may carry a leading space, and some templates
+    (``first_lower``) letter the options in lower case."""
+    return str(token).strip().upper()
+
+
+def positionwise_topk(pred: Predictions) -> pd.DataFrame:
+    """For rank k = 1..5 of the full-vocabulary top tokens at the answer position (letter scoring):
+    ``mean_prob`` of the rank-k token, and ``answer_in_topk``, the fraction of questions whose
+    answer letter is among the top k tokens. Empty when no row has ``top_tokens`` (cloze runs).
+    """
+    tops = [(sorted(row["top_tokens"], key=lambda t: -t["prob"]), option_letter(row["answer"]))
+            for row in pred.rows if row.get("top_tokens")]
+    if not tops:
+        return pd.DataFrame(columns=TOPK_COLUMNS)
+    depth = max(len(tokens) for tokens, _ in tops)
+    records = []
+    for k in range(1, depth + 1):
+        probs = [float(tokens[k - 1]["prob"]) for tokens, _ in tops if len(tokens) >= k]
+        hits = [answer in {_as_letter(t["token"]) for t in tokens[:k]} for tokens, answer in tops]
+        records.append({"rank": k, "mean_prob": float(np.mean(probs)), "answer_in_topk": float(np.mean(hits))})
+    return pd.DataFrame(records, columns=TOPK_COLUMNS)

@@ -1,0 +1,104 @@
+"""Case studies: one evaluation's questions as a table, filtered and sorted to show where the
+model was sure and wrong, and one question followed across runs.
+
+Built from :class:`lab.analysis.Predictions` (no model call); options are lettered as the
+prompts letter them (:func:`lab.templates.option_letter`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from lab import metrics
+from lab.analysis import Predictions, load_predictions, reported_probs
+from lab.templates import option_letter
+
+CaseKind = Literal["all", "overconfident_wrong", "correct", "wrong"]
+CASE_KINDS: tuple[str, ...] = ("all", "overconfident_wrong", "correct", "wrong")
+CASE_COLUMNS = ["id", "dataset", "question", "options", "answer", "prediction", "confidence", "correct",
+                "overconfident_wrong"]
+SAME_QUESTION_COLUMNS = ["run", "answer", "prediction", "confidence", "correct", "probs"]
+
+
+def _options_text(choices: Sequence[Any]) -> str:
+    return " · ".join(f"{option_letter(i)}. {choice}" for i, choice in enumerate(choices))
+
+
+def _row_dataset(row: dict[str, Any], fallback: Optional[str]) -> str:
+    """Each row names its dataset (``source``: a pooled CFT set mixes several); older rows fall back
+    to ``meta`` and then to the run's dataset."""
+    meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
+    return str(row.get("source") or meta.get("dataset") or meta.get("source") or fallback or "")
+
+
+def case_table(pred: Predictions, probs: Optional[np.ndarray] = None) -> pd.DataFrame:
+    """One row per question, for browsing what the model answered and how sure it was.
+
+    ``probs`` (n, K): the probabilities to show, e.g. :func:`lab.analysis.recalibrate` at the
+    slider's temperature; default the ones the run reported. ``overconfident_wrong`` is the
+    confidence put on a wrong answer (0 for a right one): the sort key of :func:`filter_cases`.
+    """
+    probs = reported_probs(pred) if probs is None else np.asarray(probs, dtype=np.float64)
+    if probs.shape != pred.mask.shape:
+        raise ValueError(f"Expected `probs` of shape {pred.mask.shape}, but got {probs.shape}")
+    choice, conf = metrics.predictions(probs, pred.mask)
+    correct = choice == pred.labels
+    table = pd.DataFrame({
+        "id": [str(row.get("id", i)) for i, row in enumerate(pred.rows)],
+        "dataset": [_row_dataset(row, pred.dataset) for row in pred.rows],
+        "question": [str(row.get("question", "")) for row in pred.rows],
+        "options": [_options_text(row.get("choices") or []) for row in pred.rows],
+        "answer": [option_letter(int(a)) for a in pred.labels],
+        "prediction": [option_letter(int(c)) for c in choice],
+        "confidence": conf,
+        "correct": correct,
+        "overconfident_wrong": np.where(correct, 0.0, conf),
+    })
+    return table[CASE_COLUMNS]
+
+
+def filter_cases(df: pd.DataFrame, kind: CaseKind = "all", conf_range: tuple[float, float] = (0.0, 1.0),
+                 dataset: Optional[str] = None) -> pd.DataFrame:
+    """The cases of one kind, confidence in ``conf_range`` (inclusive), most over-confident wrong first.
+
+    ``"overconfident_wrong"``: wrong answers given with more confidence than the accuracy of the
+    table (of ``dataset`` when given): the model claimed a hit rate it does not reach. Order: by
+    ``overconfident_wrong`` then confidence, both descending, so wrong answers lead, surest first.
+    """
+    if kind not in CASE_KINDS:
+        raise ValueError(f"Expected `kind` to be one of {CASE_KINDS}, but got {kind!r}")
+    if dataset is not None:
+        df = df[df["dataset"] == dataset]
+    lo, hi = conf_range
+    keep = df["confidence"].between(lo, hi)
+    if kind == "correct":
+        keep &= df["correct"]
+    elif kind == "wrong":
+        keep &= ~df["correct"]
+    elif kind == "overconfident_wrong":
+        keep &= ~df["correct"] & (df["confidence"] > df["correct"].mean())
+    ordered = df[keep].sort_values(["overconfident_wrong", "confidence"], ascending=False, kind="mergesort")
+    return ordered.reset_index(drop=True)
+
+
+def same_question(runs: Sequence[Path], question_id: Any) -> pd.DataFrame:
+    """One question across runs: what each answered, as reported (after its own temperature).
+
+    Runs without the question are left out; the first row with the id counts. Ids are compared as
+    text, since a custom dataset may store them as numbers.
+    """
+    wanted, records = str(question_id), []
+    for run in runs:
+        pred = load_predictions(Path(run))
+        found = next((i for i, row in enumerate(pred.rows) if str(row.get("id")) == wanted), None)
+        if found is None:
+            continue
+        row, probs = pred.rows[found], [float(p) for p in pred.rows[found]["probs"]]
+        choice = int(np.argmax(probs))
+        records.append({"run": Path(run).as_posix(), "answer": option_letter(row["answer"]),
+                        "prediction": option_letter(choice), "confidence": probs[choice],
+                        "correct": choice == row["answer"], "probs": probs})
+    return pd.DataFrame(records, columns=SAME_QUESTION_COLUMNS)
