@@ -62,9 +62,10 @@ def load_pool(cfg: CftConfig) -> dict[str, list[MCQRecord]]:
 
 
 def _eval_config(cfg: CftConfig, trained: dict[str, Any], dataset: str) -> EvalConfig:
-    return EvalConfig(model=trained["model"], adapter=trained["adapter"], dataset=dataset, scoring="letter",
-                      template=TEMPLATE, bins=cfg.bins, batch_size=cfg.eval_batch_size, device=cfg.device,
-                      dtype=cfg.dtype, bootstrap=cfg.bootstrap, seed=cfg.seed)
+    return EvalConfig.from_dict({
+        "model": trained["model"], "adapter": trained["adapter"], "dataset": dataset, "scoring": "letter",
+        "template": TEMPLATE, "bins": cfg.bins, "batch_size": cfg.eval_batch_size, "device": cfg.device,
+        "dtype": cfg.dtype, "bootstrap": cfg.bootstrap, "seed": cfg.seed})
 
 
 def _count(records: Sequence[MCQRecord]) -> dict[str, int]:
