@@ -20,6 +20,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator, Literal, Mapping, Optional, TypeVar
 
+from lab.registry import UnknownNameError
+
 C = TypeVar("C", bound="ConfigMixin")
 
 # What a text value is. The path roles are resolved and checked by lab.paths:
@@ -263,12 +265,17 @@ class ConfigMixin:
 
     @classmethod
     def from_dict(cls: type[C], values: Any) -> C:
-        checked = validate(cls, values)
+        return cls.from_checked(validate(cls, values))
+
+    @classmethod
+    def from_checked(cls: type[C], checked: dict[str, Any]) -> C:
+        """The config from values :func:`validate` (or :func:`lab.paths.checked_config`) accepted;
+        ``__post_init__``'s cross-field checks speak of the user's values, so they are refused as such."""
         try:
             return cls(**checked)
         except ConfigError:
             raise
-        except ValueError as e:  # __post_init__'s cross-field checks speak of the user's values
+        except (ValueError, UnknownNameError, FileNotFoundError) as e:
             raise ConfigError(str(e)) from None
 
     def to_dict(self) -> dict[str, Any]:

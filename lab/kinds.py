@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from lab.config import ConfigError
 from lab.paths import checked_config
-from lab.registry import Registry, UnknownNameError
+from lab.registry import Registry
 from lab.yamlio import dump_yaml, load_yaml
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class JobKind:
 
 
 KINDS: Registry[JobKind] = Registry("job kind")
-_loaded = False
+_loaded = False  # KIND_MODULES imported (each registers its kind)
 
 
 def register(kind: JobKind) -> JobKind:
@@ -64,20 +64,23 @@ def _position(kind: JobKind) -> int:
     return KIND_MODULES.index(module) if module in KIND_MODULES else len(KIND_MODULES)
 
 
-def all_kinds() -> list[JobKind]:
-    """Every registered kind in :data:`KIND_MODULES` order (whichever was imported first), then
-    any registered from elsewhere in the order they came."""
+def _load() -> Registry[JobKind]:
     global _loaded
     if not _loaded:
         for module in KIND_MODULES:
             importlib.import_module(module)
         _loaded = True
-    return sorted((KINDS.get(name) for name in KINDS.in_order()), key=_position)
+    return KINDS
+
+
+def all_kinds() -> list[JobKind]:
+    """Every registered kind in :data:`KIND_MODULES` order (whichever was imported first), then
+    any registered from elsewhere in the order they came."""
+    return sorted((KINDS.get(name) for name in _load().in_order()), key=_position)
 
 
 def get(name: str) -> JobKind:
-    all_kinds()
-    return KINDS.get(name)
+    return _load().get(name)
 
 
 def names() -> list[str]:
@@ -89,21 +92,14 @@ def parse_config(values: Any, roots: Optional[Iterable[Path]] = None) -> tuple[J
 
     ``roots``: the folders those files must lie in (a config from a browser); None: anywhere.
     """
-    valid = ", ".join(names())
     if not isinstance(values, dict):
-        raise ConfigError(f"config: must be a mapping with a `kind` field (one of: {valid})")
+        raise ConfigError(f"config: must be a mapping with a `kind` field (one of: {', '.join(names())})")
     values = dict(values)
     name = values.pop("kind", None)
-    if not isinstance(name, str) or name not in KINDS:
-        raise ConfigError(f"kind: must be one of {valid}, got {name!r}")
+    if not isinstance(name, str) or name not in _load():
+        raise ConfigError(f"kind: must be one of {', '.join(names())}, got {name!r}")
     kind = KINDS.get(name)
-    checked = checked_config(kind.config, values, roots)
-    try:
-        return kind, kind.config(**checked)
-    except ConfigError:
-        raise
-    except (ValueError, UnknownNameError, FileNotFoundError) as e:  # the classes' cross-field checks
-        raise ConfigError(str(e)) from None
+    return kind, kind.config.from_checked(checked_config(kind.config, values, roots))
 
 
 def load_config(path: Path) -> tuple[JobKind, Any]:

@@ -12,6 +12,7 @@ catalogue of runs (:mod:`lab.runs`) and the pages read them, and none of them sp
     adapter/, model/   what a training run leaves: a LoRA adapter or full weights
     checkpoints/       epoch checkpoints a resumed training run continues from
     temperature.json   a fitted or chosen temperature
+    ts/                the CFT pipeline's fitted temperature (the temperature lab reads it)
     compare.json       a comparison's answers
     report.json/.md    a pipeline's table (FIRST, CFT)
     done.json          a finished pipeline stage (a rerun skips it)
@@ -30,6 +31,7 @@ ADAPTER_DIR = "adapter"
 MODEL_DIR = "model"
 CHECKPOINTS_DIR = "checkpoints"
 TEMPERATURE_FILE = "temperature.json"
+FITTED_TEMPERATURE_DIR = "ts"
 COMPARE_FILE = "compare.json"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"

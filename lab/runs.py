@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from lab.layout import (ADAPTER_DIR, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, MANIFEST_FILE, METRICS_FILE, MODEL_DIR,
-                        PREDICTIONS_FILE, REPORT_JSON, TEMPERATURE_FILE, TOPK_DIR)
+from lab.layout import (ADAPTER_DIR, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, FITTED_TEMPERATURE_DIR, MANIFEST_FILE,
+                        METRICS_FILE, MODEL_DIR, PREDICTIONS_FILE, REPORT_JSON, TEMPERATURE_FILE, TOPK_DIR)
 from lab.metrics import finite_or_none
 from lab.temperature import load_temperature
 from lab.yamlio import load_yaml
@@ -34,7 +34,6 @@ from lab.yamlio import load_yaml
 MAX_DEPTH = 4  # runs/<job>/models/<row>/ and runs/<job>/eval/<row>-<set>/ are depth 3; a checkpoint is deeper
 HF_CONFIG = "config.json"  # what save_pretrained writes into model/
 ADAPTER_CONFIG = "adapter_config.json"  # ... and into adapter/ (PEFT)
-FITTED_TEMPERATURE_DIR = "ts"  # the CFT pipeline's temperature-scaling stage (lab.cft.pipeline)
 BASE_MODEL_KEYS = ("model", "student", "teacher")  # where a job's config names the model it trained
 
 

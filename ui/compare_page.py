@@ -14,8 +14,8 @@ from typing import Any, Optional
 import gradio as gr
 import pandas as pd
 
-from jobs.store import ConfigError
 from lab import runs
+from lab.config import ConfigError
 from lab.compare import MAX_MODELS, read_result
 from lab.layout import TEMPERATURE_FILE
 from lab.templates import option_letter

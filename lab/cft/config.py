@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional
 
 from lab.config import ConfigMixin, doc, redeclare
 from lab.kinds import JobKind, register
-from lab.layout import EVAL_DIR, REPORT_JSON, REPORT_MD
+from lab.layout import EVAL_DIR, FITTED_TEMPERATURE_DIR, REPORT_JSON, REPORT_MD
 from lab.limits import MAX_ROWS, MAX_TOKENS
 from lab.sections import DataSection, ModelSection, PipelineEvalSection, RunSection
 from lab.temperature import FitObjective
@@ -113,7 +113,7 @@ def _run_job(cfg: CftConfig, ctx) -> dict[str, Any]:
 register(JobKind(
     "cft", "CFT/RCFT protocol: base, temperature scaling, label smoothing, CFT, RCFT per λ, in/out of domain, "
     "win rate, report", CftConfig, _run_job,
-    outputs=(f"{EVAL_DIR}/<row>-<set>/", "ts/", "models/<row>/", "winrate/<row>/", REPORT_JSON, REPORT_MD),
+    outputs=(f"{EVAL_DIR}/<row>-<set>/", f"{FITTED_TEMPERATURE_DIR}/", "models/<row>/", "winrate/<row>/", REPORT_JSON, REPORT_MD),
     key_fields=("model", "in_domain", "ood", "train_size", "val_size", "test_size", "methods", "lambdas", "training",
                 "preferences"),
 ))

@@ -26,7 +26,7 @@ from lab.errors import Stopped
 from lab.evaluate import EvalConfig, apply_temperature, evaluate_records, write_evaluation
 from lab.events import EventWriter
 from lab.analysis import load_predictions
-from lab.layout import EVAL_DIR, METRICS_FILE, PREDICTIONS_FILE
+from lab.layout import EVAL_DIR, FITTED_TEMPERATURE_DIR, METRICS_FILE, PREDICTIONS_FILE
 from lab.stages import stage
 from lab.temperature import fit_temperature, save_temperature
 from lab.train.config import TrainConfig
@@ -134,7 +134,7 @@ class _Protocol:
         """Fit T on the base model's validation predictions; apply it to its other sets."""
         val = load_predictions(self.out / EVAL_DIR / f"base-{VALIDATION}")
         fit = fit_temperature(val.probs, val.labels, val.mask, objective=self.cfg.ts_objective, n_bins=self.cfg.bins)
-        path = save_temperature(self.out / "ts", fit, model=self.cfg.model, fitted_on="validation part of the in-domain pool",
+        path = save_temperature(self.out / FITTED_TEMPERATURE_DIR, fit, model=self.cfg.model, fitted_on="validation part of the in-domain pool",
                                 predictions=str(self.out / EVAL_DIR / f"base-{VALIDATION}" / PREDICTIONS_FILE))
         self.events.emit("temperature", temperature=fit.temperature, nll_before=fit.nll_before, nll_after=fit.nll_after,
                          ece_before=fit.ece_before, ece_after=fit.ece_after)
@@ -169,7 +169,7 @@ def run_cft(cfg: CftConfig, out: Path, events: EventWriter, should_stop: Callabl
     temperature = None
     for name, tcfg in cfg.rows()[1:]:
         if name == "ts":
-            ts = stage(out / "ts", events, "temperature scaling", protocol.temperature)
+            ts = stage(out / FITTED_TEMPERATURE_DIR, events, "temperature scaling", protocol.temperature)
             temperature = ts.pop("fit")
             results["ts"] = {**ts, "winrate": results["base"]["winrate"]}  # T does not change sequence probabilities
             continue

@@ -103,7 +103,7 @@ def _distill(cfg: FirstConfig, method: str, sweep: dict[str, Any], topk_dir: Pat
     store = TopKStore(topk_dir / "train")
     if len(store) != len(examples):
         raise ModelLoadError(f"The top-k store holds {len(store)} sequences but there are {len(examples)} examples; "
-                         "the teacher and student tokenizers must match")
+                             "the teacher and student tokenizers must match")
     for i, example in enumerate(examples):
         example["topk"] = i
     transform = _transform(cfg, method, sweep)
