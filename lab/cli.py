@@ -2,7 +2,7 @@
 
 Each kind's flags are generated from its config's fields (:mod:`lab.kinds`), so defaults, help
 and checks live in one place: ``--data-files a.jsonl b.jsonl`` for a list, ``--no-completion-only``
-for a switch, YAML text for a nested field (``--training '{epochs: 1, method: lora}'``). A flag
+for a switch, YAML text for a nested field (``cft --training '{epochs: 1, method: lora}'``). A flag
 not given keeps the config's default. ``evaluate`` runs in the foreground with a progress bar and
 prints its metrics; the other kinds run as the job system runs them (:func:`lab.worker.run`) in
 ``--out``. Bad input (unknown dataset or model, malformed file, wrong option) ends with one line
