@@ -39,7 +39,9 @@ DEFAULT_TEMPERATURES: dict[str, np.ndarray] = {
 SWEEP_BOUNDS: dict[str, tuple[float, float]] = {"logit": (T_MIN, T_MAX), "paper": (1e-4, T_MAX)}
 LEGACY_BIN_EDGES = "left"  # what a metrics.json without "bin_edges" was binned with (before the choice existed)
 TOPK_COLUMNS = ["rank", "mean_prob", "answer_in_topk"]
-RESULTS_COLUMNS = ["run", "model", "dataset", "domain", "n", "ECE", "accuracy", "Trust", "cw-ECE"]
+RESULTS_COLUMNS = ["run", "folder", "model", "dataset", "split", "scoring", "domain", "n", "ECE", "ECE low", "ECE high",
+                   "accuracy", "Trust", "cw-ECE"]
+ROUNDED = {"ECE": 4, "ECE low": 4, "ECE high": 4, "accuracy": 4, "Trust": 4, "cw-ECE": 4}
 DOMAIN = {True: "in", False: "out", None: ""}
 
 
@@ -254,13 +256,17 @@ def temperature_sweep(pred: Predictions, temperatures: Optional[Sequence[float]]
 
 # ---------------------------------------------------------------- across runs, and the top tokens
 def results_table(root: Path) -> pd.DataFrame:
-    """FIRST Table 1 across every evaluation under ``root``, newest first, numbers rounded to 4."""
+    """FIRST Table 1 across every evaluation under ``root``, newest first, numbers rounded to 4: each
+    run by its label and folder, how it was scored, and its ECE with the bootstrap interval
+    (``ECE low``/``ECE high``; empty for a run evaluated without a bootstrap)."""
     records = [
-        {"run": r.name, "model": r.model, "dataset": r.dataset, "domain": DOMAIN[r.in_domain], "n": r.n,
-         "ECE": r.ece, "accuracy": r.accuracy, "Trust": r.trust, "cw-ECE": r.cw_ece}
+        {"run": r.label, "folder": r.name, "model": r.model, "dataset": r.dataset, "split": r.split,
+         "scoring": f"{r.scoring} ({r.template})" if r.scoring and r.template else r.scoring,
+         "domain": DOMAIN[r.in_domain], "n": r.n, "ECE": r.ece, "ECE low": r.ece_ci[0] if r.ece_ci else None,
+         "ECE high": r.ece_ci[1] if r.ece_ci else None, "accuracy": r.accuracy, "Trust": r.trust, "cw-ECE": r.cw_ece}
         for r in find_evaluations(root)
     ]
-    return pd.DataFrame(records, columns=RESULTS_COLUMNS).round({"ECE": 4, "accuracy": 4, "Trust": 4, "cw-ECE": 4})
+    return pd.DataFrame(records, columns=RESULTS_COLUMNS).round(ROUNDED)
 
 
 def results_csv(df: pd.DataFrame) -> str:

@@ -16,6 +16,7 @@ catalogue of runs (:mod:`lab.runs`) and the pages read them, and none of them sp
     compare.json       a comparison's answers
     report.json/.md    a pipeline's table (FIRST, CFT)
     done.json          a finished pipeline stage (a rerun skips it)
+    label.txt          a name the user gave the run (the pages show it instead of the folder)
     eval/<model>-<set> a pipeline's evaluations
 """
 CONFIG_FILE = "config.yaml"
@@ -36,4 +37,5 @@ COMPARE_FILE = "compare.json"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 DONE_FILE = "done.json"
+LABEL_FILE = "label.txt"
 EVAL_DIR = "eval"

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from lab.layout import (ADAPTER_DIR, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, FITTED_TEMPERATURE_DIR, MANIFEST_FILE,
-                        METRICS_FILE, MODEL_DIR, PREDICTIONS_FILE, REPORT_JSON, TEMPERATURE_FILE, TOPK_DIR)
+from lab.layout import (ADAPTER_DIR, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, FITTED_TEMPERATURE_DIR, LABEL_FILE,
+                        MANIFEST_FILE, METRICS_FILE, MODEL_DIR, PREDICTIONS_FILE, REPORT_JSON, TEMPERATURE_FILE, TOPK_DIR)
 from lab.metrics import finite_or_none
 from lab.temperature import load_temperature
 from lab.yamlio import load_yaml
@@ -35,6 +37,8 @@ MAX_DEPTH = 4  # runs/<job>/models/<row>/ and runs/<job>/eval/<row>-<set>/ are d
 HF_CONFIG = "config.json"  # what save_pretrained writes into model/
 ADAPTER_CONFIG = "adapter_config.json"  # ... and into adapter/ (PEFT)
 BASE_MODEL_KEYS = ("model", "student", "teacher")  # where a job's config names the model it trained
+MAX_LABEL = 120  # characters of a user-given run name
+JOB_NUMBER = re.compile(r"(\d+)-")  # a job's run folder: 00003-evaluate
 
 
 # ---------------------------------------------------------------- what is found
@@ -56,6 +60,20 @@ class EvalRun:
     temperature: Optional[float] = None
     scoring: Optional[str] = None
     in_domain: Optional[bool] = None  # set by the FIRST and CFT pipelines for their evaluations
+    adapter: Optional[str] = None
+    template: Optional[str] = None
+    ece_ci: Optional[tuple[float, float]] = None  # the bootstrap interval, when the run computed one
+    created: float = 0.0  # when metrics.json was written (seconds since the epoch)
+    title: Optional[str] = None  # the name the user gave it (label.txt), if any
+
+    @property
+    def label(self) -> str:
+        """What the pages call the run: the user's name for it, else what it is — model (+ adapter),
+        dataset/split, scoring/template, n, date — so two runs of one job never look alike."""
+        if self.title:
+            return self.title
+        return describe_run(self.model, self.adapter, self.dataset, self.split, self.scoring, self.template,
+                            self.n, self.created, self.name)
 
 
 @dataclass(frozen=True)
@@ -124,6 +142,56 @@ def _text(value: Any) -> Optional[str]:
     return None if value is None else str(value)
 
 
+def _short(path: Optional[str]) -> Optional[str]:
+    """A model or adapter as a reader knows it: ``bundled`` or a hub id as given, a folder by its
+    last two parts (``00005-cft/adapter`` rather than the whole absolute path)."""
+    if not path:
+        return None
+    if not path.startswith(("/", ".", "~")):
+        return path
+    parts = Path(path).parts
+    return "/".join(parts[-3:-1] if parts[-1] in (ADAPTER_DIR, MODEL_DIR) else parts[-2:])
+
+
+def describe_run(model: Optional[str], adapter: Optional[str], dataset: Optional[str], split: Optional[str],
+                 scoring: Optional[str], template: Optional[str], n: Optional[int], created: float, name: str) -> str:
+    """``00003 · bundled · obqa/test · cloze (cloze_plain) · n=500 · 11-23 10:58``: the folder's
+    first part (the job), then what was evaluated, how, on how many questions, and when."""
+    what = _short(model) or "?"
+    if adapter:
+        what += f" + {_short(adapter)}"
+    how = f"{scoring} ({template})" if scoring and template else (scoring or template)
+    when = time.strftime("%m-%d %H:%M", time.localtime(created)) if created else None
+    where = "/".join(p for p in (dataset, split) if p) or None
+    first, _, rest = name.partition("/")
+    job = JOB_NUMBER.match(first)
+    parts = [job[1] if job else (first if first != "." else None), rest or None, what, where, how,
+             f"n={n}" if n is not None else None, when]
+    return " · ".join(p for p in parts if p)
+
+
+def read_label(directory: Path) -> Optional[str]:
+    """The name the user gave a run (``label.txt``), one line of at most :data:`MAX_LABEL` characters."""
+    try:
+        text = (Path(directory) / LABEL_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    text = " ".join(text.split())[:MAX_LABEL]
+    return text or None
+
+
+def write_label(directory: Path, label: str) -> Optional[str]:
+    """Rename a run: ``label`` (whitespace collapsed, at most :data:`MAX_LABEL` characters) into its
+    ``label.txt``; an empty label removes the name. Returns the name now in force."""
+    text = " ".join(str(label or "").split())[:MAX_LABEL]
+    target = Path(directory) / LABEL_FILE
+    if not text:
+        target.unlink(missing_ok=True)
+        return None
+    target.write_text(text + "\n", encoding="utf-8")
+    return text
+
+
 def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
     """The run and its metrics file's modification time, or None when the metrics are unreadable."""
     data = read_metrics(directory)
@@ -134,6 +202,7 @@ def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
     except OSError:
         return None
     n = finite_or_none(data.get("n"))
+    low, high = finite_or_none(data.get("ece_ci_low")), finite_or_none(data.get("ece_ci_high"))
     run = EvalRun(
         path=directory, name=name, model=_text(data.get("model")), dataset=_text(data.get("dataset")),
         split=_text(data.get("split")), n=None if n is None else int(n),
@@ -142,6 +211,9 @@ def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
         trust=finite_or_none(data.get("trust")), temperature=finite_or_none(data.get("temperature")),
         scoring=_text(data.get("scoring")),
         in_domain=data["in_domain"] if isinstance(data.get("in_domain"), bool) else None,
+        adapter=_text(data.get("adapter")), template=_text(data.get("template")),
+        ece_ci=(low, high) if low is not None and high is not None else None, created=mtime,
+        title=read_label(directory),
     )
     return mtime, run
 
@@ -188,6 +260,12 @@ def find_evaluations(root: Path) -> list[EvalRun]:
 def evaluation_names(root: Path) -> list[str]:
     """The names a page offers for picking an evaluation, newest first."""
     return [run.name for run in find_evaluations(root)]
+
+
+def evaluation_choices(root: Path) -> list[tuple[str, str]]:
+    """(label, name) for a picker, newest first: the label says what the run is, the name (what
+    the browser sends back) is resolved again with :func:`evaluation`."""
+    return [(run.label, run.name) for run in find_evaluations(root)]
 
 
 def store_names(root: Path) -> list[str]:

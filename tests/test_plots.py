@@ -22,8 +22,9 @@ def _trace(fig, name):
     return trace
 
 
-def _texts(fig):
-    return [a.text for a in fig.layout.annotations]
+def _texts(fig, name=None):
+    """Annotation texts, of those called ``name`` (plots.COUNT_NAME, STATS_NAME, TITLE_NAME) when given."""
+    return [a.text for a in fig.layout.annotations if name is None or a.name == name]
 
 
 def test_reliability_figure_draws_accuracy_gaps_diagonal_and_stats():
@@ -31,22 +32,25 @@ def test_reliability_figure_draws_accuracy_gaps_diagonal_and_stats():
     assert [t.name for t in fig.data] == ["accuracy", "over-confident", "under-confident", "perfect calibration"]
     accuracy, over, under = _trace(fig, "accuracy"), _trace(fig, "over-confident"), _trace(fig, "under-confident")
     assert accuracy.x == pytest.approx((0.65, 0.75, 0.85, 0.95))  # bin centres, empty bins skipped
-    assert accuracy.y == (0.0, 1.0, 0.0, 1.0) and accuracy.text == ("1", "1", "1", "1")
+    assert accuracy.y == (0.0, 1.0, 0.0, 1.0) and _texts(fig, plots.COUNT_NAME) == ["1", "1", "1", "1"]
+    assert accuracy.width == pytest.approx((0.095,) * 4)
     assert over.marker.color == OVER and under.marker.color == UNDER
     assert over.x == pytest.approx((0.65, 0.85)) and over.y == pytest.approx((0.65, 0.85)) and over.base == (0.0, 0.0)
     assert under.x == pytest.approx((0.75, 0.95)) and under.y == pytest.approx((-0.25, -0.05))
     assert under.base == (1.0, 1.0)  # the gap runs down from accuracy to confidence
-    assert _texts(fig) == ["ECE 45.0% · n=4 · Trust 5.0%"]
+    assert _texts(fig, plots.STATS_NAME) == ["ECE 45.0% · n=4 · Trust 5.0%"]
     assert fig.layout.title.text == "teacher" and fig.layout.barmode == "overlay"
 
 
-def test_reliability_figure_of_equal_mass_bins_sits_at_mean_confidence():
+def test_reliability_figure_of_equal_mass_bins_spans_their_confidences():
     probs = np.array([[0.95, 0.05], [0.85, 0.15], [0.25, 0.75], [0.35, 0.65]])
     summary = calibration_summary(probs, np.ones_like(probs, dtype=bool), np.array([0, 1, 1, 0]), 2, "mass")
     fig = plots.reliability_figure(summary, "")
-    assert _trace(fig, "accuracy").x == pytest.approx((0.7, 0.9))
+    assert _trace(fig, "accuracy").x == pytest.approx((0.7, 0.9))  # bins {.65, .75} and {.85, .95}
+    assert _trace(fig, "accuracy").width == pytest.approx((0.1, 0.1))  # lo..hi of each
     assert _trace(fig, "over-confident").y == pytest.approx((0.2, 0.4))
-    assert "ECE 30.0%" in _texts(fig)[0]
+    assert _texts(fig, plots.STATS_NAME) == ["ECE 30.0% · n=4 · Trust 20.0%<br>2 questions per bin"]
+    assert _texts(fig, plots.COUNT_NAME) == []  # equal counts: said once, not above each (narrow) bar
 
 
 def test_reliability_figure_draws_a_stored_metrics_json_summary():
@@ -55,7 +59,7 @@ def test_reliability_figure_draws_a_stored_metrics_json_summary():
         {"lo": 0.5, "hi": 1.0, "count": 2, "conf": 0.6, "acc": 0.5, "gap": 0.1}]}
     fig = plots.reliability_figure(stored, "run")
     assert _trace(fig, "accuracy").x == (0.75,) and _trace(fig, "under-confident").x == ()
-    assert _texts(fig) == ["ECE 10.0% · n=2 · Trust 40.0%"]
+    assert _texts(fig, plots.STATS_NAME) == ["ECE 10.0% · n=2 · Trust 40.0%"]
 
 
 def test_side_by_side_has_one_subplot_per_run_with_a_shared_y_axis():
@@ -64,8 +68,8 @@ def test_side_by_side_has_one_subplot_per_run_with_a_shared_y_axis():
     assert {t.xaxis for t in fig.data} == {"x", "x2", "x3"}
     assert fig.layout.yaxis2.matches == "y" and fig.layout.yaxis3.matches == "y"
     assert sum(t.showlegend is not False for t in fig.data) == 4  # one legend entry per kind of trace
-    texts = _texts(fig)
-    assert texts[:3] == ["teacher", "student", "first"] and texts.count("ECE 45.0% · n=4 · Trust 5.0%") == 3
+    assert _texts(fig, plots.TITLE_NAME) == ["teacher", "student", "first"]
+    assert _texts(fig, plots.STATS_NAME) == ["ECE 45.0% · n=4 · Trust 5.0%"] * 3
 
 
 def test_sweep_figure_marks_optima_and_the_current_temperature():
@@ -106,10 +110,10 @@ def test_training_figure_loss_per_step_and_validation_per_epoch():
         {"stage": "extract", "step": 8, "total": 64},
     ]
     fig = plots.training_figure(events, "teacher")
-    assert [t.name for t in fig.data] == ["teacher loss", "teacher val ece", "teacher val accuracy"]
+    assert [t.name for t in fig.data] == ["teacher loss", "teacher val ECE", "teacher val accuracy"]
     assert _trace(fig, "teacher loss").x == (1, 2) and _trace(fig, "teacher loss").y == (2.0, 1.5)
-    assert _trace(fig, "teacher val ece").x == (1.0, 2.0) and _trace(fig, "teacher val ece").y == (0.2, 0.1)
-    assert _trace(fig, "teacher val accuracy").xaxis == "x2"
+    assert _trace(fig, "teacher val ECE").x == (1.0, 2.0) and _trace(fig, "teacher val ECE").y == (0.2, 0.1)
+    assert _trace(fig, "teacher val ECE").xaxis == "x2" and _trace(fig, "teacher val accuracy").xaxis == "x3"
     assert [t.name for t in plots.training_figure(events, "student:").data] == ["student:first loss"]
 
 
@@ -124,7 +128,7 @@ def test_option_bars_groups_models_per_option():
 
 def test_positionwise_figure():
     df = pd.DataFrame({"rank": [1, 2], "mean_prob": [0.6, 0.2], "answer_in_topk": [0.5, 0.9]})
-    fig = plots.positionwise_figure(df)
+    fig = plots.positionwise_figure([("run", df)])
     assert [t.type for t in fig.data] == ["bar", "scatter"]
     assert list(fig.data[0].x) == ["top-1", "top-2"] and list(fig.data[1].y) == [0.5, 0.9]
     assert list(fig.data[0].y) == [0.6, 0.2]
@@ -138,7 +142,8 @@ def test_positionwise_figure():
     lambda: plots.coverage_figure({}),
     lambda: plots.training_figure([], "teacher"),
     lambda: plots.option_bars([]),
-    lambda: plots.positionwise_figure(pd.DataFrame(columns=["rank", "mean_prob", "answer_in_topk"])),
+    lambda: plots.positionwise_figure([("cloze", pd.DataFrame(columns=["rank", "mean_prob", "answer_in_topk"]))]),
+    lambda: plots.positionwise_figure([]),
 ])
 def test_empty_input_gives_a_no_data_figure(draw):
     fig = draw()

@@ -322,13 +322,16 @@ def test_results_table_and_csv(tmp_path):
     write_eval(tmp_path / "1", rows, mtime=1000, ece=0.123456, accuracy=0.654321, trust=0.530865, cw_ece=0.0499999)
     write_eval(tmp_path / "2" / "eval" / "first-csqa", rows, mtime=2000, dataset="csqa", n=100, in_domain=True)
     df = results_table(tmp_path)
-    assert list(df.columns) == ["run", "model", "dataset", "domain", "n", "ECE", "accuracy", "Trust", "cw-ECE"]
+    assert list(df.columns) == ["run", "folder", "model", "dataset", "split", "scoring", "domain", "n", "ECE",
+                                "ECE low", "ECE high", "accuracy", "Trust", "cw-ECE"]
     assert df["domain"].tolist() == ["in", ""]  # a plain evaluation belongs to no pipeline
-    assert df["run"].tolist() == ["2/eval/first-csqa", "1"]
+    assert df["folder"].tolist() == ["2/eval/first-csqa", "1"]
+    assert df["run"].str.startswith("2 · eval/first-csqa · ").tolist() == [True, False]  # named for what it is
+    assert df["ECE low"].isna().all()  # written without a bootstrap interval
     assert df.iloc[1][["ECE", "accuracy", "Trust", "cw-ECE"]].tolist() == [0.1235, 0.6543, 0.5309, 0.05]
     assert df.iloc[0]["n"] == 100 and df.iloc[0]["dataset"] == "csqa"
-    back = pd.read_csv(io.StringIO(results_csv(df)), dtype={"run": str})
-    assert back.columns.tolist() == df.columns.tolist() and back["run"].tolist() == df["run"].tolist()
+    back = pd.read_csv(io.StringIO(results_csv(df)), dtype={"folder": str})
+    assert back.columns.tolist() == df.columns.tolist() and back["folder"].tolist() == df["folder"].tolist()
     assert results_table(tmp_path / "none").empty
 
 

@@ -10,6 +10,7 @@ import pytest
 
 import app
 from jobs.store import ConfigError
+from lab import runs
 from lab.data import DataError
 from lab.evaluate import EvalConfig, write_evaluation
 from lab.events import EventWriter
@@ -166,14 +167,7 @@ def test_temperature_lab_widens_its_sweep_and_its_slider_past_the_grid_edge(tmp_
     ctx, name, bins = LabContext(tmp_path), "00001-evaluate", "10 equal-width bins"
     _, text, _ = temperature_page.temperature_view(ctx, name, 1.0, "logit", bins)
     assert "lowest ECE at T = 28.2" in text and "so the sweep went on to T = 0.1…40" in text
-    logit = temperature_page.slider_range(ctx, name, 1.0, "logit", bins)
-    assert (logit["minimum"], logit["maximum"], logit["step"]) == pytest.approx((0.1, 40.0, 0.01))
-    paper = temperature_page.slider_range(ctx, name, 1.0, "paper", bins)
-    assert (paper["minimum"], paper["maximum"]) == pytest.approx((0.01, 16.0))
-    assert temperature_page.slider_range(ctx, name, 60.0, "logit", bins)["maximum"] == 60.0  # holds the current T
-    assert temperature_page.slider_range(ctx, None, 1.0, "logit", bins) == temperature_page.gr.skip()
-    picked = temperature_page.slider_for_run(ctx, name, "logit", bins)
-    assert picked["value"] == 1.0 and picked["maximum"] == pytest.approx(40.0)
+    # the slider's range over the widened sweep: tests/test_temperature_page.py
 
 
 def test_pages_bin_a_run_as_it_was_evaluated_unless_told_otherwise(tmp_path):
@@ -220,11 +214,11 @@ def test_page_handlers_take_plain_values(run_root):
     assert temperature_page.slider_start(ctx, "00001-evaluate") == 1.0 and temperature_page.slider_start(ctx, None) == 1.0
     assert "positive number" in temperature_page.save_chosen_temperature(ctx, "00001-evaluate", -2, "logit")
     same = cases_page.same_question_view(ctx, " q3 ", ["00001-evaluate", "00002-cft/eval/base-in_domain", "/etc"])
-    assert same["run"].tolist() == [str(run_root.resolve() / "00001-evaluate"),
-                                    str(run_root.resolve() / "00002-cft" / "eval" / "base-in_domain")]
+    assert same["run"].tolist() == [runs.evaluation(run_root, "00001-evaluate").label,
+                                    runs.evaluation(run_root, "00002-cft/eval/base-in_domain").label]
     assert cases_page.same_question_view(ctx, "", ["00001-evaluate"]).empty
     table = results_page.results_view(ctx)
-    assert sorted(table["run"]) == ["00001-evaluate", "00002-cft/eval/base-in_domain"]
+    assert sorted(table["folder"]) == ["00001-evaluate", "00002-cft/eval/base-in_domain"]
     csv = results_page.export_csv(ctx)
     assert Path(csv["value"]) == ctx.exports / "results.csv" and "00002-cft/eval/base-in_domain" in Path(csv["value"]).read_text()
     assert knowledge_page.knowledge_view(ctx, None)[0] is None
@@ -359,7 +353,8 @@ def test_compare_and_jobs_handlers_take_plain_values(tmp_path):
     assert compare_page.poll_compare(ctx, None) == (compare_page.gr.skip(),) * 4  # nothing submitted: nothing changes
     assert jobs_page.cancel_job(ctx, None) == error("Pick a job first.")
     job = ctx.store.submit({"kind": "evaluate", "model": "bundled"})
-    table, picker, banner = jobs_page.refresh_all(ctx, None)
+    table, picker, banner, _ = jobs_page.refresh_all(ctx, None)
     assert table.loc[0, "id"] == job.id and picker["value"] == job.id and "No scheduler" in banner
     assert "Cloned as job 2" in jobs_page.clone_job(ctx, job.id)
-    assert components.picker_choices(ctx)["choices"] == [] and components.binning("nonsense") == (10, "width")
+    listed, _ = components.follow_catalogue(ctx, runs.evaluation_choices, False, True, None, None)
+    assert listed["choices"] == [] and components.binning("nonsense") == (10, "width")

@@ -1,13 +1,18 @@
 """The whole browser lab: one tab per page, each page built by its own module."""
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import gradio as gr
+
+from lab import runs
 
 from ui.api import API_NAMES, register_api
 from ui.cases_page import build_cases
 from ui.compare_page import build_compare
 from ui.context import LabContext
-from ui.jobs_page import build_jobs
+from ui.jobs_page import JobLinks, build_jobs
 from ui.knowledge_page import build_knowledge
 from ui.launch_page import build_launch
 from ui.reliability_page import build_reliability
@@ -20,13 +25,50 @@ PAGES = (("Launch", "launch", build_launch), ("Jobs", "jobs", build_jobs), ("Rel
          ("Results", "results", build_results))
 
 
+def timers_in(block: gr.blocks.Block) -> list[gr.Timer]:
+    """Every timer a page built, however deep in its rows and accordions."""
+    found = [block] if isinstance(block, gr.Timer) else []
+    for child in getattr(block, "children", []):
+        found += timers_in(child)
+    return found
+
+
+def timer_states(visible: list[gr.Timer], every: list[gr.Timer]) -> list[gr.Timer]:
+    """The update that runs the visible page's timers and stops all others."""
+    return [gr.Timer(active=any(t is v for v in visible)) for t in every]
+
+
+def open_run(ctx: LabContext, tab_id: str, visible: list[gr.Timer], every: list[gr.Timer], name: Any):
+    """A job page's "open in …" button: that page's tab, its picker on the job's run (listed afresh:
+    the run may be newer than the page's last poll) and its timers running."""
+    return (gr.Tabs(selected=tab_id), gr.update(choices=runs.evaluation_choices(ctx.runs), value=name),
+            *timer_states(visible, every))
+
+
+def _wire_links(ctx: LabContext, tabs: gr.Tabs, built: dict[str, Any], timers: dict[str, list[gr.Timer]]) -> None:
+    every = [t for page in timers.values() for t in page]
+    links: JobLinks = built["jobs"]
+    for tab_id, button in links.buttons.items():
+        button.click(functools.partial(open_run, ctx, tab_id, timers[tab_id], every), inputs=links.run,
+                     outputs=[tabs, built[tab_id], *every], show_progress="hidden")
+
+
 def build(ctx: LabContext) -> gr.Blocks:
     with gr.Blocks(title="Calibration Lab") as demo:
         gr.Markdown("# Calibration Lab\nHow accurate is a model, and how honest is its confidence?")
-        with gr.Tabs():
+        built: dict[str, Any] = {}  # what each page hands the app: its picker, or the jobs page's links
+        timers: dict[str, list[gr.Timer]] = {}
+        tabs_by_id: dict[str, gr.Tab] = {}
+        with gr.Tabs() as tabs:
             for title, tab_id, build_page in PAGES:
-                with gr.Tab(title, id=tab_id):
-                    build_page(ctx)
+                with gr.Tab(title, id=tab_id) as tab:
+                    built[tab_id] = build_page(ctx)
+                timers[tab_id], tabs_by_id[tab_id] = timers_in(tab), tab
+        # Only the page in view polls: a tab left open on the Launch page costs the server nothing.
+        every = [t for page in timers.values() for t in page]
+        for tab_id, tab in tabs_by_id.items():
+            tab.select(functools.partial(timer_states, timers[tab_id], every), outputs=every, show_progress="hidden")
+        _wire_links(ctx, tabs, built, timers)
         register_api(ctx)
     # The pages' own events (uploads, sliders, the loaders of callable values) are not an API:
     # only the documented endpoints may be called by a client.

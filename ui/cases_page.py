@@ -1,69 +1,127 @@
 """Case studies: the questions of one run, over-confident wrong answers first, and one question
-followed across runs (:mod:`lab.cases`)."""
+followed across runs (:mod:`lab.cases`).
+
+The table leads with what a reader scans for (confidence, prediction, answer, correct) and keeps
+the long question text in a bounded column after them, so a wide question never pushes them off
+screen. Gradio's Dataframe sorts only through a header's menu (two clicks), hence the "Sort by"
+dropdown beside it.
+"""
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import gradio as gr
 import pandas as pd
 
 from lab import cases, runs
+from lab.templates import option_letter
 from ui.components import run_picker
 from ui.context import LabContext
 from ui.messages import error
 
 DEFAULT_KIND = "overconfident_wrong"
+KIND_CHOICES = [("over-confident wrong", "overconfident_wrong"), ("wrong", "wrong"), ("right", "correct"),
+                ("all", "all")]
+KIND_HELP = """**Show** keeps, within the confidence range and dataset picked:
+- **over-confident wrong**: wrong answers given with a confidence above the accuracy of these questions
+  (the threshold is printed above the table): the model claimed a hit rate it does not reach;
+- **wrong**: every wrong answer; **right**: every right answer; **all**: every question."""
+# the key columns first; the question and options bounded (wrapped, cut at MAX_CHARS: a click shows all)
+COLUMNS = ["confidence", "prediction", "answer", "correct", "question", "options", "dataset", "id"]
+COLUMN_WIDTHS = ["120px", "110px", "95px", "95px", "360px", "230px", "100px", "80px"]  # ≈ 1190 px: all fit at 1440
+MAX_CHARS = 180
+SAME_COLUMNS = ["run", "answer", "prediction", "confidence", "correct", "probabilities"]
 
 
 # ---------------------------------------------------------------- handlers
-def cases_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: float, dataset: Optional[str]):
-    """(the filtered questions, the dataset filter's choices, a note) for one run."""
+def three_digits(value: float) -> float:
+    """``value`` to 3 significant digits (0.87345 → 0.873): what a reader can take in at a glance."""
+    return float(f"{value:.3g}")
+
+
+def shown_cases(table: pd.DataFrame) -> pd.DataFrame:
+    """A case table as the page shows it: :data:`COLUMNS` in that order, confidences to 3 digits."""
+    shown = table.reindex(columns=COLUMNS)
+    shown["confidence"] = shown["confidence"].map(three_digits)
+    return shown
+
+
+def cases_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: float, dataset: Optional[str],
+               order: str = cases.DEFAULT_SORT):
+    """(the filtered questions, the dataset filter's choices, a note) for one run. The note says
+    what the filter keeps, with its threshold, and how many of the questions of its kind it covers."""
+    empty = pd.DataFrame(columns=COLUMNS)
     run = runs.evaluation(ctx.runs, name)
     if run is None:
-        return pd.DataFrame(), gr.update(), "Pick an evaluation run."
+        return empty, gr.update(), "Pick an evaluation run."
+    conf_range = (min(lo, hi), max(lo, hi))
     try:
         table = cases.case_table(ctx.results.predictions(run))
-        filtered = cases.filter_cases(table, kind, (min(lo, hi), max(lo, hi)), dataset or None)
+        filtered = cases.filter_cases(table, kind, conf_range, dataset or None)
+        note = cases.describe_cases(table, filtered, kind, conf_range, dataset or None)
+        filtered = cases.sort_cases(filtered, order or cases.DEFAULT_SORT)
     except (ValueError, OSError) as e:
-        return pd.DataFrame(), gr.update(), error(str(e))
+        return empty, gr.update(), error(str(e))
     datasets = sorted(set(table["dataset"]) - {""})
-    note = f"{len(filtered)} of {len(table)} questions" + (", over-confident wrong answers first" if kind != "correct" else "")
-    return filtered.drop(columns=["overconfident_wrong"]).round(4), gr.update(choices=[""] + datasets), note
+    note = f"**{len(filtered)} of {len(table)} questions.** {note}"
+    return shown_cases(filtered), gr.update(choices=[""] + datasets), note
+
+
+def probabilities_text(probs: Sequence[float]) -> str:
+    """``A 0.873 · B 0.127``: each option's probability, lettered, to 3 significant digits."""
+    return " · ".join(f"{option_letter(i)} {three_digits(p)}" for i, p in enumerate(probs))
+
+
+def shown_answers(answers: pd.DataFrame) -> pd.DataFrame:
+    """:func:`lab.cases.same_question` as the page shows it: probabilities as lettered text."""
+    shown = answers.assign(confidence=answers["confidence"].map(three_digits),
+                           probabilities=answers["probs"].map(probabilities_text))
+    return shown.reindex(columns=SAME_COLUMNS)
 
 
 def same_question_view(ctx: LabContext, question_id: Optional[str], names: Optional[list[str]]) -> pd.DataFrame:
-    """What each picked run answered to one question (empty until both are given); a damaged run's
-    file and line are shown as a notice (:class:`gradio.Error`)."""
-    picked = [r.path for r in (runs.evaluation(ctx.runs, n) for n in names or []) if r]
+    """What each picked run (named by its label) answered to one question (empty until both are
+    given); a damaged run's file and line are shown as a notice (:class:`gradio.Error`)."""
+    picked = [r for r in (runs.evaluation(ctx.runs, n) for n in names or []) if r]
     if not question_id or not question_id.strip() or not picked:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=SAME_COLUMNS)
     try:
-        return cases.same_question(picked, question_id.strip())
+        answers = cases.same_question([r.path for r in picked], question_id.strip(), [r.label for r in picked])
     except (ValueError, OSError) as e:  # a run damaged since it was listed: say which, in a notice
         raise gr.Error(str(e)) from None
+    return shown_answers(answers)
 
 
 # ---------------------------------------------------------------- layout and wiring
-def build_cases(ctx: LabContext) -> None:
+def _table(**kwargs: Any) -> gr.Dataframe:
+    return gr.Dataframe(interactive=False, wrap=True, column_widths=COLUMN_WIDTHS, max_chars=MAX_CHARS,
+                        max_height=640, pinned_columns=4, **kwargs)
+
+
+def build_cases(ctx: LabContext) -> gr.Dropdown:
+    """The page; its run picker is returned so a job's page can open a run here."""
     name, _ = run_picker(ctx, "Evaluation run")
     with gr.Row():
-        kind = gr.Radio(list(cases.CASE_KINDS), value=DEFAULT_KIND, label="Show")
+        kind = gr.Radio(KIND_CHOICES, value=DEFAULT_KIND, label="Show")
         lo = gr.Slider(0, 1, value=0, step=0.05, label="confidence from")
         hi = gr.Slider(0, 1, value=1, step=0.05, label="to")
         dataset = gr.Dropdown([""], value="", label="dataset", allow_custom_value=False)
+        order = gr.Dropdown(list(cases.SORT_ORDERS), value=cases.DEFAULT_SORT, label="Sort by")
+    gr.Markdown(KIND_HELP)
     note = gr.Markdown()
-    table = gr.Dataframe(interactive=False, wrap=True, label="Questions (click a column to sort)")
+    table = _table(label="Questions (a long cell shows all of itself when clicked)", elem_id="cases-table")
     gr.Markdown("### The same question across runs")
     with gr.Row():
         question_id = gr.Textbox(label="Question id (from the table)", scale=1)
         with gr.Column(scale=3):
             across, _ = run_picker(ctx, "Runs", multiselect=True)
-    same = gr.Dataframe(interactive=False, label="What each run answered")
+    same = gr.Dataframe(interactive=False, wrap=True, label="What each run answered")
 
-    inputs = [name, kind, lo, hi, dataset]
+    inputs = [name, kind, lo, hi, dataset, order]
     for control in inputs:
         control.change(functools.partial(cases_view, ctx), inputs=inputs, outputs=[table, dataset, note])
     on_same = functools.partial(same_question_view, ctx)
     question_id.submit(on_same, inputs=[question_id, across], outputs=same)
     across.change(on_same, inputs=[question_id, across], outputs=same)
+    return name

@@ -12,16 +12,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 import gradio as gr
-import pandas as pd
 
 from lab import runs
 from lab.config import ConfigError
 from lab.compare import MAX_MODELS, read_result
 from lab.layout import TEMPERATURE_FILE
-from lab.templates import option_letter
 from ui.context import LabContext
+from ui.job_results import compare_answers, compare_figure
 from ui.messages import error, ok
-from ui.plots import option_bars
 
 POLL_S = 1.0
 BUNDLED = ("bundled", "bundled|")  # (label, value): the model that ships with the lab
@@ -69,23 +67,6 @@ def submit_compare(ctx: LabContext, question: Optional[str], options: Optional[s
     return f"Running as job {job.id}…", job.id
 
 
-def _answers(result: dict[str, Any]) -> pd.DataFrame:
-    rows = [{"model": r["label"], "answer": r["generation"]["text"],
-             "sequence probability": r["generation"]["sequence_prob"],
-             "first-token probability": r["generation"]["first_token_prob"],
-             **({"chosen option": option_letter(r["prediction"]), "its probability": r["probs"][r["prediction"]],
-                 "T": r.get("temperature")} if "probs" in r else {})}
-            for r in result["results"]]
-    return pd.DataFrame(rows).round(4)
-
-
-def _option_figure(result: dict[str, Any]):
-    if not result["options"]:
-        return None
-    labels = [f"{option_letter(i)}. {o}" for i, o in enumerate(result["options"])]
-    return option_bars([{"model": r["label"], "probs": r["probs"], "labels": labels} for r in result["results"]])
-
-
 def poll_compare(ctx: LabContext, job_id: Optional[int]):
     """(message, option figure, answers table, the job still to poll or None) for the submitted job."""
     if job_id is None:
@@ -96,7 +77,7 @@ def poll_compare(ctx: LabContext, job_id: Optional[int]):
     if job.status != "succeeded":
         return error(f"Job {job.id} {job.status}: {job.error or ''}"), gr.skip(), gr.skip(), None
     result = read_result(job.run_dir) or {"results": [], "options": []}
-    return ok(f"Job {job.id} done."), _option_figure(result), _answers(result), None
+    return ok(f"Job {job.id} done."), compare_figure(result), compare_answers(result), None
 
 
 def rescan(ctx: LabContext, n: int = MAX_MODELS) -> list[dict[str, Any]]:
@@ -131,5 +112,5 @@ def build_compare(ctx: LabContext) -> None:
     run.click(functools.partial(submit_compare, ctx), inputs=[question, options, *models, *temps],
               outputs=[message, job_state])
     rescan_button.click(functools.partial(rescan, ctx), outputs=models)
-    gr.Timer(POLL_S).tick(functools.partial(poll_compare, ctx), inputs=job_state,
+    gr.Timer(POLL_S, active=False).tick(functools.partial(poll_compare, ctx), inputs=job_state,
                           outputs=[message, plot, answers, job_state])

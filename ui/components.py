@@ -1,4 +1,4 @@
-"""Pieces several pages share: the run picker with its refresh button, the binning choice (how many
+"""Pieces several pages share: the run picker that follows the runs directory, the binning choice (how many
 bins, and which end of a bin is closed), and writing an export for the browser to download."""
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import gradio as gr
 from lab import runs
 from ui.context import LabContext
 
-Catalogue = Callable[[Path], list[str]]  # the runs directory → the names to offer (see lab.runs)
+Catalogue = Callable[[Path], list[Any]]  # the runs directory → names, or (label, name), to offer (lab.runs)
+PICKER_POLL_S = 3.0  # how soon a new run appears in the pickers of the visible page
 BINNINGS = {"10 equal-width bins": (10, "width"), "14 equal-width bins": (14, "width"),
             "10 equal-mass bins": (10, "mass")}
 DEFAULT_BINNING = "10 equal-width bins"
@@ -41,21 +42,44 @@ def edges_radio(**kwargs: Any) -> gr.Radio:
                                                                 "it closes)", **kwargs)
 
 
-def picker_choices(ctx: LabContext, catalogue: Catalogue = runs.evaluation_names) -> dict[str, Any]:
-    """The picker's choices now: what the catalogue finds under the runs directory."""
-    return gr.update(choices=catalogue(ctx.runs))
+def _names(choices: list[Any]) -> list[str]:
+    return [c[1] if isinstance(c, tuple) else c for c in choices]
+
+
+def follow_catalogue(ctx: LabContext, catalogue: Catalogue, multiselect: bool, pick_newest: bool, value: Any,
+                     seen: Optional[str]) -> tuple[Any, Optional[str]]:
+    """A picker kept in step with the runs directory: (its update, what it now lists).
+
+    The choices are sent only when the catalogue changed since ``seen``, so a poll on a quiet
+    directory sends nothing; with ``pick_newest``, a picker with nothing picked gets the newest
+    entry, which fires its ``change`` and so draws the page (gradio's own default, the first
+    choice, draws nothing)."""
+    choices = catalogue(ctx.runs)
+    listed = repr(choices)
+    pick = None
+    if pick_newest and not value and choices:
+        newest = _names(choices)[0]
+        pick = [newest] if multiselect else newest
+    if listed == seen and pick is None:
+        return gr.skip(), seen
+    return gr.update(choices=choices, **({} if pick is None else {"value": pick})), listed
 
 
 def run_picker(ctx: LabContext, label: str, multiselect: bool = False,
-               catalogue: Catalogue = runs.evaluation_names, elem_id: Optional[str] = None,
-               refresh_label: str = "↻ Refresh runs") -> tuple[gr.Dropdown, gr.Button]:
-    """A dropdown of what ``catalogue`` lists and a button that lists it again (jobs finish while
-    the page is open). The page resolves the picked name on the server (:func:`lab.runs.resolve`)."""
-    with gr.Row():
-        picker = gr.Dropdown(catalogue(ctx.runs), multiselect=multiselect, label=label, scale=4, elem_id=elem_id)
-        refresh = gr.Button(refresh_label, scale=1)
-    refresh.click(functools.partial(picker_choices, ctx, catalogue), outputs=picker)
-    return picker, refresh
+               catalogue: Catalogue = runs.evaluation_choices, elem_id: Optional[str] = None,
+               pick_newest: bool = True) -> tuple[gr.Dropdown, gr.Timer]:
+    """A dropdown of what ``catalogue`` lists, following it live: filled when the page opens (with
+    the newest entry picked, unless ``pick_newest`` is False) and polled while its page is
+    visible (the app activates a page's timers when its tab is selected). The page resolves the
+    picked name on the server (:func:`lab.runs.resolve`)."""
+    picker = gr.Dropdown([], value=[] if multiselect else None, multiselect=multiselect, label=label,
+                         elem_id=elem_id)
+    seen = gr.State(None)
+    timer = gr.Timer(PICKER_POLL_S, active=False)
+    follow = functools.partial(follow_catalogue, ctx, catalogue, multiselect, pick_newest)
+    gr.on(None, functools.partial(follow, None), inputs=seen, outputs=[picker, seen], show_progress="hidden")
+    timer.tick(follow, inputs=[picker, seen], outputs=[picker, seen], show_progress="hidden")
+    return picker, timer
 
 
 def export(ctx: LabContext, filename: str, write: Callable[[Path], Any]) -> dict[str, Any]:

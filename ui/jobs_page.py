@@ -8,6 +8,7 @@ curves only when there are new ones.
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from typing import Any, NamedTuple, Optional
 
@@ -17,8 +18,10 @@ import pandas as pd
 from jobs.failures import log_tail
 from jobs.scheduler import cancel
 from jobs.store import HEARTBEAT_STALE_S, Job, JobStore
+from lab import runs
 from lab.layout import LOG_FILE
 from ui.context import LabContext
+from ui.job_results import NOTHING, job_results
 from ui.messages import error, ok
 from ui.plots import sweep_figure, training_figure
 from ui.progress import format_seconds, progress
@@ -106,32 +109,89 @@ def activity(events: list[dict[str, Any]], run_dir: Optional[str]) -> str:
     return "\n".join(said) + (f"\n\n--- {LOG_FILE} ---\n{tail}" if tail.strip() else "")
 
 
-def refresh_all(ctx: LabContext, current: Optional[int]):
-    """The table, the picker's choices (with nothing picked yet, the running or newest job) and the banner."""
+def default_job(jobs: list[Job]) -> Optional[int]:
+    """The job a page opens on: the running one (the newest, if several), else the newest."""
+    running = [j.id for j in jobs if j.status == "running"]
+    return max(running) if running else (max(j.id for j in jobs) if jobs else None)
+
+
+def _digest(value: Any) -> str:
+    text = value.to_json() if isinstance(value, pd.DataFrame) else repr(value)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def _if_changed(value: Any, key: str, sent: dict[str, str]) -> Any:
+    """``value``, or gr.skip() when the browser already shows it (``sent`` remembers what it was sent)."""
+    digest = _digest(value)
+    if sent.get(key) == digest:
+        return gr.skip()
+    sent[key] = digest
+    return value
+
+
+def refresh_all(ctx: LabContext, current: Optional[int], sent: Optional[dict[str, str]] = None):
+    """The table, the picker (with nothing picked yet, on the running or newest job) and the banner,
+    each only when it changed since the last poll; and what was sent."""
+    sent = dict(sent or {})
     jobs = ctx.store.list()
     choices = _choices(jobs)
+    table = _if_changed(jobs_table(ctx, jobs), "table", sent)
     if current is None and jobs:
-        running = [j.id for j in jobs if j.status == "running"]
-        picker = gr.update(choices=choices, value=running[0] if running else max(j.id for j in jobs))
+        picker = gr.update(choices=choices, value=default_job(jobs))
+        sent["choices"] = _digest(choices)
+    elif sent.get("choices") == _digest(choices):
+        picker = gr.skip()
     else:
         picker = gr.update(choices=choices)
-    return jobs_table(ctx, jobs), picker, scheduler_banner(ctx.store)
+        sent["choices"] = _digest(choices)
+    return table, picker, _if_changed(scheduler_banner(ctx.store), "banner", sent), sent
 
 
-def show(ctx: LabContext, job_id: Optional[int]):
-    """Everything the job's panel shows: text, curves, activity, config, and how many events were drawn."""
+def _results_outputs(ctx: LabContext, job: Optional[Job]) -> tuple[Any, ...]:
+    """The results panel: text, figure, table (each hidden when empty), the run for the links and
+    the rename box, and whether those show."""
+    found = job_results(ctx.runs, job.kind, job.run_dir) if job else NOTHING
+    return (found.text, gr.update(value=found.figure, visible=found.figure is not None),
+            gr.update(value=found.table, visible=found.table is not None), found.run,
+            gr.update(visible=found.run is not None))
+
+
+def _figure_outputs(events: list[dict[str, Any]]) -> tuple[Any, Any]:
+    training, sweep = job_figures(events)
+    return (gr.update(value=training, visible=training is not None),
+            gr.update(value=sweep, visible=sweep is not None))
+
+
+def show(ctx: LabContext, job_id: Optional[int], sent: Optional[dict[str, str]] = None):
+    """Everything the job's panel shows, drawn afresh (a job was picked), and what was sent."""
     view = job_view(ctx, job_id)
-    return view.text, *job_figures(view.events), view.activity, view.config, len(view.events)
+    job = _job(ctx, job_id)
+    sent = {**(sent or {}), "job": str(job_id), "events": str(len(view.events)), "status": job.status if job else "",
+            "activity": _digest(view.activity)}
+    return (view.text, *_results_outputs(ctx, job), *_figure_outputs(view.events), view.activity, view.config, sent)
 
 
-def poll(ctx: LabContext, job_id: Optional[int], n_seen: int):
-    """As :func:`show`, but the plots stay as drawn while no new event came (no recomputation, no flicker)."""
-    if job_id is None:
-        return (gr.skip(),) * 6
+def poll(ctx: LabContext, job_id: Optional[int], sent: Optional[dict[str, str]] = None):
+    """As :func:`show`, but only what changed: the results and plots are redrawn when new events
+    came or the status changed, the activity when it grew."""
+    sent = dict(sent or {})
+    if job_id is None or sent.get("job") != str(job_id):
+        return (gr.skip(),) * 11
     view = job_view(ctx, job_id)
-    if len(view.events) == n_seen:
-        return view.text, gr.skip(), gr.skip(), view.activity, gr.skip(), n_seen
-    return view.text, *job_figures(view.events), view.activity, view.config, len(view.events)
+    job = _job(ctx, job_id)
+    status = job.status if job else ""
+    activity = _if_changed(view.activity, "activity", sent)
+    if sent.get("events") == str(len(view.events)) and sent.get("status") == status:
+        return (view.text,) + (gr.skip(),) * 7 + (activity, gr.skip(), sent)
+    sent.update(events=str(len(view.events)), status=status)
+    return (view.text, *_results_outputs(ctx, job), *_figure_outputs(view.events), activity, gr.skip(), sent)
+
+
+def _job(ctx: LabContext, job_id: Optional[int]) -> Optional[Job]:
+    try:
+        return ctx.store.get(int(job_id)) if job_id is not None else None
+    except (KeyError, ValueError):
+        return None
 
 
 def cancel_job(ctx: LabContext, job_id: Optional[int]) -> str:
@@ -148,29 +208,75 @@ def clone_job(ctx: LabContext, job_id: Optional[int]) -> str:
     return ok(f"Cloned as job {job.id}.")
 
 
+def rename_run(ctx: LabContext, name: Optional[str], label: Optional[str]) -> str:
+    """Give the job's evaluation a name of the user's (empty: back to the generated one)."""
+    run = runs.evaluation(ctx.runs, name)
+    if run is None:
+        return error("This job has no evaluation to name.")
+    try:
+        given = runs.write_label(run.path, label or "")
+    except OSError as e:
+        return error(f"Cannot rename: {e}")
+    return ok(f"Renamed to: {given}" if given else "The run is named for what it is again.")
+
+
 # ---------------------------------------------------------------- layout and wiring
-def build_jobs(ctx: LabContext) -> None:
+class JobLinks(NamedTuple):
+    """What the app wires to other pages: the picked job's evaluation and the buttons that open it."""
+
+    run: gr.State
+    buttons: dict[str, gr.Button]  # page id → its "open this run" button
+
+
+class _Panel(NamedTuple):
+    outputs: list[Any]  # what show/poll fill, in order: text, figure, table, run, links row
+    links: JobLinks
+    label: gr.Textbox
+    rename: gr.Button
+
+
+def _results_panel() -> _Panel:
+    results = gr.Markdown(elem_id="job-results")
+    figure = gr.Plot(visible=False, label="Reliability", elem_id="job-figure")
+    table = gr.Dataframe(visible=False, interactive=False, label="Answers")
+    run = gr.State(None)
+    with gr.Row(visible=False) as links:
+        temperature = gr.Button("Open in the Temperature lab", elem_id="job-open-temperature", scale=1)
+        cases = gr.Button("Open in Case studies", elem_id="job-open-cases", scale=1)
+        label = gr.Textbox(label="Name this run (empty: named for what it is)", scale=2, elem_id="job-run-label")
+        rename = gr.Button("Rename", scale=1)
+    return _Panel([results, figure, table, run, links], JobLinks(run, {"temperature": temperature, "cases": cases}),
+                  label, rename)
+
+
+def build_jobs(ctx: LabContext) -> JobLinks:
     banner = gr.HTML(value=functools.partial(scheduler_banner, ctx.store), elem_id="scheduler-banner")
     table = gr.Dataframe(value=functools.partial(jobs_table, ctx), label="Jobs (live)", elem_id="jobs-table",
                          interactive=False)
     with gr.Row():
-        picked = gr.Dropdown(_choices(ctx.store.list()), label="Job", elem_id="job-picker", scale=4)
+        picked = gr.Dropdown([], value=None, label="Job", elem_id="job-picker", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", scale=1)
         clone_btn = gr.Button("Clone (run again)", scale=1)
     action = gr.HTML()
     status = gr.Markdown(elem_id="job-status")
+    panel = _results_panel()
     with gr.Row():
-        training = gr.Plot(label="Training: loss per step, validation ECE / accuracy per epoch")
-        sweep = gr.Plot(label="Temperature sweep")
+        training = gr.Plot(label="Training: loss per step, validation ECE / accuracy per epoch", visible=False)
+        sweep = gr.Plot(label="Temperature sweep", visible=False)
     log = gr.Code(label=f"Activity: stages and messages, then the end of {LOG_FILE}", language=None, interactive=False)
     with gr.Accordion("Config", open=False):
         config = gr.Code(language="yaml", interactive=False)
-    seen = gr.State(0)  # number of events already drawn for the picked job
+    listed, drawn = gr.State({}), gr.State({})  # what the browser was last sent: the list, the picked job
 
-    outputs = [status, training, sweep, log, config, seen]
-    picked.change(functools.partial(show, ctx), inputs=picked, outputs=outputs)
+    outputs = [status, *panel.outputs, training, sweep, log, config, drawn]
+    picked.change(functools.partial(show, ctx), inputs=[picked, drawn], outputs=outputs, show_progress="hidden")
     cancel_btn.click(functools.partial(cancel_job, ctx), inputs=picked, outputs=action)
     clone_btn.click(functools.partial(clone_job, ctx), inputs=picked, outputs=action)
-    timer = gr.Timer(POLL_S)
-    timer.tick(functools.partial(refresh_all, ctx), inputs=picked, outputs=[table, picked, banner])
-    timer.tick(functools.partial(poll, ctx), inputs=[picked, seen], outputs=outputs)
+    panel.rename.click(functools.partial(rename_run, ctx), inputs=[panel.links.run, panel.label], outputs=action)
+    gr.on(None, functools.partial(refresh_all, ctx, None), inputs=listed, outputs=[table, picked, banner, listed],
+          show_progress="hidden")
+    timer = gr.Timer(POLL_S, active=False)
+    timer.tick(functools.partial(refresh_all, ctx), inputs=[picked, listed], outputs=[table, picked, banner, listed],
+               show_progress="hidden")
+    timer.tick(functools.partial(poll, ctx), inputs=[picked, drawn], outputs=outputs, show_progress="hidden")
+    return panel.links

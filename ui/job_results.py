@@ -1,0 +1,120 @@
+"""What a job left, shown on its own page: where the user looks first when a job is done.
+
+Each kind shows what it produced, read from its run directory (never from this session):
+an evaluation its headline numbers and reliability diagram, a pipeline (FIRST, CFT) its report
+table, a comparison its answers, an extraction its coverage curve. Kinds with nothing to draw
+draw nothing: no empty plot frame.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NamedTuple, Optional
+
+import pandas as pd
+
+from lab import runs
+from lab.compare import read_result
+from lab.layout import MANIFEST_FILE, REPORT_MD, TOPK_DIR
+from lab.templates import option_letter
+from ui.plots import coverage_figure, option_bars, reliability_figure
+
+MAX_REPORT_CHARS = 20_000  # a report longer than this is cut (the file holds it all)
+
+
+class JobResults(NamedTuple):
+    text: str  # markdown: headline numbers, a report table, or "" when the job left nothing yet
+    figure: Any  # a plotly figure, or None: the page hides the plot
+    table: Optional[pd.DataFrame]  # a comparison's answers, or None
+    run: Optional[str]  # the evaluation the job wrote (its catalogue name), for the links and the rename box
+
+
+NOTHING = JobResults("", None, None, None)
+
+
+def _pct(value: Optional[float]) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def evaluation_summary(run: runs.EvalRun) -> str:
+    """Accuracy, ECE with its bootstrap interval, n and NLL of one evaluation, in one line."""
+    interval = f" (95% interval {_pct(run.ece_ci[0])}–{_pct(run.ece_ci[1])})" if run.ece_ci else ""
+    nll = f" · NLL {run.nll:.3f}" if run.nll is not None else ""
+    how = f" · {run.scoring} scoring ({run.template})" if run.scoring else ""
+    return (f"**Accuracy {_pct(run.accuracy)}** · **ECE {_pct(run.ece)}**{interval} · n = {run.n}{nll}{how}\n\n"
+            f"Run: **{run.label}** (`{run.name}`)")
+
+
+def _evaluation(ctx_runs: Path, run_dir: str) -> JobResults:
+    found = runs.job_evaluations(ctx_runs, run_dir)
+    if not found:
+        return NOTHING
+    run = found[0]
+    metrics = runs.read_metrics(run.path) or {}
+    more = "" if len(found) == 1 else f"\n\n{len(found)} evaluations: the Results page lists them all."
+    return JobResults(evaluation_summary(run) + more, reliability_figure(metrics, run.label), None, run.name)
+
+
+def _report(run_dir: str) -> JobResults:
+    try:
+        text = (Path(run_dir) / REPORT_MD).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return NOTHING
+    if len(text) > MAX_REPORT_CHARS:
+        text = text[:MAX_REPORT_CHARS] + f"\n\n… (cut; the whole report is `{Path(run_dir) / REPORT_MD}`)"
+    return JobResults(text, None, None, None)
+
+
+def compare_answers(result: dict[str, Any]) -> pd.DataFrame:
+    """One row per model: its generated answer and, with options, the option it picks."""
+    rows = [{"model": r["label"], "answer": r["generation"]["text"],
+             "sequence probability": r["generation"]["sequence_prob"],
+             "first-token probability": r["generation"]["first_token_prob"],
+             **({"chosen option": option_letter(r["prediction"]), "its probability": r["probs"][r["prediction"]],
+                 "T": r.get("temperature")} if "probs" in r else {})}
+            for r in result["results"]]
+    return pd.DataFrame(rows).round(4)
+
+
+def compare_figure(result: dict[str, Any]) -> Any:
+    """Each model's option probabilities, or None for a free-text question."""
+    if not result["options"]:
+        return None
+    labels = [f"{option_letter(i)}. {o}" for i, o in enumerate(result["options"])]
+    return option_bars([{"model": r["label"], "probs": r["probs"], "labels": labels} for r in result["results"]])
+
+
+def _compare(run_dir: str) -> JobResults:
+    result = read_result(run_dir)
+    if not result or not result.get("results"):
+        return NOTHING
+    return JobResults(f"**Question:** {result.get('question', '')}", compare_figure(result), compare_answers(result),
+                      None)
+
+
+def _extract(run_dir: str) -> JobResults:
+    path = Path(run_dir) / TOPK_DIR / MANIFEST_FILE
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return NOTHING
+    if not isinstance(manifest, dict):
+        return NOTHING
+    return JobResults(f"Top-k store: `{path.parent}` (k = {manifest.get('k', '?')})", coverage_figure(manifest), None,
+                      None)
+
+
+def job_results(ctx_runs: Path, kind: str, run_dir: Optional[str]) -> JobResults:
+    """What the job's page shows of its outputs; :data:`NOTHING` before it wrote any."""
+    if not run_dir:
+        return NOTHING
+    if kind == "evaluate":
+        return _evaluation(ctx_runs, run_dir)
+    if kind == "compare":
+        return _compare(run_dir)
+    if kind == "extract":
+        return _extract(run_dir)
+    report = _report(run_dir)
+    if report.text:
+        return report
+    return _evaluation(ctx_runs, run_dir)  # a finetune job's evaluations, if it ran any
