@@ -164,3 +164,9 @@ def test_no_timer_runs_until_its_page_is_shown(demo):
     assert len(every) >= 4 and not any(t.active for t in every)  # the Launch page, first shown, polls nothing
     states = timer_states(every[:1], every)
     assert [s.active for s in states] == [True] + [False] * (len(every) - 1)
+
+
+def test_an_idle_queue_sleeps_between_events(demo):
+    from ui.app import IDLE_WAKE_S
+
+    assert demo._queue.sleep_when_free >= IDLE_WAKE_S and demo._queue.progress_update_sleep_when_free >= IDLE_WAKE_S

@@ -187,6 +187,11 @@ def poll(ctx: LabContext, job_id: Optional[int], sent: Optional[dict[str, str]] 
     return (view.text, *_results_outputs(ctx, job), *_figure_outputs(view.events), activity, gr.skip(), sent)
 
 
+def tick(ctx: LabContext, job_id: Optional[int], listed: Optional[dict[str, str]], drawn: Optional[dict[str, str]]):
+    """One poll of the whole page (one request, not two): the list, then the picked job."""
+    return (*refresh_all(ctx, job_id, listed), *poll(ctx, job_id, drawn))
+
+
 def _job(ctx: LabContext, job_id: Optional[int]) -> Optional[Job]:
     try:
         return ctx.store.get(int(job_id)) if job_id is not None else None
@@ -276,7 +281,6 @@ def build_jobs(ctx: LabContext) -> JobLinks:
     gr.on(None, functools.partial(refresh_all, ctx, None), inputs=listed, outputs=[table, picked, banner, listed],
           show_progress="hidden")
     timer = gr.Timer(POLL_S, active=False)
-    timer.tick(functools.partial(refresh_all, ctx), inputs=[picked, listed], outputs=[table, picked, banner, listed],
-               show_progress="hidden")
-    timer.tick(functools.partial(poll, ctx), inputs=[picked, drawn], outputs=outputs, show_progress="hidden")
+    timer.tick(functools.partial(tick, ctx), inputs=[picked, listed, drawn],
+               outputs=[table, picked, banner, listed, *outputs], show_progress="hidden")
     return panel.links
