@@ -1,4 +1,10 @@
-"""Before a GPU job starts: will the model fit? A rough estimate, said before the wait, not after.
+"""Before a job is queued or starts: are there the GPUs it asks for, and will its models fit?
+
+:func:`check_gpu_request` refuses, at submit, more GPUs than this machine has: the scheduler
+(:mod:`jobs.scheduler`) hands out ``jobs.launch.visible_gpus()`` and fails a job asking for more the
+moment it looks at it, so a form saying "queued" would only be a failure postponed.
+
+Will the model fit? A rough estimate, said before the wait, not after.
 
 Parameters are counted from the safetensors headers (exact, and readable without torch or
 loading any weights); memory per parameter depends on what the job does with them:
@@ -21,13 +27,25 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from jobs.launch import visible_gpus
 from lab import kinds
-from lab.config import spec_of, walk
+from lab.config import ConfigError, spec_of, walk
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HEADROOM = 1.2
 LORA_TRAINABLE = 0.02
 GIB = 1024**3
+
+
+def check_gpu_request(gpus: int, available: Optional[int] = None) -> None:
+    """Refuse ``gpus`` beyond the ``available`` GPUs (default: those this machine's scheduler hands out)."""
+    if gpus == 0:
+        return
+    have = len(visible_gpus()) if available is None else available
+    if have == 0:
+        raise ConfigError("gpus: this machine has no GPU; set GPUs to 0")
+    if gpus > have:
+        raise ConfigError(f"gpus: asked for {gpus} GPUs, but this machine has {have}; set GPUs to {have} or fewer")
 
 
 def count_parameters(model_dir: Path) -> Optional[int]:

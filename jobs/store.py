@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
+from jobs.preflight import check_gpu_request
 from lab.config import ConfigError
 from lab.kinds import parse_config
 from lab.layout import CONFIG_FILE
@@ -161,9 +162,15 @@ class JobStore:
     # ------------------------------------------------------------------ writing
     def submit(self, config: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None) -> Job:
         """Validate ``config``, resolve the files it names (inside ``roots`` when given) and queue it
-        as resolved; a bad config changes nothing and raises :class:`ConfigError` naming the field."""
+        as resolved; a bad config changes nothing and raises :class:`ConfigError` naming the field.
+
+        A config from a browser (``roots`` given) runs on the scheduler of the server it came through,
+        on this machine, so it may ask for no more GPUs than this machine has. The command line may
+        queue for a scheduler elsewhere that shares the store, which refuses what it cannot run."""
         kind, parsed = parse_config(config, roots)
         gpus = check_gpus(gpus)
+        if roots is not None:
+            check_gpu_request(gpus)
         text = dump_yaml({"kind": kind.name, **parsed.to_dict()})
         now = time.time()
         with self.transaction() as db:

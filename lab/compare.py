@@ -26,6 +26,9 @@ from lab.templates import get_template, user_turn
 
 MAX_MODELS = 4
 MAX_QUESTION = 20_000  # characters; a longer prompt is over most models' context anyway
+# The default asks FIRST's case-study question (a capital a model may confuse), so that the form runs as it
+# opens; examples/compare-quick.yaml adds its options.
+EXAMPLE_QUESTION = "What is the capital of Norway?"
 
 
 @dataclass(kw_only=True)
@@ -41,7 +44,7 @@ class CompareModel(AdaptedModel):
 
 @dataclass
 class CompareConfig(ConfigMixin, DeviceSection):
-    question: str = field(default="", metadata=doc("the question", role="text", max_len=MAX_QUESTION))
+    question: str = field(default=EXAMPLE_QUESTION, metadata=doc("the question", role="text", max_len=MAX_QUESTION))
     options: list[str] = field(default_factory=list, metadata=doc("answer options (none: free text only)",
                                                                   role="text", max_len=MAX_QUESTION, max_items=26))
     models: list[dict[str, Any]] = field(default_factory=lambda: [{"model": "bundled"}], metadata=doc(

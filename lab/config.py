@@ -254,6 +254,18 @@ def walk(cls: type, values: Mapping[str, Any], where: str = "") -> Iterator[tupl
                 yield from walk(spec.entries, value, path)
 
 
+def with_defaults(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` completed with ``cls``'s declared defaults, so that an entry of a list field (a CFT
+    source) means what its declaration says to every reader, not what each reader assumes."""
+    out = dict(values)
+    for f in dataclasses.fields(cls):
+        if f.name not in out and f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+        elif f.name not in out and f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+    return out
+
+
 class ConfigMixin:
     """For dataclasses: ``from_dict`` validates against the fields' declarations first.
 

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -47,14 +47,23 @@ def _bundled_gguf() -> Path:
     return path
 
 
+def _bundled_target() -> Path:
+    return cache_dir() / "models" / BUNDLED_DIRNAME
+
+
+def bundled_converted() -> bool:
+    """Whether the bundled model's safetensors copy exists (else the next load converts, ~30 s)."""
+    return (_bundled_target() / "config.json").is_file()
+
+
 def bundled_model_dir() -> Path:
     """Return the safetensors directory of the bundled model, converting the GGUF once.
 
     The conversion writes into a temporary directory beside the target and renames it into
     place, so an interrupted or concurrent conversion never leaves a half-written model.
     """
-    target = cache_dir() / "models" / BUNDLED_DIRNAME
-    if (target / "config.json").is_file():
+    target = _bundled_target()
+    if bundled_converted():
         return target
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -162,15 +171,19 @@ def load_model(
     dtype: str = "auto",
     merge_adapter: bool = True,
     quantize_4bit: bool = False,
+    announce: Optional[Callable[[str], None]] = None,
 ) -> LoadedModel:
     """Load ``name`` (``bundled``, a local directory or a hub id) for inference.
 
     ``adapter`` is a PEFT (LoRA) directory; for evaluation it is merged into the weights so the
     forward pass costs the same as the base model's. ``quantize_4bit`` loads NF4 weights through
-    bitsandbytes (QLoRA training; CUDA only).
+    bitsandbytes (QLoRA training; CUDA only). ``announce(stage)`` is told of the one-off
+    conversion of the bundled model, which makes its first load half a minute longer.
     """
     from transformers import AutoModelForCausalLM
 
+    if announce is not None and name == BUNDLED and not bundled_converted():
+        announce("converting the bundled model (once; about 30 s)")
     path = resolve_model_path(name)
     torch_device = select_device(device)
     torch_dtype = select_dtype(dtype, torch_device)

@@ -7,8 +7,16 @@ files: ``~`` expanded, a glob expanded and *every match* checked, a folder liste
 in it checked, ``SPLIT=PATH`` kept with its split, ``..`` and symlinks followed to where they
 lead. With ``roots`` (a config from a browser) every one of them must lie inside a root, and a
 glob's fixed folder is checked before it is listed, so a refusal never tells what exists
-outside. The resolved config is what the job store keeps and the worker reads; since its
+outside; inside them, a path that does not exist is named as not found, with where it was
+looked for. The resolved config is what the job store keeps and the worker reads; since its
 entries are existing files, the loader takes them literally and never globs again.
+
+The entry ``bundled`` (a whole entry, never a path prefix) names the package's own sample of the
+dataset (:mod:`lab.data.samples`), as ``model: bundled`` names the bundled model: it is checked
+here (the dataset has one) and kept as written, so that a stored config resolves to itself when it
+is cloned or run, and reads the same on another clone; the loader expands it to the sample's
+``SPLIT=PATH`` files. Those lie in ``lab/data/bundled/``, which is always an allowed root, read-only,
+so naming one of them by its path is allowed too.
 
 Only the shapes :func:`lab.config.validate` lets through arrive here (text, lists of text,
 numbers for a temperature): a mapping, a nested list or an alias never reaches a path check.
@@ -24,8 +32,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from lab.config import PATH_ROLES, ConfigError, validate, walk
-from lab.data import DATASETS, DataError
+from lab.data import DATASETS, DataError, samples, with_sample
 from lab.data.loaders import list_folder, split_entry
+from lab.layout import TEMPERATURE_FILE
 
 MAX_FILES = 10_000  # files one config may resolve to (a glob over a huge tree is refused, not walked)
 MAX_TREE = 10_000  # entries of a model or adapter folder checked for symlinks leading out
@@ -44,10 +53,14 @@ class Policy:
     """Where files may be: anywhere this process can read (``roots`` None), or inside ``roots``."""
 
     def __init__(self, roots: Optional[Iterable[Path]]) -> None:
-        self.roots = None if roots is None else [Path(os.path.realpath(os.path.expanduser(r))) for r in roots]
+        self.roots = None if roots is None else [Path(os.path.realpath(os.path.expanduser(r)))
+                                                 for r in (*roots, samples.ROOT)]
+
+    def allows(self, real: Path) -> bool:
+        return self.roots is None or any(real == r or r in real.parents for r in self.roots)
 
     def check(self, field: str, real: Path, given: str) -> None:
-        if self.roots is None or any(real == r or r in real.parents for r in self.roots):
+        if self.allows(real):
             return
         allowed = ", ".join(map(str, self.roots))
         raise PathNotAllowed(f"{field}: {given!r} leads outside the folders this server may read ({allowed}). "
@@ -104,8 +117,8 @@ def _expand(field: str, given: str, extensions: tuple[str, ...], policy: Policy)
                 files.append(resolved)
         elif real.is_file():
             files.append(real)
-        elif literal:
-            raise ConfigError(f"{field}: file not found: {given!r}")
+        elif literal:  # inside the roots (checked above): saying it is missing tells nothing outside
+            raise ConfigError(f"{field}: file not found: {given!r} (looked for {real})")
     for path in files:
         if glob.has_magic(str(path)):
             raise ConfigError(f"{field}: {str(path)!r} has a wildcard character (*, ? or [) in its name; rename it")
@@ -114,8 +127,7 @@ def _expand(field: str, given: str, extensions: tuple[str, ...], policy: Policy)
 
 def _dataset_extensions(holder: dict[str, Any], owner: type) -> tuple[str, ...]:
     """The file extensions a folder of the holder's dataset is listed by."""
-    default = next((f.default for f in fields(owner) if f.name == "dataset"), None)
-    name = holder.get("dataset", default)
+    name = _dataset_name(holder, owner)
     return DATASETS.get(name).extensions if isinstance(name, str) and name in DATASETS else DATA_EXTENSIONS
 
 
@@ -124,6 +136,9 @@ def _resolve_entries(field: str, value: list[str], extensions: tuple[str, ...], 
     """Each entry (``SPLIT=PATH`` too, ``with_split``) as the checked files it names, in order."""
     out: list[str] = []
     for i, entry in enumerate(value):
+        if entry == samples.BUNDLED:  # the package's own sample (checked by the caller), kept as written
+            out.append(entry)
+            continue
         split, given = split_entry(entry) if with_split else (None, entry)
         out += [f"{split}={p}" if split else str(p) for p in _expand(f"{field}[{i}]", given, extensions, policy)]
         if len(out) > MAX_FILES:
@@ -131,11 +146,31 @@ def _resolve_entries(field: str, value: list[str], extensions: tuple[str, ...], 
     return out
 
 
+def _dataset_name(holder: dict[str, Any], owner: type) -> Any:
+    default = next((f.default for f in fields(owner) if f.name == "dataset"), None)
+    return holder.get("dataset", default)
+
+
+def _check_bundled(field: str, value: list[str], holder: dict[str, Any], owner: type) -> None:
+    """``bundled`` stands alone (not ``SPLIT=bundled``) and names a sample the dataset has."""
+    for i, entry in enumerate(value):
+        if split_entry(entry)[1] == samples.BUNDLED and entry != samples.BUNDLED:
+            raise ConfigError(f"{field}[{i}]: {samples.misplaced(entry)}")
+    if samples.BUNDLED in value:
+        try:
+            samples.require(DATASETS.get(_dataset_name(holder, owner)), with_sample())
+        except DataError as e:
+            raise ConfigError(f"{field}[{value.index(samples.BUNDLED)}]: {e}") from None
+
+
 def _data_files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
+    _check_bundled(field, value, holder, owner)
     return _resolve_entries(field, value, _dataset_extensions(holder, owner), policy, with_split=True)
 
 
 def _files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
+    # `bundled` in a files field (preference pairs, the only one) is the package's own pairs file, which
+    # lab.data.preferences reads; it is kept as written, as in data_files.
     return _resolve_entries(field, value, PAIR_EXTENSIONS, policy, with_split=False)
 
 
@@ -153,20 +188,35 @@ def _dir(field: str, value: str, holder: dict[str, Any], owner: type, policy: Po
     return _folder(field, value, policy, "a folder")
 
 
+def _names_a_path(text: str) -> bool:
+    """Whether text reads as a path (a folder in it, ~, a dot, a .json name), not as a stray word."""
+    return os.sep in text or "/" in text or text.startswith(("~", ".")) or text.lower().endswith(".json")
+
+
 def _temperature(field: str, value: Any, holder: dict[str, Any], owner: type, policy: Policy) -> Any:
-    if isinstance(value, float):  # the validator turned numbers (and numeric text) into floats
+    """A number (the validator made numeric text one), or an existing temperature.json or its folder.
+
+    A stray word (``hot``) outside the roots is answered as a bad temperature, not as a path leading
+    outside: that would say nothing useful, and "not found" there would tell what exists outside."""
+    if isinstance(value, float):
         return value
-    real = _real(value)
+    expected = f"{field}: expected a positive number or a {TEMPERATURE_FILE} (file or folder), got {value!r}"
+    try:
+        real = _real(value)
+    except OSError:  # a relative value, and the server's working folder is gone: nothing to find it in
+        raise ConfigError(expected) from None
+    if not policy.allows(real) and not _names_a_path(value):
+        raise ConfigError(expected)
     policy.check(field, real, value)
     if real.is_dir():
-        from lab.temperature import TEMPERATURE_FILE
-
         real = _real(str(real / TEMPERATURE_FILE))
         policy.check(field, real, value)
-    if not real.is_file():
-        raise ConfigError(f"{field}: no temperature file at {value!r}: fit one first (the CFT job's ts/ folder or "
-                          "the temperature lab's Save button writes one)")
-    return str(real)
+    if real.is_file():
+        return str(real)
+    if not _names_a_path(value):
+        raise ConfigError(expected)
+    raise ConfigError(f"{expected}: there is none at {real}. Fit one first (the CFT job's ts/ folder or the "
+                      "temperature lab's Save button writes one)")
 
 
 def looks_like_path(value: str) -> bool:
@@ -210,8 +260,31 @@ def resolve_paths(cls: type, values: dict[str, Any], roots: Optional[Iterable[Pa
     policy = Policy(roots)
     for field, spec, holder, key, owner in walk(cls, values):
         if spec.role in RESOLVERS and holder[key] is not None:
-            holder[key] = RESOLVERS[spec.role](field, holder[key], holder, owner, policy)
+            try:
+                holder[key] = RESOLVERS[spec.role](field, holder[key], holder, owner, policy)
+            except OSError as e:  # a folder that cannot be listed, a file vanishing while it is checked
+                raise ConfigError(f"{field}: cannot read {holder[key]!r}: {e.strerror or e}") from None
     return values
+
+
+def path_problems(cls: type, values: Any, roots: Optional[Iterable[Path]] = None) -> list[str]:
+    """Every file-naming entry of ``values`` that :func:`resolve_paths` would refuse, each with its
+    message: what a preset needs that this machine lacks, all at once rather than one per Submit."""
+    policy, problems = Policy(roots), []
+    for field, spec, holder, key, owner in walk(cls, validate(cls, values)):
+        value = holder[key]
+        if spec.role not in RESOLVERS or value is None:
+            continue
+        singles = [(f"{field}[{i}]", [entry]) for i, entry in enumerate(value)] if isinstance(value, list) else [
+            (field, value)]
+        for where, single in singles:
+            try:
+                RESOLVERS[spec.role](field, single, holder, owner, policy)
+            except ConfigError as e:  # a one-entry list is refused as entry [0]: name it by its own index
+                problems.append(where + str(e).removeprefix(f"{field}[0]" if isinstance(value, list) else field))
+            except OSError as e:
+                problems.append(f"{where}: cannot read {single!r}: {e.strerror or e}")
+    return problems
 
 
 def checked_config(cls: type, values: Any, roots: Optional[Iterable[Path]] = None) -> dict[str, Any]:

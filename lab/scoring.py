@@ -13,7 +13,10 @@ full passes.
 
 In both modes the language-model head (vocabulary × hidden, the largest matmul for small models)
 is applied only at the positions whose predictions we read (``logits_to_keep``), questions are
-batched longest-first to waste little padding, and results come back in the input order.
+batched longest-first to waste little padding, and results come back in the input order. A batch
+holds at most ``batch_size`` questions and, on a CPU, :data:`BATCH_TOKENS` padded tokens
+(:func:`plan_batches`); :func:`layer_progress` says how far a forward pass is, so a job with long
+passages can report progress every second or two.
 
 A caller that wants the questions' lengths checked against the model's context before the first
 forward pass tokenises with :func:`encode_prompts`, calls :func:`check_context` and hands the same
@@ -22,8 +25,10 @@ encoding to the scorer (``encoded=``), so nothing is tokenised twice.
 from __future__ import annotations
 
 import copy
+import functools
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -38,6 +43,13 @@ MIN_OPTION_CHUNK = 8  # option rows per continuation pass at least (fewer calls 
 # Tokenizers that set no limit report transformers' VERY_LARGE_INTEGER (1e30): that is no limit.
 SANE_MAX_LENGTH = 10_000_000
 MAX_LISTED = 5  # questions named in a too-long error
+# Padded tokens per forward pass at most, by device type; a type not listed: batch_size alone.
+# On a CPU it cuts the batches of the longest passages (16 BoolQ passages pad to 13,200 tokens, a
+# minute on two cores), so questions are counted at least every few seconds and less is padded
+# (BoolQ: 22,357 tokens run instead of 28,620, one pass more in 100 questions). Not smaller: on a
+# busy CPU each pass costs seconds of its own (512 tokens made BoolQ 3 times slower, measured).
+# A GPU is left to batch_size: users raise it there for throughput.
+BATCH_TOKENS = {"cpu": 4096}
 
 
 @dataclass
@@ -149,12 +161,68 @@ def check_context(model: torch.nn.Module, tokenizer, lengths: Sequence[tuple[str
                     f"{listed}{more}. {remedy}")
 
 
-def _order(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Index batches, longest first, so each batch pads to similar lengths."""
+def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens: Optional[int] = None) -> list[list[int]]:
+    """Index batches, longest first, of at most ``batch_size`` questions and ``max_tokens`` padded tokens.
+
+    Longest first: each batch pads to similar lengths, the memory peak comes in the first seconds
+    rather than at the end, and a question too long for the budget sits alone in its own batch.
+    The token budget keeps every forward pass about equally long, so progress can be reported
+    every few seconds even for long passages: a batch pads to its first (longest) question, so it
+    costs ``len(batch) * lengths[batch[0]]`` tokens. ``max_tokens=None``: no budget.
+    """
     if batch_size < 1:
         raise ValueError(f"Expected `batch_size` to be an integer larger than 0, but got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"Expected `max_tokens` to be an integer larger than 0 or None, but got {max_tokens}")
+    batches: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        current = batches[-1] if batches else None
+        if current and len(current) < batch_size and (
+                max_tokens is None or (len(current) + 1) * lengths[current[0]] <= max_tokens):
+            current.append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+_order = plan_batches  # the name lab.distill.extract and bench/topk_store.py import
+
+
+def batch_tokens(device: torch.device) -> Optional[int]:
+    """The padded-token budget of one forward pass on ``device`` (:data:`BATCH_TOKENS`); None: no budget."""
+    return BATCH_TOKENS.get(torch.device(device).type)
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The model's stack of transformer blocks: the ``ModuleList`` as long as its config's
+    ``num_hidden_layers`` (Llama's ``model.layers``; a mixture of experts' expert lists can be
+    longer), else its longest; an empty one for a model without."""
+    lists = sorted((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len, reverse=True)
+    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    return next((m for m in lists if len(m) == n), lists[0] if lists else torch.nn.ModuleList())
+
+
+def _after_layer(report: Callable[[float], None], fraction: float, module: torch.nn.Module, args: Any,
+                 output: Any) -> None:
+    report(fraction)  # returns None: the layer's output passes on unchanged
+
+
+@contextmanager
+def layer_progress(model: torch.nn.Module, report: Callable[[float], None]) -> Iterator[None]:
+    """Call ``report(k / n)`` after block k of the n in every forward pass of ``model``.
+
+    One pass over 16 long passages takes a minute on two CPU cores; told how far it is, a progress
+    counter has news every second or two without smaller batches (each extra pass costs seconds
+    on a busy CPU, bench/progress_latency.py). A hook per block costs microseconds.
+    """
+    layers = decoder_layers(model)
+    handles = [layer.register_forward_hook(functools.partial(_after_layer, report, (k + 1) / len(layers)))
+               for k, layer in enumerate(layers)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _left_padded(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -193,11 +261,13 @@ def _device(model: torch.nn.Module) -> torch.device:
 @torch.inference_mode()
 def score_letter(
     model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None,
-    encoded: Optional[Sequence[Encoded]] = None,
+    encoded: Optional[Sequence[Encoded]] = None, batches: Optional[Sequence[Sequence[int]]] = None,
 ) -> list[LetterScore]:
     """Score each prompt's options as the next token; one forward pass per question.
 
-    ``encoded``: ``encode_prompts(tokenizer, prompts, "letter")``, where the caller already has it.
+    ``encoded``: ``encode_prompts(tokenizer, prompts, "letter")``, where the caller already has it;
+    ``batches``: the caller's :func:`plan_batches` over ``scored_length(…, "letter")`` (it weighs
+    progress by that plan), else batches of ``batch_size`` questions. ``progress(n)`` after each batch.
     """
     if encoded is None:
         encoded = encode_prompts(tokenizer, prompts, "letter")
@@ -212,7 +282,9 @@ def score_letter(
         option_ids.append(first)
     results: list[Optional[LetterScore]] = [None] * len(prompts)
     device = _device(model)
-    for batch in _order([len(encoded[i][0]) for i in range(len(prompts))], batch_size):
+    if batches is None:
+        batches = plan_batches([scored_length(e, "letter") for e in encoded], batch_size)
+    for batch in batches:
         ids, mask, pos = _left_padded([encoded[i][0] for i in batch], _pad_id(tokenizer), device)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=False).logits
         logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (B, V)
@@ -236,18 +308,22 @@ def score_letter(
 @torch.inference_mode()
 def score_cloze(
     model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None,
-    encoded: Optional[Sequence[Encoded]] = None,
+    encoded: Optional[Sequence[Encoded]] = None, batches: Optional[Sequence[Sequence[int]]] = None,
 ) -> list[ClozeScore]:
     """Log-likelihood of each option's text after the context; ``batch_size`` counts questions.
 
-    ``encoded``: ``encode_prompts(tokenizer, prompts, "cloze")``, where the caller already has it.
+    ``encoded``: ``encode_prompts(tokenizer, prompts, "cloze")``, where the caller already has it;
+    ``batches``: the caller's :func:`plan_batches` over ``scored_length(…, "cloze")``, else batches
+    of ``batch_size`` questions. ``progress(n)`` after each batch.
     """
     if encoded is None:
         encoded = encode_prompts(tokenizer, prompts, "cloze")
     results: list[Optional[ClozeScore]] = [None] * len(prompts)
     device = _device(model)
     pad = _pad_id(tokenizer)
-    for batch in _order([scored_length(e, "cloze") for e in encoded], batch_size):
+    if batches is None:
+        batches = plan_batches([scored_length(e, "cloze") for e in encoded], batch_size)
+    for batch in batches:
         contexts = [encoded[i][0] for i in batch]
         ids, mask, pos = _left_padded(contexts, pad, device)
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=True)

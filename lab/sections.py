@@ -17,6 +17,10 @@ every kind rather than a level of nesting.
 
 Dataclass fields are collected from the last base to the first, so a config lists its sections
 last-first to show them in reading order (model, data, prompt, evaluation, device).
+
+The defaults every kind starts from are the block below: the bundled model on the bundled
+OpenBookQA sample, so that each kind's defaults run on a fresh machine with no network and no
+dataset files (``lab.data.samples``).
 """
 from __future__ import annotations
 
@@ -24,17 +28,25 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from lab.config import doc
-from lab.data import DATASETS
+from lab.data import DATASETS, with_sample
 from lab.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
 from lab.metric_checks import BinEdges
 from lab.templates import TEMPLATES
 
-BUNDLED = "bundled"  # lab.models.BUNDLED, without importing the model stack
+BUNDLED = "bundled"  # the model (lab.models) and the dataset samples (lab.data.samples) that ship with the lab
+
+# ---------------------------------------------------------------- defaults
+DEFAULT_MODEL = BUNDLED  # SmolLM2-135M-Instruct, shipped with the lab
+DEFAULT_DATASET = "obqa"  # OpenBookQA: its bundled sample has train, validation and test splits
+DEFAULT_DATA_FILES = (BUNDLED,)  # the dataset's bundled sample (lab/data/bundled/)
+DEFAULT_SPLIT = "test"
+DATA_FILES_HELP = ("local files, folders or globs: PATH or SPLIT=PATH; 'bundled': the sample that ships with the "
+                   f"lab, every split of it ({', '.join(with_sample())}); none: the hub copy")
 
 
 @dataclass
 class ModelSection:
-    model: str = field(default=BUNDLED, metadata=doc("'bundled', a local directory or a hub id", role="model"))
+    model: str = field(default=DEFAULT_MODEL, metadata=doc("'bundled', a local directory or a hub id", role="model"))
 
 
 @dataclass
@@ -44,15 +56,16 @@ class AdaptedModel(ModelSection):
 
 @dataclass
 class Dataset:
-    dataset: str = field(default="csqa", metadata=doc("registered dataset name", role="name", registry=DATASETS))
-    data_files: list[str] = field(default_factory=list, metadata=doc(
-        "local files, folders or globs: PATH or SPLIT=PATH (none: the hub copy)", role="data_files"))
+    dataset: str = field(default=DEFAULT_DATASET, metadata=doc("registered dataset name", role="name",
+                                                               registry=DATASETS))
+    data_files: list[str] = field(default_factory=lambda: list(DEFAULT_DATA_FILES), metadata=doc(
+        DATA_FILES_HELP, role="data_files"))
     subject: Optional[str] = field(default=None, metadata=doc("MMLU subject (None: all)", **SUBJECT))
 
 
 @dataclass
 class DataSection(Dataset):
-    split: str = field(default="test", metadata=doc("split name, or SOURCE:PART for a seeded carve", **SPLIT))
+    split: str = field(default=DEFAULT_SPLIT, metadata=doc("split name, or SOURCE:PART for a seeded carve", **SPLIT))
     limit: Optional[int] = field(default=None, metadata=doc("first N questions only (None: all)", ge=1, le=MAX_ROWS))
 
 

@@ -22,7 +22,7 @@ def stage(directory: Path, events: EventWriter, name: str, work: Callable[[], di
         events.emit("log", message=f"{name}: already done, reusing {directory}")
         return json.loads(marker.read_text())
     directory.mkdir(parents=True, exist_ok=True)
-    events.emit("stage", name=name)
+    events.stage(name)
     result = work()
     write_atomic(marker, json.dumps(result, indent=2))
     return result

@@ -13,20 +13,82 @@ anything else is a bug in the lab and keeps its traceback in the log.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from lab.errors import USER_ERRORS, Stopped
-from lab.events import EventWriter
+from lab.events import START, EventWriter
 from lab.files import write_atomic
 from lab.kinds import config_text, load_config
 from lab.layout import CONFIG_FILE, EVENTS_FILE, RESULT_FILE, STOP_FILE
 
 PROGRESS_EVERY_S = 1.0  # at most one progress event a second: the UI polls, it need not see every batch
+
+
+class Counter:
+    """``counter(n)`` after n more of a stage's ``total`` items: throttled ``step``/``total`` events.
+
+    It says ``step`` 0 as soon as it exists (the stage began), always says the first count and the
+    last, and between them at most one event every :data:`PROGRESS_EVERY_S`. Told the work ahead
+    (:meth:`weigh`), its events carry ``tokens``/``tokens_total`` too, and :meth:`within` moves
+    ``tokens`` inside a batch: the UI then has news every second or two although one forward pass
+    of long passages takes a minute, and an ETA that holds although the longest come first. It
+    raises :class:`Stopped` when the job was asked to stop.
+    """
+
+    def __init__(self, ctx: "JobContext", stage: str, total: int) -> None:
+        self.ctx, self.stage, self.total = ctx, stage, total
+        self.done, self.said, self.last = 0, 0, 0.0
+        self.items_at: list[int] = []  # items done when each batch ends (from weigh), from 0
+        self.tokens_at: list[int] = []  # tokens done then
+        self.partial = 0.0  # how far the batch in flight is, 0 to 1
+        self._emit()
+
+    def weigh(self, batches: Sequence[tuple[int, int]]) -> None:
+        """The work ahead, in order: each batch's number of items and its cost in tokens."""
+        if sum(n for n, _ in batches) != self.total:
+            raise ValueError(f"Expected batches of {self.total} items in all, but got "
+                             f"{sum(n for n, _ in batches)}")
+        self.items_at = [0, *itertools.accumulate(n for n, _ in batches)]
+        self.tokens_at = [0, *itertools.accumulate(t for _, t in batches)]
+        self._emit()  # restates step 0 with tokens_total: the ETA's starting point
+
+    def within(self, fraction: float) -> None:
+        """The batch in flight is ``fraction`` done (a forward pass, layer by layer)."""
+        if not self.tokens_at:
+            return  # not weighed: a batch's share means nothing
+        self.partial = max(self.partial, min(fraction, 1.0))  # a pass after the first starts again at 0
+        if time.monotonic() - self.last >= PROGRESS_EVERY_S:
+            if self.ctx.should_stop():  # a stop need not wait for the end of a minute-long pass
+                raise Stopped(f"stopped at {self.done}/{self.total}")
+            self._emit()
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        self.partial = 0.0
+        if self.ctx.should_stop():
+            raise Stopped(f"stopped at {self.done}/{self.total}")
+        if self.said == 0 or self.done == self.total or time.monotonic() - self.last >= PROGRESS_EVERY_S:
+            self._emit()
+
+    def _tokens(self) -> int:
+        """Tokens done: the finished batches', and the batch in flight's share."""
+        k = bisect.bisect_right(self.items_at, self.done) - 1
+        inflight = self.tokens_at[k + 1] - self.tokens_at[k] if k + 1 < len(self.tokens_at) else 0
+        return self.tokens_at[k] + round(self.partial * inflight)
+
+    def _emit(self) -> None:
+        fields = {"step": self.done, "total": self.total}
+        if self.tokens_at:
+            fields.update(tokens=self._tokens(), tokens_total=self.tokens_at[-1])
+        self.ctx.events.emit(self.stage, **fields)
+        self.said, self.last = self.done, time.monotonic()
 
 
 class JobContext:
@@ -42,25 +104,33 @@ class JobContext:
     def log(self, message: str) -> None:
         self.events.emit("log", message=message)
 
-    def progress(self, stage: str) -> Callable[[int], Callable[[int], None]]:
-        """A progress factory: ``factory(total)`` → ``advance(n)``, emitting throttled events."""
+    def announce(self, name: str) -> None:
+        """A stage with no count began ("loading model bundled"): the Jobs page shows it at once."""
+        self.events.stage(name)
 
-        def factory(total: int) -> Callable[[int], None]:
-            done, last = 0, 0.0
+    def progress(self, stage: str) -> Callable[[int], Counter]:
+        """A progress factory: ``factory(total)`` → a :class:`Counter` of ``stage``."""
+        return lambda total: Counter(self, stage, total)
 
-            def advance(n: int) -> None:
-                nonlocal done, last
-                done += n
-                if self.should_stop():
-                    raise Stopped(f"stopped at {done}/{total}")
-                now = time.monotonic()
-                if now - last >= PROGRESS_EVERY_S or done == total:
-                    self.events.emit(stage, step=done, total=total)
-                    last = now
 
-            return advance
+def _quiet_progress_bars() -> None:
+    """transformers' "Loading weights" bars would fill the job's log. The hub library reads its
+    switch when imported, so the environment says it before any loading stage imports it (the
+    worker no longer imports them first); a process that imported them already (jobs run in a
+    test's process) is told directly."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
 
-        return factory
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """A MemoryError or torch's OutOfMemoryError (torch looked up only if the job imported it)."""
+    torch = sys.modules.get("torch")
+    return isinstance(error, MemoryError) or (torch is not None and isinstance(error, torch.OutOfMemoryError))
 
 
 def _write_result(run_dir: Path, status: str, error: Optional[str] = None) -> None:
@@ -72,16 +142,14 @@ def _write_result(run_dir: Path, status: str, error: Optional[str] = None) -> No
 def run(config_path: Path, run_dir: Path) -> int:
     """Run a config in ``run_dir``; returns the process exit code (see the module docstring).
 
-    The ``start`` event goes out before torch is imported (seconds), so a watcher knows at once
-    that the worker is alive.
+    Nothing heavy is imported here: the ``start`` event goes out at once, and torch is imported by
+    the job's own loading stage (seconds later), which it announces first, so a watcher knows from
+    the first second that the worker is alive and what it is doing.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     ctx = JobContext(run_dir)
-    ctx.events.emit("start", pid=os.getpid())
-    import torch
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
+    ctx.events.emit(START, pid=os.getpid())
+    _quiet_progress_bars()
     try:
         kind, cfg = load_config(config_path)
         resolved = config_text(kind, cfg)
@@ -96,11 +164,11 @@ def run(config_path: Path, run_dir: Path) -> int:
         _write_result(run_dir, "failed", f"bad input: {e}")
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (MemoryError, torch.OutOfMemoryError) as e:
-        _write_result(run_dir, "failed", f"out of memory: {str(e).splitlines()[0] if str(e) else 'MemoryError'}")
-        print(f"error: out of memory: {e}", file=sys.stderr)
-        return 3
-    except Exception as e:  # a bug in the lab, not the user's input: say so, keep the traceback in the log
+    except Exception as e:  # out of memory, or a bug in the lab (not the user's input): keep the traceback
+        if _out_of_memory(e):
+            _write_result(run_dir, "failed", f"out of memory: {str(e).splitlines()[0] if str(e) else 'MemoryError'}")
+            print(f"error: out of memory: {e}", file=sys.stderr)
+            return 3
         _write_result(run_dir, "failed", f"internal error ({type(e).__name__}: {e}); the traceback is in the log")
         raise
     summary = {k: v for k, v in result.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}

@@ -170,3 +170,14 @@ def test_an_idle_queue_sleeps_between_events(demo):
     from ui.app import IDLE_WAKE_S
 
     assert demo._queue.sleep_when_free >= IDLE_WAKE_S and demo._queue.progress_update_sleep_when_free >= IDLE_WAKE_S
+
+
+def test_the_results_table_follows_the_runs_folder(tmp_path):
+    from ui.results_page import follow_results
+
+    ctx = LabContext(tmp_path)
+    table, seen = follow_results(ctx, None)
+    assert table.empty and follow_results(ctx, seen) == (SKIP, seen)
+    _evaluation(tmp_path / "00001-evaluate")
+    table, seen = follow_results(ctx, seen)
+    assert table["folder"].tolist() == ["00001-evaluate"] and follow_results(ctx, seen) == (SKIP, seen)

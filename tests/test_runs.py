@@ -73,7 +73,7 @@ def test_find_evaluations_finds_plain_and_nested_runs_newest_first_and_skips_dam
     assert runs[1].path == tmp_path / "12" / "eval" / "cft-in_domain"
     assert runs[2] == EvalRun(path=tmp_path / "00001-evaluate", name="00001-evaluate", model="bundled",
                               dataset="arc_challenge", split="test", n=1, accuracy=0.75, ece=0.125, cw_ece=0.05,
-                              nll=1.0, trust=0.4, temperature=None, scoring="letter")
+                              nll=1.0, trust=0.4, temperature=None, scoring="letter", created=1000.0)
 
 
 def test_find_evaluations_of_a_missing_or_empty_root_is_empty(tmp_path):

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Optional
 from lab.config import ConfigError, spec_of, unwrap_optional
 from lab import kinds
 from lab.kinds import parse_config
+from lab.paths import path_problems
 from lab.yamlio import dump_yaml, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -146,3 +147,13 @@ def preset_values(kind: str, preset: Optional[str]) -> list[Any]:
     """Widget values of a preset: its fields over the defaults."""
     chosen = presets(kind).get(preset or "defaults", {})
     return [to_widget_value(f, chosen.get(f.name, f.default)) for f in fields(kind)]
+
+
+def preset_problems(kind: str, preset: Optional[str], roots: Optional[Iterable[Path]] = None) -> list[str]:
+    """What a preset names that this machine lacks (a data file you supply, a model not downloaded),
+    each refusal as Submit would give it, all of them, so it can be said when the preset is picked."""
+    chosen = presets(kind).get(preset or "defaults", {})
+    try:
+        return path_problems(kinds.get(kind).config, chosen, roots)
+    except ConfigError as e:
+        return [str(e)]

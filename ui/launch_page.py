@@ -1,8 +1,10 @@
 """Launch: one form per job kind, generated from its description, with presets, uploads and the YAML.
 
 Tabs follow the kinds' registration order (the order a user meets them); each form shows the
-kind's key fields first and the rest under "More options" (:mod:`ui.forms`). The handlers are
-module-level functions of plain values, so they are tested without a browser.
+kind's key fields first and the rest under "More options" (:mod:`ui.forms`). Picking a preset says
+what it names that this machine lacks (a data file to supply, a model to download). The handlers are
+module-level functions of plain values, so they are tested without a browser; each answers what a
+user can cause with a message, never with Gradio's bare "Error".
 """
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from typing import Any, Optional
 import gradio as gr
 
 from lab import kinds
-from lab.config import ConfigError
 from lab.data import DataError, dataset_names
+from lab.errors import USER_ERRORS
 from lab.templates import template_names
 from ui import forms
 from ui.context import LabContext
@@ -21,6 +23,9 @@ from ui.messages import error, ok
 from ui.uploads import accept_upload, upload_notes
 
 UPLOAD_TYPES = [".jsonl", ".json", ".csv"]
+# What a user can cause while a config is checked: a refused field, unreadable data, a file that vanished
+# or cannot be listed. Answered as a message; anything else is a bug and keeps its traceback.
+FORM_ERRORS = (*USER_ERRORS, OSError)
 
 
 # ---------------------------------------------------------------- handlers
@@ -28,7 +33,7 @@ def show_config(ctx: LabContext, kind: str, *values: Any) -> tuple[str, Any]:
     """"Show config": the validated YAML that would run, or the message naming the bad field."""
     try:
         config = forms.config_from_values(kind, list(values), ctx.roots)
-    except ConfigError as e:
+    except FORM_ERRORS as e:
         return error(str(e)), gr.update(visible=False)
     return "", gr.update(value=forms.config_yaml(config), visible=True)
 
@@ -37,9 +42,17 @@ def submit_form(ctx: LabContext, kind: str, gpus: Any, *values: Any) -> str:
     """Queue the form's config; the store validates and resolves it once, as for the CLI."""
     try:
         job = ctx.submit(forms.form_config(kind, list(values)), gpus=gpus)
-    except ConfigError as e:
+    except FORM_ERRORS as e:
         return error(str(e))
     return ok(f"Job {job.id} queued ({kind}); follow it on the Jobs tab.")
+
+
+def choose_preset(ctx: LabContext, kind: str, preset: Optional[str]) -> list[Any]:
+    """A preset's values for every field, then what it needs that this machine lacks (or nothing)."""
+    problems = forms.preset_problems(kind, preset, ctx.roots)
+    note = error(f"{preset} needs what this machine lacks (examples/README.md says where each file comes from; "
+                 "the …-quick presets run offline): " + " · ".join(problems)) if problems else ""
+    return [*forms.preset_values(kind, preset), note]
 
 
 def upload_questions(ctx: LabContext, path: Optional[str]) -> tuple[Any, Any, str, Any]:
@@ -106,7 +119,9 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     with gr.Row():
         preset = gr.Dropdown(list(forms.presets(kind)), value="defaults", label="Preset", scale=3,
                              info="defaults, or an example config (…-quick: offline on a CPU; …-paper: the paper's recipe)")
-        gpus = gr.Number(value=0, precision=0, minimum=0, label="GPUs", scale=1, info="0: run on the CPU")
+        # No `minimum`: Gradio would refuse -1 with a bare "Error"; the store answers it naming the field.
+        gpus = gr.Number(value=0, precision=0, label="GPUs", scale=1, info="0: run on the CPU",
+                         elem_id=f"launch-gpus-{kind}")
     components = _fields(kind)
     _upload_box(ctx, kind, components)
     with gr.Row():
@@ -117,7 +132,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
                        visible=False)
     show.click(functools.partial(show_config, ctx, kind), inputs=components, outputs=[message, yaml_box])
     submit.click(functools.partial(submit_form, ctx, kind), inputs=[gpus, *components], outputs=message)
-    preset.change(functools.partial(forms.preset_values, kind), inputs=preset, outputs=components)
+    preset.change(functools.partial(choose_preset, ctx, kind), inputs=preset, outputs=[*components, message])
 
 
 def build_launch(ctx: LabContext) -> None:

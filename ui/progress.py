@@ -3,17 +3,22 @@
 A worker appends JSON lines to ``events.jsonl``; the UI polls every two seconds. Re-reading
 whole files on every poll grows with the job's length, so :class:`EventCache` keeps, per file,
 the byte offset already read and the events so far, and each poll reads only what was appended.
+:func:`progress` says what the job does now: its latest count with an ETA, or, from the worker's
+first second until the first count, the stage it announced and how long it has been at it.
 """
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from lab.events import EVENTS_FILE, read_events
+from lab.events import EVENTS_FILE, STAGE, START, read_events
 
 PROGRESS_KEYS = ("step", "total")
+MARKERS = (START, STAGE)  # events that say a stage (with no count yet) began
+STARTING = "starting"  # what a worker does between its start event and its first stage
 
 
 @dataclass
@@ -42,14 +47,21 @@ class EventCache:
 
 @dataclass(frozen=True)
 class Progress:
+    """A stage's count and ETA, or (``step`` None) a stage with no count and its time so far."""
+
     stage: str
-    step: int
-    total: int
+    step: Optional[int]
+    total: Optional[int]
     eta_s: Optional[float]
+    elapsed_s: Optional[float] = None  # seconds since an uncounted stage began
+    fraction: Optional[float] = None  # of the stage's work done where events weigh it (tokens); else step/total
 
     @property
     def text(self) -> str:
-        pct = 100 * self.step / self.total if self.total else 0
+        if self.step is None or self.total is None:
+            return f"{self.stage}… {format_seconds(self.elapsed_s)}"
+        share = self.fraction if self.fraction is not None else (self.step / self.total if self.total else 0)
+        pct = 100 * share
         eta = f", ETA {format_seconds(self.eta_s)}" if self.eta_s is not None else ""
         return f"{self.stage} {self.step}/{self.total} ({pct:.0f}%){eta}"
 
@@ -63,16 +75,55 @@ def format_seconds(seconds: Optional[float]) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-def progress(events: list[dict[str, Any]]) -> Optional[Progress]:
-    """The latest counted step and an ETA from the rate since that stage's first counted step."""
-    last = next((e for e in reversed(events) if all(k in e for k in PROGRESS_KEYS) and e.get("total")), None)
-    if last is None:
-        return None
-    same = [e for e in events if e.get("stage") == last["stage"] and "step" in e and "total" in e]
-    first = same[0]
-    eta = None
-    done = last["step"] - first["step"]
-    if done > 0 and last["step"] < last["total"]:
-        eta = (last["time"] - first["time"]) / done * (last["total"] - last["step"])
-    return Progress(last["stage"], int(last["step"]), int(last["total"]), eta)
+def _counted(event: dict[str, Any]) -> bool:
+    return all(k in event for k in PROGRESS_KEYS) and bool(event.get("total"))
 
+
+def progress(events: list[dict[str, Any]], now: Optional[float] = None) -> Optional[Progress]:
+    """What the job does now: the latest counted step with its ETA, or the stage announced after it.
+
+    The percentage is of the work where the events weigh it (``tokens``: it moves inside a long
+    batch while the count of questions waits for the batch's end). A stage announced (``loading
+    model bundled``) or the worker's start, with no count since, is shown with the seconds since it
+    began (``now``: the current Unix time), so a job says what it does from its first second rather
+    than nothing until its first count.
+    """
+    at = next((i for i in range(len(events) - 1, -1, -1)
+               if _counted(events[i]) or events[i].get("stage") in MARKERS), None)
+    if at is None:
+        return None
+    last = events[at]
+    if not _counted(last):
+        name = last.get("name") or (STARTING if last["stage"] == START else last["stage"])
+        elapsed = max(0.0, (time.time() if now is None else now) - last["time"])
+        return Progress(str(name), None, None, None, elapsed)
+    fraction = last["tokens"] / last["tokens_total"] if last.get("tokens_total") and "tokens" in last else None
+    return Progress(last["stage"], int(last["step"]), int(last["total"]), eta_seconds(events[: at + 1]),
+                    fraction=fraction)
+
+
+def eta_seconds(events: list[dict[str, Any]]) -> Optional[float]:
+    """Seconds left in the stage of the last event (a counted one), at its rate since the stage began.
+
+    The stage's run is its counted events back to the latest stage announcement (or an earlier
+    run of the same stage). Where the events carry ``tokens``/``tokens_total`` the rate is in
+    tokens: scoring takes the longest questions first, so questions per second rise as it goes
+    and a rate in questions would over-estimate what is left two- to four-fold (BoolQ); else in
+    steps. Measured from the run's first event, a ``step`` 0 where the stage says one, so the
+    first batch's time counts too.
+    """
+    last = events[-1]
+    run = [last]
+    for event in reversed(events[:-1]):
+        if event.get("stage") in MARKERS:
+            break
+        if event.get("stage") == last["stage"] and _counted(event):
+            if event["step"] > run[-1]["step"] or event["total"] != last["total"]:
+                break  # an earlier run of the same stage
+            run.append(event)
+    done_key, total_key = ("tokens", "tokens_total") if "tokens" in last and "tokens_total" in last else PROGRESS_KEYS
+    first = next(e for e in reversed(run) if done_key in e)
+    done, left = last[done_key] - first[done_key], last[total_key] - last[done_key]
+    if done <= 0 or left <= 0:
+        return None
+    return (last["time"] - first["time"]) / done * left

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+from typing import Any, Optional
 
 import gradio as gr
 import pandas as pd
 
 from lab import analysis
-from ui.components import export
+from ui.components import PICKER_POLL_S as POLL_S, export
 from ui.context import LabContext
 
 INTRO = ("Every evaluation under the runs directory, FIRST Table 1 style (ECE / accuracy / Trust per run "
@@ -19,6 +21,13 @@ def results_view(ctx: LabContext) -> pd.DataFrame:
     return analysis.results_table(ctx.runs)
 
 
+def follow_results(ctx: LabContext, seen: Optional[str]) -> tuple[Any, Optional[str]]:
+    """The table while the page is in view: resent only when a run was added, renamed or rewritten."""
+    table = results_view(ctx)
+    digest = hashlib.blake2b(table.to_json().encode(), digest_size=8).hexdigest()
+    return (gr.skip(), seen) if digest == seen else (table, digest)
+
+
 def export_csv(ctx: LabContext):
     """The table as ``results.csv``, shown as a download."""
     text = analysis.results_csv(results_view(ctx))
@@ -28,10 +37,11 @@ def export_csv(ctx: LabContext):
 # ---------------------------------------------------------------- layout and wiring
 def build_results(ctx: LabContext) -> None:
     gr.Markdown(INTRO)
-    table = gr.Dataframe(value=functools.partial(results_view, ctx), interactive=False, elem_id="results-table")
-    with gr.Row():
-        refresh = gr.Button("↻ Refresh")
-        export_button = gr.Button("Export CSV")
+    table = gr.Dataframe(interactive=False, elem_id="results-table")
+    export_button = gr.Button("Export CSV")
     csv_file = gr.File(label="CSV", visible=False)
-    refresh.click(functools.partial(results_view, ctx), outputs=table)
+    seen = gr.State(None)
+    follow = functools.partial(follow_results, ctx)
+    gr.on(None, follow, inputs=seen, outputs=[table, seen], show_progress="hidden")
+    gr.Timer(POLL_S, active=False).tick(follow, inputs=seen, outputs=[table, seen], show_progress="hidden")
     export_button.click(functools.partial(export_csv, ctx), outputs=csv_file)

@@ -1,9 +1,10 @@
 """``CftConfig``: the CFT/RCFT protocol as one job (REFERENCE.md §3).
 
-An in-domain pool (MMLU + MedMCQA + OpenBookQA by default) sampled per source and carved, seeded,
-into train / validation / test; out-of-domain sets (ARC-Challenge); rows for the base model,
-temperature scaling (T fitted on the validation part by ECE, as the paper's Appendix searches it, or
-by NLL), label smoothing, CFT and RCFT at each λ; win rate on preference pairs before and after.
+An in-domain pool (MMLU + MedMCQA + OpenBookQA by default, their bundled samples) sampled per
+source and carved, seeded, into train / validation / test; out-of-domain sets (ARC-Challenge);
+rows for the base model, temperature scaling (T fitted on the validation part by ECE, as the
+paper's Appendix searches it, or by NLL), label smoothing, CFT and RCFT at each λ; win rate on
+preference pairs before and after (the bundled stand-in by default: right answers over wrong ones).
 ``training`` holds the fine-tuning settings shared by every trained row — any
 :class:`~lab.train.config.TrainConfig` field — so the YAML is the same vocabulary as a ``finetune`` job's.
 """
@@ -13,18 +14,25 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from lab.config import ConfigMixin, doc, redeclare
+from lab.config import ConfigMixin, doc, redeclare, with_defaults
 from lab.kinds import JobKind, register
 from lab.layout import EVAL_DIR, FITTED_TEMPERATURE_DIR, REPORT_JSON, REPORT_MD
 from lab.limits import MAX_ROWS, MAX_TOKENS
-from lab.sections import DataSection, ModelSection, PipelineEvalSection, RunSection
+from lab.sections import BUNDLED, DataSection, ModelSection, PipelineEvalSection, RunSection
 from lab.temperature import FitObjective
 from lab.train.config import Loss, TrainConfig, training_section
 
 Row = Literal["ts", "ls", "cft", "rcft"]  # the rows of the report besides the base model
 ROWS: tuple[str, ...] = typing.get_args(Row)
-DEFAULT_IN_DOMAIN = [{"dataset": "mmlu", "split": "test"}, {"dataset": "medmcqa", "split": "validation"},
-                     {"dataset": "obqa", "split": "train"}]
+# The paper's mix and out-of-domain set, from the samples bundled with the lab (MMLU's test split is not
+# bundled: its validation split stands in), so that the defaults run on a machine with no network.
+DEFAULT_IN_DOMAIN = [{"dataset": "mmlu", "split": "validation", "data_files": [BUNDLED]},
+                     {"dataset": "medmcqa", "split": "validation", "data_files": [BUNDLED]},
+                     {"dataset": "obqa", "split": "train", "data_files": [BUNDLED]}]
+DEFAULT_OOD = [{"dataset": "arc_challenge", "split": "test", "data_files": [BUNDLED], "limit": 100}]
+# The defaults' sizes: five rows trained on a CPU at well under one example a second, each model evaluated
+# in and out of domain, in about half an hour (examples/cft-paper.yaml has the paper's 3000 / 500 / 2000).
+TRAIN_SIZE, VAL_SIZE, TEST_SIZE, PREFERENCE_LIMIT = 32, 64, 100, 50
 
 
 @dataclass(kw_only=True)
@@ -45,13 +53,13 @@ class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
     in_domain: list[dict[str, Any]] = field(default_factory=lambda: [dict(e) for e in DEFAULT_IN_DOMAIN], metadata=doc(
         "in-domain sources [{dataset, data_files, subject, split, limit}]: limit questions drawn from each, then "
         "pooled", entries=Source, max_items=32))
-    train_size: int = field(default=3000, metadata=doc("pooled questions to train on", ge=1, le=MAX_ROWS))
-    val_size: int = field(default=500, metadata=doc("pooled questions to fit the temperature and track ECE per epoch",
-                                                    ge=1, le=MAX_ROWS))
-    test_size: int = field(default=2000, metadata=doc("pooled questions for the in-domain evaluation", ge=1, le=MAX_ROWS))
-    ood: list[dict[str, Any]] = field(default_factory=lambda: [{"dataset": "arc_challenge", "split": "test"}],
-                                      metadata=doc("out-of-domain evaluations [{dataset, data_files, subject, split, "
-                                                   "limit}]", entries=Source, max_items=32))
+    train_size: int = field(default=TRAIN_SIZE, metadata=doc("pooled questions to train on", ge=1, le=MAX_ROWS))
+    val_size: int = field(default=VAL_SIZE, metadata=doc(
+        "pooled questions to fit the temperature and track ECE per epoch", ge=1, le=MAX_ROWS))
+    test_size: int = field(default=TEST_SIZE, metadata=doc("pooled questions for the in-domain evaluation",
+                                                           ge=1, le=MAX_ROWS))
+    ood: list[dict[str, Any]] = field(default_factory=lambda: [dict(e) for e in DEFAULT_OOD], metadata=doc(
+        "out-of-domain evaluations [{dataset, data_files, subject, split, limit}]", entries=Source, max_items=32))
     methods: list[Row] = field(default_factory=lambda: list(ROWS), metadata=doc(
         f"rows besides the base model: any of {ROWS}"))
     lambdas: list[float] = field(default_factory=lambda: [0.4, 1.0, 1.8], metadata=doc(
@@ -60,11 +68,12 @@ class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
         "what the temperature-scaling row's T minimises on validation: ece (a log grid, as the paper searches it) "
         "or nll (L-BFGS); the report shows both fits"))
     label_smoothing: float = field(default=0.1, metadata=doc("ε of the label-smoothing row", ge=0, lt=1))
-    preferences: list[str] = field(default_factory=list, metadata=doc(
-        "preference pair files for the win rate (empty: the hub's argilla/ultrafeedback-binarized-preferences)",
+    preferences: list[str] = field(default_factory=lambda: [BUNDLED], metadata=doc(
+        "preference pair files for the win rate; 'bundled': OpenBookQA dev questions, the right answer chosen over "
+        "a wrong one (an offline stand-in); empty: the hub's argilla/ultrafeedback-binarized-preferences",
         role="files"))
-    preference_limit: Optional[int] = field(default=200, metadata=doc("pairs scored per model (None: all)",
-                                                                      ge=1, le=MAX_ROWS))
+    preference_limit: Optional[int] = field(default=PREFERENCE_LIMIT, metadata=doc(
+        "pairs scored per model (None: all)", ge=1, le=MAX_ROWS))
     max_response_tokens: Optional[int] = field(default=256, metadata=doc("each response is cut to this many tokens",
                                                                          ge=1, le=MAX_TOKENS))
     training: dict[str, Any] = field(default_factory=dict, metadata=training_section(
@@ -76,15 +85,19 @@ class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
     def __post_init__(self) -> None:
         if not self.in_domain:
             raise ValueError("in_domain: must name at least one source")
+        # An entry without data_files reads the bundled sample, as its declaration (and FIRST's ood) says.
+        self.in_domain = [with_defaults(Source, e) for e in self.in_domain]
+        self.ood = [with_defaults(Source, e) for e in self.ood]
         if "rcft" in self.methods and not self.lambdas:
             raise ValueError("lambdas: `rcft` needs at least one value")
         self.train_config("sft", completion_only=True)  # cross-field checks of the training settings, at submit time
 
     def train_config(self, objective: Loss, completion_only: bool, **overrides: Any) -> TrainConfig:
-        """The fine-tuning settings of one trained row."""
+        """The fine-tuning settings of one trained row (no limit or validation split: the pipeline hands
+        each row the carved pool)."""
         return TrainConfig.from_dict({
             **self.training, "model": self.model, "dataset": self.in_domain[0]["dataset"], "template": "cft_chat",
-            "val_split": None, "objective": objective, "completion_only": completion_only,
+            "limit": None, "val_split": None, "objective": objective, "completion_only": completion_only,
             "label_smoothing": self.label_smoothing, "seed": self.seed, "device": self.device, "dtype": self.dtype,
             "bins": self.bins, "bin_edges": self.bin_edges, **overrides,
         })

@@ -1,13 +1,14 @@
 """Multiple-choice data: the dataset registry and the loader.
 
 ``load_records("arc_challenge", "test", ["data/arc/test.jsonl"])`` reads a dataset's original
-files; without files it reads the Hugging Face hub copy. Every dataset becomes a list of
-:class:`MCQRecord`. Importing this package registers the built-in datasets and ``custom``.
+files; ``["bundled"]`` the sample that ships with the package; without files it reads the Hugging
+Face hub copy. Every dataset becomes a list of :class:`MCQRecord`. Importing this package
+registers the built-in datasets and ``custom``.
 """
 from . import builtin, custom  # noqa: F401  (they register themselves in DATASETS)
-from .loaders import DATASETS, DatasetSpec, LoadResult, dataset_names, load_records
+from .loaders import DATASETS, DatasetSpec, LoadResult, dataset_names, load_records, with_sample
 from .record import DataError, MCQRecord, RowProblem
 from .split import carve
 
 __all__ = ["DATASETS", "DataError", "DatasetSpec", "LoadResult", "MCQRecord", "RowProblem", "carve",
-           "dataset_names", "load_records"]
+           "dataset_names", "load_records", "with_sample"]

@@ -76,19 +76,23 @@ def _ai2_hub_row(source: str, question_key: str, row: Mapping[str, Any], default
 
 
 def _ai2(name: str, description: str, hub_path: str, hub_config: str | None,
-         question_key: str) -> DatasetSpec:
+         question_key: str, bundled: tuple[tuple[str, str], ...] = ()) -> DatasetSpec:
     return DatasetSpec(
         name=name, description=description, hub_path=hub_path, hub_config=hub_config, hub_splits=SPLITS,
         local_format=AI2_FORMAT, read_file=partial(read_json, convert=partial(_ai2_file_row, name)),
-        from_hub=partial(_ai2_hub_row, name, question_key))
+        from_hub=partial(_ai2_hub_row, name, question_key), bundled=bundled)
 
 
+# The bundled samples (lab/data/bundled/SOURCES.md): (split, file or folder under lab/data/bundled/).
 register(_ai2("csqa", "CommonsenseQA: 5-way commonsense questions (Talmor et al. 2019); its test "
               "split is unlabelled", "tau/commonsense_qa", None, "question"))
 register(_ai2("obqa", "OpenBookQA (main): 4-way elementary science questions (Mihaylov et al. 2018)",
-              "allenai/openbookqa", "main", "question_stem"))
+              "allenai/openbookqa", "main", "question_stem",
+              (("train", "openbookqa/train.jsonl"), ("validation", "openbookqa/dev.jsonl"),
+               ("test", "openbookqa/test.jsonl"))))
 register(_ai2("arc_challenge", "ARC-Challenge: grade-school science, 3-5 options (Clark et al. 2018)",
-              "allenai/ai2_arc", "ARC-Challenge", "question"))
+              "allenai/ai2_arc", "ARC-Challenge", "question",
+              (("validation", "arc_challenge/dev.jsonl"), ("test", "arc_challenge/test.jsonl"))))
 register(_ai2("arc_easy", "ARC-Easy: grade-school science, 3-5 options (Clark et al. 2018)",
               "allenai/ai2_arc", "ARC-Easy", "question"))
 
@@ -115,7 +119,8 @@ register(DatasetSpec(
     hub_path="google/boolq", hub_config=None, hub_splits={"train": "train", "validation": "validation"},
     local_format=('JSON Lines: {"question", "title", "answer": true/false, "passage"} '
                   '(the official dev.jsonl)'),
-    read_file=partial(read_json, convert=_boolq_row), from_hub=_boolq_row))
+    read_file=partial(read_json, convert=_boolq_row), from_hub=_boolq_row,
+    bundled=(("validation", "boolq/dev.jsonl"),)))
 
 # ---------------------------------------------------------------- MMLU
 # The original hendrycks layout: one headerless CSV per subject and split, <subject>_<split>.csv.
@@ -171,7 +176,7 @@ register(DatasetSpec(
                   "question, options A, B, C, D, answer letter (the original data/ folders; pass "
                   "e.g. data/test)"),
     read_file=_read_mmlu_file, from_hub=_mmlu_hub_row, extensions=(".csv",),
-    subject_of_file=mmlu_subject))
+    subject_of_file=mmlu_subject, bundled=(("dev", "mmlu/dev"), ("validation", "mmlu/val"))))
 
 # ---------------------------------------------------------------- MedMCQA
 # The original files number the correct option (`cop`) from 1 (= opa); the hub from 0, with -1
@@ -202,4 +207,5 @@ register(DatasetSpec(
     hub_path="openlifescienceai/medmcqa", hub_config=None, hub_splits=SPLITS,
     local_format=("JSON Lines with question, opa, opb, opc, opd, cop (1-4, 1 = opa), choice_type, exp, "
                   "subject_name, topic_name, id (the official dev.json)"),
-    read_file=partial(read_json, convert=partial(_medmcqa_row, 1)), from_hub=partial(_medmcqa_row, 0)))
+    read_file=partial(read_json, convert=partial(_medmcqa_row, 1)), from_hub=partial(_medmcqa_row, 0),
+    bundled=(("validation", "medmcqa/dev.jsonl"),)))

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 from ..hub import hub_offline_mode, hub_reachable
 from ..registry import Registry
+from . import samples
 from .record import DataError, MCQRecord, RowProblem
 from .rows import NO_ANSWER, BadRow, Row, checked, not_utf8
 from .split import canonical_split, carve, parse_split
@@ -41,6 +42,8 @@ class DatasetSpec:
     # Datasets split into subjects by file (MMLU's <subject>_<split>.csv): the subject of a file.
     # `subject=` then picks files locally and is the hub config.
     subject_of_file: Callable[[Path], str] | None = None
+    # The sample shipped in lab/data/bundled/ (``data_files: [bundled]``): (split, file or folder there).
+    bundled: tuple[tuple[str, str], ...] = ()
     own_splits: tuple[str, ...] = field(init=False)  # alias names this dataset keeps as real splits
 
     def __post_init__(self) -> None:
@@ -59,6 +62,11 @@ def register(spec: DatasetSpec) -> DatasetSpec:
 def dataset_names() -> list[str]:
     """The registered dataset names, sorted (for dropdowns and --help)."""
     return DATASETS.names()
+
+
+def with_sample() -> list[str]:
+    """The datasets that ship a sample in the package (``data_files: [bundled]``), sorted."""
+    return [name for name in DATASETS.names() if DATASETS.get(name).bundled]
 
 
 @dataclass
@@ -86,7 +94,9 @@ def load_records(
     ``data_files``: paths in the dataset's original format (``DATASETS.get(name).local_format``).
     An entry is a file, a directory (its files with the dataset's extensions, sorted), a glob, or
     ``split=path`` to say which split the path holds. Plain entries are the data of the split
-    asked for (of SOURCE, for ``SOURCE:PART``). Without ``data_files`` the hub copy is loaded.
+    asked for (of SOURCE, for ``SOURCE:PART``). The entry ``bundled`` is the sample that ships
+    with the package (:mod:`lab.data.samples`), every split of it. Without ``data_files`` the hub
+    copy is loaded.
 
     ``split``: a split name or ``SOURCE:PART`` (see :mod:`lab.data.split`); the carve uses
     ``fractions`` and ``seed``. ``subject`` picks MMLU subjects. Rows that cannot be used are
@@ -147,15 +157,16 @@ def _files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], 
     if isinstance(data_files, (str, os.PathLike)):  # one path given where a list was meant
         data_files = [data_files]
     by_split: dict[str | None, list[str]] = {}
-    for entry in map(os.fspath, data_files):
+    for entry in samples.expand(spec, map(os.fspath, data_files), with_sample()):
         split, path = split_entry(entry)
+        if path == samples.BUNDLED:
+            raise samples.misplaced(entry)
         key = None if split is None else canonical_split(split, spec.own_splits, f" in data file entry {entry!r}")
         by_split.setdefault(key, []).append(path)
     entries = by_split.get(None, []) + by_split.get(source, [])
     if not entries:
-        given = ", ".join(sorted(k for k in by_split if k is not None))
-        raise DataError(f"No data files for split {source!r}: the files given are for {given}. "
-                        f"Pass {source}=PATH as well, or ask for one of those splits.")
+        raise _no_split(spec, source, sorted(k for k in by_split if k is not None),
+                        all(samples.is_sample(Path(p)) for paths in by_split.values() for p in paths))
     files = [path for entry in entries for path in _expand(entry, spec.extensions)]
     if subject is None:
         return files
@@ -166,6 +177,16 @@ def _files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], 
         raise DataError(f"No {spec.name} file for subject {subject!r} among {len(files)} files. "
                         f"Subjects found: {', '.join(found)}.")
     return kept
+
+
+def _no_split(spec: DatasetSpec, source: str, given: list[str], bundled: bool) -> DataError:
+    """No entry holds split ``source``: name the splits there are, and how to get this one anyway."""
+    if bundled:
+        carve_from = "validation" if "validation" in given else given[0]
+        return DataError(f"The bundled sample of {spec.name} has no {source!r} split; it has: {', '.join(given)}. "
+                         f"Ask for one of those, or carve one from it, e.g. split '{carve_from}:{source}'.")
+    return DataError(f"No data files for split {source!r}: the files given are for {', '.join(given)}. "
+                     f"Pass {source}=PATH as well, or ask for one of those splits.")
 
 
 def list_folder(path: Path, extensions: tuple[str, ...], shown: str) -> list[Path]:
@@ -198,6 +219,10 @@ def _expand(entry: str, extensions: tuple[str, ...]) -> list[Path]:
 
 
 def _describe(files: list[Path]) -> str:
+    """Where the rows came from: the file or folder, or "the bundled sample" and its file(s) in it."""
+    if files and all(samples.is_sample(f) for f in files):
+        where = _describe([f.resolve().relative_to(samples.ROOT) for f in files])
+        return f"the bundled sample ({where})"
     if len(files) == 1:
         return str(files[0])
     return f"{len(files)} files in {os.path.commonpath([str(f.parent) for f in files])}"
@@ -219,7 +244,8 @@ def _read_files(spec: DatasetSpec, files: Iterable[Path]) -> Iterator[Row]:
 def _from_hub(spec: DatasetSpec, split: str, source: str,
               subject: str | None) -> tuple[str, Iterator[Row]]:
     """Load split ``source`` with ``datasets.load_dataset``; any failure becomes one DataError."""
-    how = f"pass its files with --data-files (data_files= in Python) in this format: {spec.local_format}."
+    how = (f"set data_files (--data-files on the command line) to its files, in this format: {spec.local_format}"
+           f"{_bundled_hint(spec)}.")
     if spec.hub_path is None or spec.from_hub is None:
         raise DataError(f"{spec.name} has no copy on the Hugging Face hub: {how}")
     if source not in spec.hub_splits:
@@ -245,6 +271,11 @@ def _from_hub(spec: DatasetSpec, split: str, source: str,
         raise DataError(f"Could not load {spec.name} from the Hugging Face hub ({hub_name}): {reason}. "
                         f"If this machine is offline, {how}") from e
     return where, _hub_rows(spec.from_hub, table, hub_split)
+
+
+def _bundled_hint(spec: DatasetSpec) -> str:
+    """The offline way out, where the dataset has one: its bundled sample."""
+    return f"; or to [bundled], the sample of {spec.name} that ships with the lab" if spec.bundled else ""
 
 
 def _hub_rows(convert: Callable[[Mapping[str, Any], str], MCQRecord], table: Iterable[Mapping[str, Any]],

@@ -11,6 +11,9 @@ Reads the layouts these pairs are published in, decided per row:
   ``argilla/ultrafeedback-binarized-preferences``, the hub default.
 
 Local files are JSON Lines (or one JSON list) with ``file:line`` for bad rows, like the MCQ loaders.
+The entry ``bundled`` is the package's own offline stand-in (:data:`lab.data.samples.PREFERENCES`):
+OpenBookQA dev questions with the right answer chosen over a wrong one — a check that fine-tuning
+keeps the model's preference for right answers, not the paper's UltraFeedback alignment check.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from lab.hub import hub_offline_mode, hub_reachable
 
+from . import samples
 from .record import DataError, RowProblem
 from .rows import (BadRow, as_object, convert_rows, json_array_rows, json_type, jsonl_rows, not_utf8, row_id,
                    text_field)
@@ -111,7 +115,10 @@ def _from_hub(hub_id: str, split: str) -> Iterator[Item]:
 
 def load_pairs(data_files: Optional[Sequence[str]] = None, limit: Optional[int] = None, hub_id: str = HUB_ID,
                split: str = HUB_SPLIT) -> tuple[list[PreferencePair], list[RowProblem]]:
-    """Pairs from local files (in order), else from the hub; bad rows are skipped and returned."""
+    """Pairs from local files (in order; ``bundled`` is the package's pairs), else from the hub; bad
+    rows are skipped and returned."""
+    if data_files:
+        data_files = [str(samples.PREFERENCES) if f == samples.BUNDLED else f for f in data_files]
     items: Iterator[Item] = (item for f in data_files for item in _read(Path(f))) if data_files else _from_hub(hub_id, split)
     pairs: list[PreferencePair] = []
     problems: list[RowProblem] = []

@@ -21,10 +21,15 @@ from lab.sections import AdaptedModel, DataSection, PromptSection, RunSection
 from lab.templates import default_template, get_template
 
 
+EXTRACT_LIMIT = 200  # the default: the bundled model over a few hundred sequences takes minutes on a CPU
+
+
 @dataclass
 class ExtractConfig(ConfigMixin, RunSection, PromptSection, DataSection, AdaptedModel):
     model: str = redeclare(AdaptedModel, "model", help="the teacher: 'bundled', a directory or a hub id")
     split: str = redeclare(DataSection, "split", default="train")
+    limit: Optional[int] = redeclare(DataSection, "limit", default=EXTRACT_LIMIT, help=(
+        f"first N questions (default {EXTRACT_LIMIT}: minutes on a CPU; None: all)"))
     template: Optional[str] = redeclare(PromptSection, "template", help="letter template (None: the dataset's default)")
     k: int = field(default=5, metadata=doc("tokens kept per position", ge=1, le=MAX_TOP_K))
     logprob_dtype: Literal["float16", "float32"] = field(default="float16", metadata=doc(

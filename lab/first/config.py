@@ -27,6 +27,9 @@ from lab.train.config import TrainConfig, Tuning, training_section
 Student = Literal["finetune", "distill", "distill_ls", "first"]
 STUDENTS: tuple[str, ...] = typing.get_args(Student)
 MAX_GRID = 100  # temperatures in ts_grid: the paper's has 10, the default log grid 21
+# The defaults' sizes: five models trained on a CPU at well under one example a second, so every stage of
+# the pipeline runs on the bundled OpenBookQA sample in about half an hour (examples/first-paper.yaml: all).
+TRAIN_LIMIT, VAL_LIMIT, TEST_LIMIT = 32, 32, 100
 TRAINING_KEYS = ("epochs", "learning_rate", "batch_size", "grad_accum", "warmup_ratio", "max_length", "lora_r",
                  "lora_alpha", "completion_only")  # top-level keys before `training:` existed
 
@@ -57,9 +60,12 @@ class FirstConfig(ConfigMixin, RunSection, PipelineEvalSection, PromptSection, D
     val_split: str = field(default="validation", metadata=doc("split for the temperature sweep and per-epoch ECE",
                                                               **SPLIT))
     test_split: str = field(default="test", metadata=doc("in-domain evaluation split", **SPLIT))
-    train_limit: Optional[int] = field(default=None, metadata=doc("first N training examples", ge=1, le=MAX_ROWS))
-    val_limit: Optional[int] = field(default=None, metadata=doc("first N validation questions", ge=1, le=MAX_ROWS))
-    test_limit: Optional[int] = field(default=None, metadata=doc("first N test questions", ge=1, le=MAX_ROWS))
+    train_limit: Optional[int] = field(default=TRAIN_LIMIT, metadata=doc(
+        "first N training examples (None: all)", ge=1, le=MAX_ROWS))
+    val_limit: Optional[int] = field(default=VAL_LIMIT, metadata=doc(
+        "first N validation questions (None: all)", ge=1, le=MAX_ROWS))
+    test_limit: Optional[int] = field(default=TEST_LIMIT, metadata=doc("first N test questions (None: all)",
+                                                                       ge=1, le=MAX_ROWS))
     ood: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "out-of-domain evaluations: [{dataset, data_files, subject, split, limit, template}]", entries=OodEvaluation,
         max_items=32))

@@ -1,0 +1,196 @@
+"""What Submit refuses before anything is queued, naming the field (issue #15, "the first ten minutes"):
+a data file a preset names that this machine lacks (said as "not found", with where it was looked
+for, never as "outside the folders"), more GPUs than the machine has, a temperature that is neither
+a number nor a temperature file, numbers that are not numbers; and no handler lets an exception out."""
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jobs import preflight
+from jobs.cli import main as jobs_cli
+from jobs.store import JobStore, check_gpus
+from lab import kinds
+from lab.cli import main as lab_cli
+from lab.config import ConfigError
+from lab.data import samples
+from lab.paths import PathNotAllowed
+from lab.yamlio import load_yaml
+from ui import forms, launch_page
+from ui.context import LabContext
+from ui.messages import error
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DATA_HOME = "~/.cache/calibration-lab/data"  # where the paper presets expect the data users supply
+EXPECTED_T = "expected a positive number or a temperature.json (file or folder), got"
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """A newcomer's server: an empty home (no data supplied, no cache), no hub, a CPU and no GPU."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CALIBRATION_LAB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [])
+    return LabContext(tmp_path / "runs"), home
+
+
+def _form(kind: str, **changes) -> list:
+    """The form's default values with ``changes`` typed into their fields."""
+    names = [f.name for f in forms.fields(kind)]
+    values = forms.preset_values(kind, None)
+    for name, text in changes.items():
+        values[names.index(name)] = text
+    return values
+
+
+def _preset(name: str) -> dict:
+    path = EXAMPLES / f"{name}.yaml"
+    return load_yaml(path.read_bytes(), path.name)
+
+
+# ---------------------------------------------------------------- files a preset names
+def test_a_paper_preset_whose_file_is_absent_names_the_file_and_where_it_was_looked_for(fresh, capsys):
+    ctx, home = fresh
+    expected = (f"data_files[0]: file not found: '{DATA_HOME}/commonsenseqa/train.jsonl' "
+                f"(looked for {home}/.cache/calibration-lab/data/commonsenseqa/train.jsonl)")
+    with pytest.raises(ConfigError) as refused:
+        ctx.submit(_preset("first-paper"))  # as the form and the API submit it
+    assert str(refused.value) == expected and not isinstance(refused.value, PathNotAllowed)
+    assert jobs_cli(["--root", str(ctx.runs), "submit", str(EXAMPLES / "first-paper.yaml")]) == 2
+    assert capsys.readouterr().err == f"error: {expected}\n"
+    assert ctx.store.list() == []
+
+
+def test_picking_a_paper_preset_on_the_form_lists_everything_it_lacks(fresh):
+    ctx, home = fresh
+    *values, note = launch_page.choose_preset(ctx, "cft", "cft-paper")
+    assert values == forms.preset_values("cft", "cft-paper") and "outside" not in note
+    for rel in ("mmlu/test", "medmcqa/dev.jsonl", "openbookqa/train.jsonl",
+                "ultrafeedback_binarized_subset/eval.jsonl"):
+        assert f"looked for {home}/.cache/calibration-lab/data/{rel}" in note
+    assert "model: unknown model &#x27;allenai/Llama-3.1-Tulu-3-8B-DPO&#x27;" in note  # not downloaded, offline
+    assert "in_domain[0].data_files[0]: file not found" in note and "preferences[0]: file not found" in note
+    assert launch_page.choose_preset(ctx, "cft", "cft-quick")[-1] == ""  # the bundled samples: nothing lacks
+
+
+def test_once_the_files_are_supplied_the_preset_gets_past_them(fresh):
+    ctx, home = fresh
+    data = home / ".cache" / "calibration-lab" / "data" / "commonsenseqa"
+    data.mkdir(parents=True)
+    for name in ("train.jsonl", "dev.jsonl"):
+        shutil.copy(samples.ROOT / "openbookqa" / "dev.jsonl", data / name)  # the AI2 format CommonsenseQA shares
+    with pytest.raises(ConfigError, match=r"^teacher: unknown model 'Qwen/Qwen2.5-1.5B-Instruct'"):
+        ctx.submit(_preset("first-paper"))
+
+
+def test_a_missing_file_inside_the_allowed_folders_is_not_found_and_one_outside_is_outside(fresh, tmp_path):
+    ctx, _ = fresh
+    missing = ctx.runs / "uploads" / "mine.jsonl"
+    with pytest.raises(ConfigError, match=rf"^data_files\[0\]: file not found: '{missing}' \(looked for {missing}\)$"):
+        ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": [str(missing)]})
+    present, absent = tmp_path / "elsewhere.jsonl", tmp_path / "nowhere.jsonl"
+    present.write_text('{"question": "q?", "choices": ["a", "b"], "answer": 0}\n')
+    said = []
+    for path in (present, absent):
+        with pytest.raises(PathNotAllowed) as refused:
+            ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": [str(path)]})
+        said.append(str(refused.value).replace(str(path), "PATH"))
+    assert said[0] == said[1]  # the same words whether it exists or not: nothing learnt about outside
+    assert ctx.store.list() == []
+
+
+# ---------------------------------------------------------------- GPUs
+def test_more_gpus_than_the_machine_has_are_refused_at_submit(fresh, monkeypatch):
+    ctx, _ = fresh
+    with pytest.raises(ConfigError, match=r"^gpus: this machine has no GPU; set GPUs to 0$"):
+        ctx.submit({"kind": "evaluate"}, gpus=1)
+    assert launch_page.submit_form(ctx, "evaluate", 1, *_form("evaluate")) == error(
+        "gpus: this machine has no GPU; set GPUs to 0")
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
+    with pytest.raises(ConfigError, match=r"^gpus: asked for 2 GPUs, but this machine has 1; set GPUs to 1 or fewer$"):
+        ctx.submit({"kind": "evaluate"}, gpus=2)
+    assert ctx.store.list() == []
+    assert ctx.submit({"kind": "evaluate"}, gpus=1).gpus == 1
+
+
+def test_the_command_line_may_queue_for_a_scheduler_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [])
+    assert JobStore(tmp_path / "runs").submit({"kind": "evaluate"}, gpus=2).status == "queued"
+
+
+@pytest.mark.parametrize("gpus", [None, "two", -1, 1.5, True])
+def test_gpus_must_be_a_whole_number(gpus):
+    with pytest.raises(ConfigError, match=r"^gpus: must be an integer ≥ 0"):
+        check_gpus(gpus)
+
+
+# ---------------------------------------------------------------- temperatures
+def test_a_temperature_that_is_no_number_and_no_file_is_named_as_such(fresh, capsys):
+    ctx, _ = fresh
+    message = f"temperature: {EXPECTED_T} 'hot'"
+    assert launch_page.submit_form(ctx, "evaluate", 0, *_form("evaluate", temperature="hot")) == error(message)
+    assert launch_page.show_config(ctx, "evaluate", *_form("evaluate", temperature="hot"))[0] == error(message)
+    models = "- {model: bundled, temperature: abc}"
+    assert launch_page.submit_form(ctx, "compare", 0, *_form("compare", models=models)) == error(
+        f"models[0].temperature: {EXPECTED_T} 'abc'")
+    assert lab_cli(["evaluate", "--temperature", "hot", "--out", str(ctx.runs / "cli")]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert ctx.store.list() == []
+
+
+def test_a_temperature_path_is_looked_for_inside_and_refused_outside(fresh, tmp_path):
+    ctx, _ = fresh
+    inside = ctx.runs / "00001-evaluate"
+    with pytest.raises(ConfigError, match=rf"^temperature: {re.escape(EXPECTED_T)} '{inside}': there is none at "):
+        ctx.submit({"kind": "evaluate", "temperature": str(inside)})
+    with pytest.raises(PathNotAllowed, match="outside the folders"):
+        ctx.submit({"kind": "evaluate", "temperature": str(tmp_path / "t" / "temperature.json")})
+    with pytest.raises(ConfigError, match=r"^temperature: must be a temperature > 0"):
+        ctx.submit({"kind": "evaluate", "temperature": "0"})
+    inside.mkdir(parents=True)
+    (inside / "temperature.json").write_text('{"temperature": 2.5}')
+    assert ctx.submit({"kind": "evaluate", "temperature": str(inside)}).config_dict["temperature"].endswith(
+        "temperature.json")
+
+
+# ---------------------------------------------------------------- numbers, and nothing escapes
+@pytest.mark.parametrize("kind, field, text, message", [
+    ("evaluate", "limit", "ten", "limit: must be an integer ≥ 1 and ≤ 10,000,000, got 'ten'"),
+    ("finetune", "learning_rate", "fast", "learning_rate: must be a finite number > 0 and ≤ 10, got 'fast'"),
+    ("first", "train_limit", "1e400", "train_limit: must be an integer ≥ 1 and ≤ 10,000,000, got inf"),
+    ("cft", "training", "epochs: many", "training.epochs: must be a finite number > 0 and ≤ 1,000, got 'many'"),
+    ("extract", "k", "five", "k: must be an integer ≥ 1 and ≤ 1,000, got 'five'"),
+    ("compare", "max_new_tokens", "-4", "max_new_tokens: must be an integer ≥ 1 and ≤ 512, got -4"),
+])
+def test_numbers_must_be_numbers(fresh, kind, field, text, message):
+    ctx, _ = fresh
+    assert launch_page.submit_form(ctx, kind, 0, *_form(kind, **{field: text})) == error(message)
+    assert ctx.store.list() == []
+
+
+def test_with_the_servers_working_folder_gone_the_form_still_answers(fresh, tmp_path, monkeypatch):
+    """What made the bare "Error": a relative value is resolved against the working folder, and
+    os.getcwd() raises FileNotFoundError once that folder is removed under a running server."""
+    ctx, _ = fresh
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert launch_page.submit_form(ctx, "evaluate", 0, *_form("evaluate", temperature="hot")) == error(
+        f"temperature: {EXPECTED_T} 'hot'")
+    answer = launch_page.submit_form(ctx, "evaluate", 0, *_form("evaluate", dataset="custom", data_files="q.jsonl"))
+    assert answer.startswith("<div class='lab-error'>⚠️ data_files: cannot read")
+    assert ctx.store.list() == []
+
+
+def test_every_kinds_form_defaults_are_queued_on_a_fresh_machine(fresh):
+    ctx, _ = fresh
+    for kind in kinds.names():
+        assert launch_page.submit_form(ctx, kind, 0, *forms.preset_values(kind, None)).startswith(
+            "<div class='lab-ok'>✅ Job"), kind
+    queued = ctx.store.list()
+    assert [job.kind for job in queued] == kinds.names() and queued[0].config_dict["data_files"] == ["bundled"]
