@@ -21,7 +21,7 @@ from typing import Optional
 
 from jobs.scheduler import Scheduler, start_in_background
 from ui.app import build
-from ui.context import LabContext
+from ui.context import LabContext, LaneOptions
 from ui.messages import CSS
 from ui.uploads import MAX_BYTES
 
@@ -55,13 +55,20 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="a folder browser-submitted jobs may read data from (repeatable)")
     parser.add_argument("--runs", type=Path, default=RUNS, help="where jobs and their results live (default: runs/)")
     parser.add_argument("--cpu-slots", type=int, default=1, help="CPU jobs at once when there is no GPU")
+    parser.add_argument("--lane-device", default="auto", help="where the compare page's models run: cpu, cuda:N, "
+                        "or auto (the first GPU if there is one, else the CPU)")
+    parser.add_argument("--lane-memory", type=float, default=None, help="GiB of models the compare lane keeps "
+                        "loaded (default: a quarter of the RAM on the CPU, half of its GPU)")
+    parser.add_argument("--lane-idle", type=float, default=600.0, help="seconds without a compare before the lane "
+                        "exits and frees its memory")
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     auth = resolve_auth(args.host, args.auth)
-    ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()))
+    ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()),
+                     LaneOptions(args.lane_device, args.lane_memory, args.lane_idle))
     ctx.exports.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     start_in_background(Scheduler(ctx.store, cpu_slots=args.cpu_slots), stop)
@@ -72,6 +79,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                           max_file_size=MAX_BYTES, footer_links=["api"], allowed_paths=[str(ctx.exports)])
     finally:
         stop.set()  # running jobs are left running: they are their own sessions
+        ctx.lane.stop()  # the compare lane is the server's: its models go with it
 
 
 if __name__ == "__main__":

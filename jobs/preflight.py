@@ -21,17 +21,14 @@ Activations of long sequences and large batches come on top; the warning says so
 """
 from __future__ import annotations
 
-import json
-import struct
 import subprocess
-from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from jobs.launch import visible_gpus
 from lab import kinds
 from lab.config import ConfigError, spec_of, walk
+from lab.weights import BYTES, count_parameters, local_model_dir
 
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HEADROOM = 1.2
 LORA_TRAINABLE = 0.02
 GIB = 1024**3
@@ -46,23 +43,6 @@ def check_gpu_request(gpus: int, available: Optional[int] = None) -> None:
         raise ConfigError("gpus: this machine has no GPU; set GPUs to 0")
     if gpus > have:
         raise ConfigError(f"gpus: asked for {gpus} GPUs, but this machine has {have}; set GPUs to {have} or fewer")
-
-
-def count_parameters(model_dir: Path) -> Optional[int]:
-    """Σ of tensor sizes in ``model_dir``'s safetensors files, or None when there are none."""
-    total, found = 0, False
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))  # safetensors: u64 header length, then JSON
-            header = json.loads(f.read(size))
-        for name, info in header.items():
-            if name != "__metadata__":
-                n = 1
-                for dim in info["shape"]:
-                    n *= dim
-                total += n
-        found = True
-    return total if found else None
 
 
 def estimate_bytes(n_params: int, dtype: str, method: str) -> float:
@@ -94,13 +74,6 @@ def free_gpu_memory() -> dict[int, float]:
     return free
 
 
-def _model_dir(model: str) -> Optional[Path]:
-    from lab.models import BUNDLED, BUNDLED_DIRNAME, cache_dir
-
-    path = cache_dir() / "models" / BUNDLED_DIRNAME if model == BUNDLED else Path(model).expanduser()
-    return path if path.is_dir() else None
-
-
 def _setting(cls: type, values: dict[str, Any], dotted: str) -> Any:
     """The value of ``dotted`` (``teacher_method``, ``training.method``) in a config, or its default."""
     head, _, rest = dotted.partition(".")
@@ -128,7 +101,7 @@ def check(kind: str, config: dict[str, Any], gpus: tuple[int, ...], free: Option
     dtype = "bfloat16" if dtype == "auto" else dtype
     warnings = []
     for path, model, method in models(kind, config):
-        model_dir = _model_dir(model)
+        model_dir = local_model_dir(model)
         n_params = count_parameters(model_dir) if model_dir else None
         if n_params is None:
             continue

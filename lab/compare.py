@@ -1,17 +1,25 @@
-"""Several models on one question of the user's: option probabilities and the generated answer.
+"""Several models on the user's own questions: option probabilities and the generated answers.
 
-FIRST's "Oslo or Helsinki" case study: ask each model the same question and see not only what it
+FIRST's "Oslo or Helsinki" case study: ask each model the same questions and see not only what it
 answers but how sure it is. With options, each model's probabilities over the option letters
 (letter scoring, optionally temperature-scaled) and its greedy generated answer; without options,
 the generated answer only. The generation's confidence is the product of its tokens'
 probabilities (``sequence_prob``) and the probability of its first token (``first_token_prob``).
+
+The same function serves the ``compare`` job and the inference lane (:mod:`lab.lane`): both hand it
+a :class:`lab.model_cache.ModelCache`, so each model is loaded once, every question of it is asked
+while it is loaded, and adapters of one base share its weights. ``compare.json`` holds
+``questions`` (each ``{question, options}``), and per model in ``results`` its ``label``, ``model``,
+``adapter``, ``temperature`` and ``answers`` (one per question, in order).
 """
 from __future__ import annotations
 
 import json
+import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -19,12 +27,16 @@ from lab.config import ConfigMixin, doc, redeclare
 from lab.data.record import MCQRecord
 from lab.files import write_atomic
 from lab.kinds import JobKind, register
-from lab.layout import COMPARE_FILE
+from lab.layout import COMPARE_FILE, COMPARISONS_DIR
 from lab.sections import AdaptedModel, DeviceSection, PromptSection
 from lab.temperature import load_temperature, scale
-from lab.templates import get_template, user_turn
+from lab.templates import get_template, option_letter, user_turn
+
+if TYPE_CHECKING:  # the web server imports this module for its config, and never torch
+    from lab.model_cache import ModelCache
 
 MAX_MODELS = 4
+MAX_QUESTIONS = 100  # a list compared at once; each question costs a generation per model
 MAX_QUESTION = 20_000  # characters; a longer prompt is over most models' context anyway
 # The default asks FIRST's case-study question (a capital a model may confuse), so that the form runs as it
 # opens; examples/compare-quick.yaml adds its options.
@@ -42,11 +54,24 @@ class CompareModel(AdaptedModel):
     label: Optional[str] = field(default=None, metadata=doc("the name shown for it", role="text", max_len=200))
 
 
+@dataclass(kw_only=True)
+class CompareQuestion:
+    """One question of a list (an entry of ``CompareConfig.questions``)."""
+
+    question: str = field(metadata=doc("the question", role="text", max_len=MAX_QUESTION))
+    options: list[str] = field(default_factory=list, metadata=doc("answer options (none: free text only)",
+                                                                  role="text", max_len=MAX_QUESTION, max_items=26))
+    answer: Optional[int] = field(default=None, metadata=doc("the right option's index, if known (0 = A)", ge=0, le=25))
+
+
 @dataclass
 class CompareConfig(ConfigMixin, DeviceSection):
     question: str = field(default=EXAMPLE_QUESTION, metadata=doc("the question", role="text", max_len=MAX_QUESTION))
     options: list[str] = field(default_factory=list, metadata=doc("answer options (none: free text only)",
                                                                   role="text", max_len=MAX_QUESTION, max_items=26))
+    questions: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        f"several questions at once, instead of question/options: [{{question, options}}] (up to {MAX_QUESTIONS})",
+        entries=CompareQuestion, max_items=MAX_QUESTIONS))
     models: list[dict[str, Any]] = field(default_factory=lambda: [{"model": "bundled"}], metadata=doc(
         f"up to {MAX_MODELS} models: [{{model, adapter, temperature, label}}]", entries=CompareModel,
         max_items=MAX_MODELS))
@@ -54,18 +79,36 @@ class CompareConfig(ConfigMixin, DeviceSection):
     max_new_tokens: int = field(default=48, metadata=doc("length of each generated answer", ge=1, le=512))
 
     def __post_init__(self) -> None:
-        if not self.question.strip():
-            raise ValueError("question: must not be empty")
-        if any(not o.strip() for o in self.options):
-            raise ValueError(f"options: every option must be non-empty text, got {self.options!r}")
-        if len(self.options) == 1:
-            raise ValueError("options: give 2 to 26 options, or none for a free-text answer")
+        if self.questions and (self.options or self.question != EXAMPLE_QUESTION):
+            raise ValueError("questions: give either question (with options) or questions, not both")
+        for path, (question, options), answer in zip(self._paths(), self.items(), self.answers()):
+            if not question.strip():
+                raise ValueError(f"{path}question: must not be empty")
+            if any(not o.strip() for o in options):
+                raise ValueError(f"{path}options: every option must be non-empty text, got {options!r}")
+            if len(options) == 1:
+                raise ValueError(f"{path}options: give 2 to 26 options, or none for a free-text answer")
+            if answer is not None and answer >= len(options):
+                raise ValueError(f"{path}answer: is {answer}, but there are {len(options)} options (0 = the first)")
         if not self.models:
             raise ValueError(f"models: name 1 to {MAX_MODELS} models")
         for entry in self.models:
             load_temperature(entry.get("temperature"))
         if get_template(self.template).kind != "letter":
             raise ValueError(f"template: {self.template!r} is not a letter template")
+
+    def _paths(self) -> list[str]:
+        return [f"questions[{i}]." for i in range(len(self.questions))] if self.questions else [""]
+
+    def items(self) -> list[tuple[str, list[str]]]:
+        """(question, options) for each question asked."""
+        if self.questions:
+            return [(q["question"], list(q.get("options") or [])) for q in self.questions]
+        return [(self.question, list(self.options))]
+
+    def answers(self) -> list[Optional[int]]:
+        """The right option of each question, where the user said which it is."""
+        return [q.get("answer") for q in self.questions] if self.questions else [None]
 
 
 def _generate(loaded, text: str, chat: bool, max_new_tokens: int) -> dict[str, Any]:
@@ -83,61 +126,178 @@ def _generate(loaded, text: str, chat: bool, max_new_tokens: int) -> dict[str, A
             "first_token_prob": float(np.exp(logps[0])) if logps else None}
 
 
-def compare(cfg: CompareConfig, out: Path, log=print) -> dict[str, Any]:
-    """Run every model on the question; writes and returns ``compare.json``."""
-    from lab.models import load_model
+def _label(entry: dict[str, Any]) -> str:
+    return entry.get("label") or entry["model"] + (f" + {Path(entry['adapter']).name}" if entry.get("adapter") else "")
+
+
+def _ask(loaded, cfg: CompareConfig, entry: dict[str, Any], label: str, log: Callable[[str], None]) -> list[dict]:
+    """Every question of ``cfg`` to one loaded model: its answers, in order."""
     from lab.scoring import check_context, score_letter
 
-    results = []
-    question = cfg.question.strip()
-    for entry in cfg.models:
-        label = entry.get("label") or entry["model"] + (f" + {Path(entry['adapter']).name}" if entry.get("adapter") else "")
-        log(f"loading {label}")
-        loaded = load_model(entry["model"], adapter=entry.get("adapter"), device=cfg.device, dtype=cfg.dtype)
-        item: dict[str, Any] = {"label": label, "model": entry["model"], "adapter": entry.get("adapter")}
-        prompt = None
-        if cfg.options:
-            record = MCQRecord("question", question, tuple(cfg.options), 0, "user")
-            prompt = get_template(cfg.template).render(record, loaded.tokenizer)
-            text, chat = prompt.text, prompt.chat
+    tokenizer, template, items = loaded.tokenizer, get_template(cfg.template), cfg.items()
+    prompts, texts = [], []
+    for i, (question, options) in enumerate(items):
+        question = question.strip()
+        if options:
+            prompt = template.render(MCQRecord(f"q{i}", question, tuple(options), 0, "user"), tokenizer)
+            prompts.append(prompt)
+            texts.append((prompt.text, prompt.chat))
         else:
-            text, chat = user_turn(loaded.tokenizer, question, f"Question: {question}\nAnswer:")
-        # Generation reads the most: the prompt and then every generated token. Checked on this
-        # one question (a cheap extra tokenisation) before any forward pass of this model.
-        n_tokens = len(loaded.tokenizer(text, add_special_tokens=not chat)["input_ids"])
-        check_context(loaded.model, loaded.tokenizer, [(f"the question as prompted to {label}", n_tokens)],
-                      remedy=f"Shorten the question{' or its options' if cfg.options else ''}, lower "
-                             f"max_new_tokens ({cfg.max_new_tokens}), or compare models with a longer context.",
-                      reserve=cfg.max_new_tokens)
-        if prompt is not None:
-            (score,) = score_letter(loaded.model, loaded.tokenizer, [prompt])
-            temperature = load_temperature(entry.get("temperature"))
+            texts.append(user_turn(tokenizer, question, f"Question: {question}\nAnswer:"))
+    # Generation reads the most: the prompt and then every generated token. Checked on these
+    # questions (a cheap extra tokenisation) before any forward pass of this model.
+    check_context(loaded.model, tokenizer,
+                  [(f"question {i + 1} as prompted to {label}", len(tokenizer(text, add_special_tokens=not chat)["input_ids"]))
+                   for i, (text, chat) in enumerate(texts)],
+                  remedy=f"Shorten the question or its options, lower max_new_tokens ({cfg.max_new_tokens}), or "
+                         "compare models with a longer context.", reserve=cfg.max_new_tokens)
+    scores = iter(score_letter(loaded.model, tokenizer, prompts)) if prompts else iter(())
+    temperature = load_temperature(entry.get("temperature"))
+    answers = []
+    for i, ((_, options), (text, chat)) in enumerate(zip(items, texts)):
+        if len(items) > 1:
+            log(f"{label}: question {i + 1} of {len(items)}")
+        answer: dict[str, Any] = {}
+        if options:
+            score = next(scores)
             probs = scale(score.probs[None], temperature)[0] if temperature else score.probs
-            item.update(temperature=temperature, probs=[float(p) for p in probs],
-                        raw_probs=[float(p) for p in score.probs], prediction=int(np.argmax(probs)),
-                        option_mass=float(np.sum(score.vocab_probs)))
-        item["generation"] = _generate(loaded, text, chat, cfg.max_new_tokens)
-        results.append(item)
-    report = {"question": cfg.question, "options": cfg.options, "results": results}
+            answer.update(probs=[float(p) for p in probs], raw_probs=[float(p) for p in score.probs],
+                          prediction=int(np.argmax(probs)), confidence=float(np.max(probs)),
+                          option_mass=float(np.sum(score.vocab_probs)))
+        answer["generation"] = _generate(loaded, text, chat, cfg.max_new_tokens)
+        answers.append(answer)
+    return answers
+
+
+def compare(cfg: CompareConfig, out: Path, log: Callable[[str], None] = print,
+            cache: Optional[ModelCache] = None) -> dict[str, Any]:
+    """Ask every model every question; writes and returns ``compare.json``.
+
+    ``cache``: the models already loaded (the inference lane's); None loads them for this call,
+    on ``cfg.device`` in ``cfg.dtype``."""
+    if cache is None:
+        from lab.model_cache import ModelCache
+
+        cache = ModelCache(cfg.device, cfg.dtype)
+    start, results = time.time(), []
+    for n, entry in enumerate(cfg.models, 1):
+        label = _label(entry)
+        log(f"model {n} of {len(cfg.models)}: {label}")
+        with cache.use(entry["model"], entry.get("adapter"), announce=log) as loaded:
+            answers = _ask(loaded, cfg, entry, label, log)
+        results.append({"label": label, "model": entry["model"], "adapter": entry.get("adapter"),
+                        "temperature": load_temperature(entry.get("temperature")), "answers": answers})
+    questions = [{"question": q, "options": o, **({"answer": a} if a is not None else {})}
+                 for (q, o), a in zip(cfg.items(), cfg.answers())]
+    report = {"questions": questions, "results": results,
+              "template": cfg.template, "created": start, "seconds": round(time.time() - start, 3)}
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / COMPARE_FILE, json.dumps(report, indent=2) + "\n")
     return report
 
 
+def upgrade(report: dict[str, Any]) -> dict[str, Any]:
+    """A ``compare.json`` of one question written before lists existed, in today's shape."""
+    if "questions" in report or "question" not in report:
+        return report
+    keys = ("probs", "raw_probs", "prediction", "option_mass", "generation")
+    results = [{"label": r.get("label"), "model": r.get("model"), "adapter": r.get("adapter"),
+                "temperature": r.get("temperature"),
+                "answers": [{**{k: r[k] for k in keys if k in r},
+                             **({"confidence": max(r["probs"])} if r.get("probs") else {})}]}
+               for r in report.get("results", [])]
+    return {"questions": [{"question": report["question"], "options": report.get("options") or []}], "results": results}
+
+
+def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per question and model: what a table (and its CSV) shows."""
+    table = []
+    for q, item in enumerate(report["questions"]):
+        for result in report["results"]:
+            answer = result["answers"][q]
+            generation = answer.get("generation") or {}
+            row = {"#": q + 1, "question": item["question"], "model": result["label"], "T": result.get("temperature")}
+            if item["options"]:
+                p = answer["prediction"]
+                row.update({"prediction": f"{option_letter(p)}. {item['options'][p]}", "confidence": answer["confidence"],
+                            "option probabilities": " ".join(f"{option_letter(i)} {v:.3f}"
+                                                             for i, v in enumerate(answer["probs"]))})
+                if item.get("answer") is not None:
+                    row["correct"] = p == item["answer"]
+            row.update({"answer": generation.get("text"), "sequence probability": generation.get("sequence_prob"),
+                        "first-token probability": generation.get("first_token_prob")})
+            table.append(row)
+    return table
+
+
+LETTERED = re.compile(r"^\(?([A-Za-z])[.):]\s+(.+)$")  # "A. Oslo", "A) Oslo", "(A) Oslo", "a: Oslo"
+
+
+def parse_questions(text: str) -> list[dict[str, Any]]:
+    """The compare page's question box as ``questions`` entries.
+
+    Questions are separated by blank lines; a question's first line is the question and each
+    further line an option. A ``*`` before an option marks it as the right one; letters the user
+    pasted with the options (``A.``, ``B)``, ``(C)``, in order) are dropped, as the prompt letters
+    them again. Raises ValueError naming the question."""
+    questions = []
+    for n, block in enumerate(re.split(r"\n[ \t]*\n", (text or "").strip()), 1):
+        lines = [line.strip() for line in block.splitlines() if line.strip()]
+        if not lines:
+            continue
+        question, options, answer = lines[0], [], None
+        for i, option in enumerate(lines[1:]):
+            if option.startswith("*"):
+                if answer is not None:
+                    raise ValueError(f"question {n}: two options are marked with *; mark only the right one")
+                answer, option = i, option[1:].strip()
+            options.append(option)
+        matches = [LETTERED.match(o) for o in options]
+        if options and all(m and m.group(1).upper() == option_letter(i) for i, m in enumerate(matches)):
+            options = [m.group(2) for m in matches]
+        questions.append({"question": question, "options": options, **({"answer": answer} if answer is not None else {})})
+    if not questions:
+        raise ValueError("Type a question, and its options one per line below it if it has any.")
+    return questions
+
+
+def format_questions(questions: list[dict[str, Any]]) -> str:
+    """The inverse of :func:`parse_questions`: what the question box shows for ``questions``."""
+    return "\n\n".join("\n".join([q["question"], *(("* " if i == q.get("answer") else "") + o
+                                                   for i, o in enumerate(q.get("options") or []))])
+                       for q in questions)
+
+
+def history_dir(root: Path, questions: list[dict[str, Any]]) -> Path:
+    """A new folder for one comparison of the compare page: ``<root>/comparisons/<time>-<first words>``."""
+    words = re.sub(r"[^a-z0-9]+", "-", questions[0]["question"].lower()).strip("-")[:40].strip("-") or "question"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        path = Path(root) / COMPARISONS_DIR / f"{stamp}-{words}{'' if n == 1 else f'-{n}'}"
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: a thousand comparisons this second")
+
+
 def read_result(run_dir: Optional[str | Path]) -> Optional[dict[str, Any]]:
+    """A comparison's ``compare.json`` in today's shape; None when absent or damaged."""
     path = Path(run_dir or "") / COMPARE_FILE
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        report = upgrade(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    return report if isinstance(report.get("questions"), list) and isinstance(report.get("results"), list) else None
 
 
 def _run_job(cfg: CompareConfig, ctx) -> dict[str, Any]:
     report = compare(cfg, ctx.run_dir, log=ctx.log)
-    return {"models": len(report["results"])}
+    return {"models": len(report["results"]), "questions": len(report["questions"])}
 
 
 register(JobKind(
-    "compare", "2–4 models on one question: option probabilities and generated answers", CompareConfig, _run_job,
-    outputs=(COMPARE_FILE,), key_fields=("question", "options", "models"),
+    "compare", "1–4 models on your questions: option probabilities and generated answers", CompareConfig, _run_job,
+    outputs=(COMPARE_FILE,), key_fields=("question", "options", "questions", "models"),
 ))

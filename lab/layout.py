@@ -13,7 +13,8 @@ catalogue of runs (:mod:`lab.runs`) and the pages read them, and none of them sp
     checkpoints/       epoch checkpoints a resumed training run continues from
     temperature.json   a fitted or chosen temperature
     ts/                the CFT pipeline's fitted temperature (the temperature lab reads it)
-    compare.json       a comparison's answers
+    compare.json       a comparison's answers (a compare job's; the compare page keeps its own
+                       history in runs/comparisons/<time>-<question>/, its lane's log in runs/.lane/)
     report.json/.md    a pipeline's table (FIRST, CFT)
     done.json          a finished pipeline stage (a rerun skips it)
     label.txt          a name the user gave the run (the pages show it instead of the folder)
@@ -34,6 +35,8 @@ CHECKPOINTS_DIR = "checkpoints"
 TEMPERATURE_FILE = "temperature.json"
 FITTED_TEMPERATURE_DIR = "ts"
 COMPARE_FILE = "compare.json"
+COMPARISONS_DIR = "comparisons"  # the compare page's history: runs/comparisons/<time>-<question>/
+LANE_DIR = ".lane"  # the inference lane's log (hidden: the catalogue never walks it)
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 DONE_FILE = "done.json"

@@ -21,12 +21,10 @@ from typing import Callable, Optional
 import torch
 
 from lab.errors import ModelLoadError
-from lab.files import cache_dir
 from lab.hub import hub_reachable
+from lab.weights import BUNDLED, bundled_target
 
-BUNDLED = "bundled"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BUNDLED_DIRNAME = "SmolLM2-135M-Instruct"
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -47,13 +45,9 @@ def _bundled_gguf() -> Path:
     return path
 
 
-def _bundled_target() -> Path:
-    return cache_dir() / "models" / BUNDLED_DIRNAME
-
-
 def bundled_converted() -> bool:
     """Whether the bundled model's safetensors copy exists (else the next load converts, ~30 s)."""
-    return (_bundled_target() / "config.json").is_file()
+    return (bundled_target() / "config.json").is_file()
 
 
 def bundled_model_dir() -> Path:
@@ -62,7 +56,7 @@ def bundled_model_dir() -> Path:
     The conversion writes into a temporary directory beside the target and renames it into
     place, so an interrupted or concurrent conversion never leaves a half-written model.
     """
-    target = _bundled_target()
+    target = bundled_target()
     if bundled_converted():
         return target
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

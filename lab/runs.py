@@ -12,6 +12,7 @@ folders (what they lead to is not the runs directory's). What it finds:
     models        a directory with model/config.json (full weights) or adapter/adapter_config.json
     temperatures  a directory with temperature.json
     reports       a directory with report.json
+    comparisons   a directory with compare.json (a compare job's, or the compare lane's history)
 
 What a browser sends back is only a name: :func:`resolve` turns it into a path again, through
 ``..`` and links, and answers None for anything outside the runs directory or deeper than the
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from lab.layout import (ADAPTER_DIR, CHECKPOINTS_DIR, CONFIG_FILE, EVAL_DIR, FITTED_TEMPERATURE_DIR, LABEL_FILE,
+from lab.layout import (ADAPTER_DIR, CHECKPOINTS_DIR, COMPARE_FILE, CONFIG_FILE, EVAL_DIR, FITTED_TEMPERATURE_DIR, LABEL_FILE,
                         MANIFEST_FILE, METRICS_FILE, MODEL_DIR, PREDICTIONS_FILE, REPORT_JSON, TEMPERATURE_FILE, TOPK_DIR)
 from lab.metrics import finite_or_none
 from lab.temperature import load_temperature
@@ -94,6 +95,7 @@ class Catalogue:
     models: list[TrainedModel]
     temperatures: dict[str, Path]
     reports: dict[str, Path]
+    comparisons: dict[str, Path]  # newest compare.json first
 
 
 # ---------------------------------------------------------------- the walk
@@ -224,7 +226,7 @@ def _is_store(name: str) -> bool:
 
 def _scan(root: Path, start: Path, depth: int) -> Catalogue:
     """The catalogue of ``start`` (``root`` or a folder below it), walked ``depth`` levels down."""
-    evaluations, stores, models, temperatures, reports = [], {}, [], {}, {}
+    evaluations, stores, models, temperatures, reports, comparisons = [], {}, [], {}, {}, []
     for directory, files, folders in _walk(start, depth):
         name = directory.relative_to(root).as_posix()
         if METRICS_FILE in files and PREDICTIONS_FILE in files and (found := _eval_run(directory, name)):
@@ -235,12 +237,23 @@ def _scan(root: Path, start: Path, depth: int) -> Catalogue:
             temperatures[name] = directory
         if REPORT_JSON in files:
             reports[name] = directory
+        if COMPARE_FILE in files:
+            comparisons.append((_mtime(directory / COMPARE_FILE), name, directory))
         if ADAPTER_DIR in folders and (directory / ADAPTER_DIR / ADAPTER_CONFIG).is_file():
             models.append(TrainedModel(directory / ADAPTER_DIR, name, adapter_base(root, directory / ADAPTER_DIR)))
         if MODEL_DIR in folders and (directory / MODEL_DIR / HF_CONFIG).is_file():
             models.append(TrainedModel(directory / MODEL_DIR, name))
     evaluations.sort(key=lambda item: (-item[0], item[1].name))
-    return Catalogue([run for _, run in evaluations], stores, models, temperatures, reports)
+    comparisons.sort(key=lambda item: (-item[0], item[1]))
+    return Catalogue([run for _, run in evaluations], stores, models, temperatures, reports,
+                     {name: directory for _, name, directory in comparisons})
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile
+        return 0.0
 
 
 def scan(root: Path) -> Catalogue:
@@ -266,6 +279,26 @@ def evaluation_choices(root: Path) -> list[tuple[str, str]]:
     """(label, name) for a picker, newest first: the label says what the run is, the name (what
     the browser sends back) is resolved again with :func:`evaluation`."""
     return [(run.label, run.name) for run in find_evaluations(root)]
+
+
+def comparison_choices(root: Path) -> list[tuple[str, str]]:
+    """(label, name) of every comparison, newest first: its name if the user gave one, else its
+    first question, how many there were, and when."""
+    choices = []
+    for name, directory in scan(root).comparisons.items():
+        title = read_label(directory)
+        if title is None:
+            try:
+                report = json.loads((directory / COMPARE_FILE).read_text(encoding="utf-8"))
+                questions = report.get("questions") or [{"question": report.get("question")}]
+                first = " ".join(str(questions[0].get("question") or "?").split())
+            except (OSError, ValueError, AttributeError, IndexError, TypeError):
+                first, questions = "(unreadable)", []
+            more = f" (+{len(questions) - 1} more)" if len(questions) > 1 else ""
+            stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(_mtime(directory / COMPARE_FILE)))
+            title = f"{first[:70]}{more} · {stamp}"
+        choices.append((title, name))
+    return choices
 
 
 def store_names(root: Path) -> list[str]:

@@ -169,7 +169,38 @@ def test_compare_refuses_an_empty_question(served_bare):
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.goto(url)
         page.get_by_role("tab", name="Compare models").click()
+        page.locator("#compare-question textarea").fill("")
         page.locator("#compare-run").click()
-        page.get_by_text("question: must not be empty").wait_for(timeout=30_000)
+        page.get_by_text("Type a question").wait_for(timeout=30_000)
         assert ctx.store.list() == []
         browser.close()
+
+
+def test_compare_two_models_on_one_question_and_on_a_list(newcomer):
+    """The Compare page through the inference lane: FIRST's Norway question to the bundled model and
+    to the same model at T = 2, then a list of three questions; bars and answers each time."""
+    page, (ctx, url) = newcomer
+    page.goto(url)
+    page.get_by_role("tab", name="Compare models").click()
+    _box(page, "compare-model-2").click()
+    page.get_by_role("option", name="bundled", exact=True).click()
+    _fill(page, "compare-temperature-2", "2")
+    question = _box(page, "compare-question")
+    assert question.input_value().startswith("What is the capital of Norway?\nOslo\nHelsinki")
+    page.locator("#compare-run").click()
+    message = page.locator("#compare-message")
+    message.get_by_text("Done in").wait_for(timeout=JOB_TIMEOUT_MS)
+    bars = page.locator(".js-plotly-plot .bars")
+    assert bars.count() == 2 and page.locator(".js-plotly-plot").get_by_text("A. Oslo").count() >= 1
+    assert page.locator("#compare-answers tbody tr").count() == 2
+    _shot(page, "07-compare.png")
+    question.fill("Which planet is largest?\nMars\n*Jupiter\nVenus\n\nWhat colour is the sky on a clear day?\n"
+                  "red\n*blue\ngreen\n\nName a large city in Norway.")
+    page.locator("#compare-run").click()
+    message.get_by_text("which-planet-is-largest").wait_for(timeout=JOB_TIMEOUT_MS)
+    assert page.locator("#compare-answers tbody tr").count() == 6
+    assert page.locator(".js-plotly-plot").get_by_text("B. Jupiter").count() >= 1
+    _shot(page, "08-compare-list.png")
+    assert ctx.store.list() == []  # nothing queued: the lane answered
+    assert len(list((ctx.runs / "comparisons").iterdir())) == 2
+    ctx.lane.stop()

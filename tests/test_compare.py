@@ -1,10 +1,10 @@
-"""Several models on the user's own question (the compare job), with the bundled model."""
+"""Several models on the user's questions (the compare job and the lane's compare), with the bundled model."""
 import json
 
 import numpy as np
 import pytest
 
-from lab.compare import CompareConfig, compare, read_result
+from lab.compare import CompareConfig, compare, format_questions, history_dir, parse_questions, read_result, rows
 from lab.temperature import scale
 
 
@@ -13,20 +13,76 @@ def test_compare_scores_options_applies_temperatures_and_generates(bundled, tmp_
                         models=[{"model": "bundled"}, {"model": "bundled", "temperature": 4.0, "label": "flattened"}],
                         max_new_tokens=4, device="cpu")
     report = compare(cfg, tmp_path, log=lambda m: None)
-    plain, flat = report["results"]
-    assert flat["label"] == "flattened" and plain["label"] == "bundled"
+    (plain,), (flat,) = (r["answers"] for r in report["results"])
+    assert [r["label"] for r in report["results"]] == ["bundled", "flattened"]
     assert sum(plain["probs"]) == pytest.approx(1.0) and plain["raw_probs"] == plain["probs"]
     np.testing.assert_allclose(flat["probs"], scale(np.array([flat["raw_probs"]]), 4.0)[0])
     assert max(flat["probs"]) < max(plain["probs"])  # a higher temperature is less sure
+    assert flat["confidence"] == max(flat["probs"]) and flat["prediction"] == int(np.argmax(flat["probs"]))
     assert plain["generation"]["text"] and 0 < plain["generation"]["sequence_prob"] <= 1
     assert plain["generation"]["sequence_prob"] <= plain["generation"]["first_token_prob"]
     assert read_result(tmp_path) == json.loads((tmp_path / "compare.json").read_text())
 
 
+def test_a_list_of_questions_is_answered_as_each_alone(bundled, tmp_path):
+    """Letter scoring batches a model's questions; each answer must equal asking that question alone."""
+    questions = [{"question": "What is the capital of Norway?", "options": ["Oslo", "Helsinki", "Stockholm"], "answer": 0},
+                 {"question": "Say hello."},
+                 {"question": "Which is a fruit?", "options": ["apple", "stone", "car", "shoe"]}]
+    models = [{"model": "bundled"}, {"model": "bundled", "temperature": 2.0, "label": "T=2"}]
+    both = compare(CompareConfig(questions=questions, models=models, max_new_tokens=4, device="cpu"), tmp_path,
+                   log=lambda m: None)
+    for i, question in enumerate(questions):
+        alone = compare(CompareConfig(questions=[question], models=models, max_new_tokens=4, device="cpu"),
+                        tmp_path / str(i), log=lambda m: None)
+        for together, single in zip(both["results"], alone["results"]):
+            np.testing.assert_allclose(together["answers"][i].get("probs", []), single["answers"][0].get("probs", []),
+                                       atol=1e-5)
+            assert together["answers"][i]["generation"]["text"] == single["answers"][0]["generation"]["text"]
+    table = rows(both)
+    assert [(r["#"], r["model"]) for r in table] == [(1, "bundled"), (1, "T=2"), (2, "bundled"), (2, "T=2"),
+                                                      (3, "bundled"), (3, "T=2")]
+    assert "correct" in table[0] and "correct" not in table[4] and "prediction" not in table[2]
+
+
 def test_free_text_only_generates(bundled, tmp_path):
     report = compare(CompareConfig(question="Say hello.", max_new_tokens=3, device="cpu"), tmp_path, log=lambda m: None)
-    (only,) = report["results"]
+    ((only,),) = (r["answers"] for r in report["results"])
     assert "probs" not in only and only["generation"]["tokens"] <= 3
+
+
+def test_the_question_box_reads_blocks_stars_and_pasted_letters():
+    text = ("What is the capital of Norway?\nA) Oslo\n*B) Helsinki\n\n\n  Say hello.  \n \n"
+            "Pick one\nA. keep A. as text\nC. since the letters are not A, B")
+    assert parse_questions(text) == [
+        {"question": "What is the capital of Norway?", "options": ["Oslo", "Helsinki"], "answer": 1},
+        {"question": "Say hello.", "options": []},
+        {"question": "Pick one", "options": ["A. keep A. as text", "C. since the letters are not A, B"]}]
+    assert parse_questions(format_questions(parse_questions(text))) == parse_questions(text)
+    with pytest.raises(ValueError, match="question 1: two options are marked"):
+        parse_questions("Q\n*a\n*b")
+    with pytest.raises(ValueError, match="Type a question"):
+        parse_questions(" \n\n ")
+
+
+def test_a_compare_json_of_one_question_reads_as_a_list(tmp_path):
+    old = {"question": "Capital?", "options": ["Oslo", "Bergen"], "results": [
+        {"label": "m", "model": "bundled", "probs": [0.7, 0.3], "raw_probs": [0.7, 0.3], "prediction": 0,
+         "temperature": None, "generation": {"text": "Oslo", "sequence_prob": 0.5, "first_token_prob": 0.6}}]}
+    (tmp_path / "compare.json").write_text(json.dumps(old))
+    report = read_result(tmp_path)
+    assert report["questions"] == [{"question": "Capital?", "options": ["Oslo", "Bergen"]}]
+    assert report["results"][0]["answers"][0]["confidence"] == 0.7
+    assert rows(report)[0]["prediction"] == "A. Oslo"
+    (tmp_path / "compare.json").write_text('{"questions": 3}')
+    assert read_result(tmp_path) is None
+
+
+def test_each_comparison_gets_its_own_folder(tmp_path):
+    q = [{"question": "What is the capital of Norway? ../../etc"}]
+    first, second = history_dir(tmp_path, q), history_dir(tmp_path, q)
+    assert first != second and first.parent == second.parent == tmp_path / "comparisons"
+    assert first.name.endswith("what-is-the-capital-of-norway-etc") and first.is_dir()
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -37,7 +93,11 @@ def test_free_text_only_generates(bundled, tmp_path):
     ({"question": "Q", "models": [{"model": "bundled", "temp": 2}]}, r"^models\[0\].temp: unknown key; did you mean temperature"),
     ({"question": "Q", "models": [{"adapter": "x"}]}, r"^models\[0\].model: must be set"),
     ({"question": "Q", "models": [{"model": "bundled", "temperature": -1}]}, r"^models\[0\].temperature: must be a temperature > 0"),
-    ({"question": "Q" * 20_001}, "^question: is 20,001 characters long; the limit is 20,000")])
+    ({"question": "Q" * 20_001}, "^question: is 20,001 characters long; the limit is 20,000"),
+    ({"questions": [{"question": "Q", "options": ["a", "b"], "answer": 2}]}, r"^questions\[0\].answer: is 2, but there are 2"),
+    ({"questions": [{"question": "Q"}] * 101}, "^questions: has 101 entries; the limit is 100"),
+    ({"questions": [{"question": "Q", "options": "ab"}]}, r"^questions\[0\].options: "),
+    ({"question": "Other", "questions": [{"question": "Q"}]}, "^questions: give either")])
 def test_bad_compare_configs_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         CompareConfig.from_dict(bad)

@@ -2,6 +2,7 @@
 from jobs import failures, preflight
 from lab.events import EventWriter, read_events
 from lab.models import bundled_model_dir
+from lab.weights import count_parameters
 
 
 def test_events_are_read_incrementally_and_a_torn_line_waits(tmp_path):
@@ -38,7 +39,7 @@ def test_failure_summaries():
 
 
 def test_preflight_counts_parameters_exactly_and_warns_when_it_will_not_fit():
-    n = preflight.count_parameters(bundled_model_dir())
+    n = count_parameters(bundled_model_dir())
     assert n == 134_515_008  # SmolLM2-135M: tied embeddings stored once
     assert preflight.estimate_bytes(1000, "bfloat16", "inference") == 1000 * 2 * 1.2
     assert preflight.estimate_bytes(1000, "float32", "full") == 1000 * (4 + 4 + 8) * 1.2

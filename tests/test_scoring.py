@@ -132,7 +132,7 @@ def test_compare_refuses_a_question_past_the_context_with_what_it_generates(tiny
     cfg = CompareConfig(question="Why? " * 400, options=["yes", "no"], models=[{"model": str(tiny_model_dir)}],
                         max_new_tokens=48, device="cpu")
     with pytest.raises(DataError, match="The question does not fit in the model's context of 512 tokens .* with "
-                                        "the 48 tokens to generate after it: the question as prompted to .*lower "
+                                        "the 48 tokens to generate after it: question 1 as prompted to .*lower "
                                         r"max_new_tokens \(48\)"):
         compare(cfg, tmp_path, log=lambda m: None)
     assert not (tmp_path / "compare.json").exists()

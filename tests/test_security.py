@@ -21,7 +21,8 @@ from ui.context import LabContext
 
 QUESTION = json.dumps({"question": "2+2?", "choices": ["4", "5"], "answer": "A"}) + "\n"
 # Fields declared free text: shown or scored, never opened. A new one must be added here on purpose.
-FREE_TEXT = {("CompareConfig", "question"), ("CompareConfig", "options"), ("CompareModel", "label")}
+FREE_TEXT = {("CompareConfig", "question"), ("CompareConfig", "options"), ("CompareModel", "label"),
+             ("CompareQuestion", "question"), ("CompareQuestion", "options")}
 
 
 def config_classes() -> list[type]:

@@ -15,7 +15,6 @@ from lab.data import DataError
 from lab.evaluate import EvalConfig, write_evaluation
 from lab.events import EventWriter
 from lab.temperature import load_temperature
-from lab import runs
 from ui import api, cases_page, forms, knowledge_page, reliability_page, results_page, temperature_page
 from ui.context import LabContext
 from ui.messages import error
@@ -348,9 +347,11 @@ def test_compare_and_jobs_handlers_take_plain_values(tmp_path):
     assert compare_page.model_entry("some/base|/runs/1/adapter", " 1.5 ") == {
         "model": "some/base", "adapter": "/runs/1/adapter", "temperature": "1.5"}
     assert compare_page.model_entry(None, "2") is None
-    message, job_id = compare_page.submit_compare(ctx, "", "", "bundled|", None, None, None, "", "", "", "")
-    assert job_id is None and "question" in message and ctx.store.list() == []
-    assert compare_page.poll_compare(ctx, None) == (compare_page.gr.skip(),) * 4  # nothing submitted: nothing changes
+    (message, *rest), = compare_page.run_compare(ctx, "", "bundled|", None, None, None, "", "", "", "")
+    assert "Type a question" in message and rest == [compare_page.gr.skip()] * 7 and ctx.lane.pid is None
+    (message, *_), = compare_page.run_compare(ctx, "Q?", "/etc|", None, None, None, "", "", "", "")
+    assert "models[0].model" in message and "outside the folders" in message and ctx.lane.pid is None
+    assert not (tmp_path / "comparisons").exists()
     assert jobs_page.cancel_job(ctx, None) == error("Pick a job first.")
     job = ctx.store.submit({"kind": "evaluate", "model": "bundled"})
     table, picker, banner, _ = jobs_page.refresh_all(ctx, None)

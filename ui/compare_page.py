@@ -1,30 +1,43 @@
-"""Compare on your own question: 2–4 models (with adapters and fitted temperatures) side by side.
+"""Compare on your own questions: 1–4 models (with adapters and fitted temperatures) side by side.
 
-The models run in a ``compare`` job, not in the web server (which never loads torch): the page
-submits it, polls the job, and draws each model's option probabilities and generated answer
-when it is done — a few seconds for small models once the worker has started. The models on
-offer are the catalogue's (:func:`lab.runs.trained_models`).
+The models run in the inference lane (:class:`jobs.lane.Lane`), a worker beside the training
+queue that keeps them loaded: the first compare starts it and loads the models, later ones reuse
+them, and none waits for a training job. The web server never loads torch. Every comparison is
+kept under ``runs/comparisons/`` and listed in History, across server restarts; a ``compare`` job
+(``python -m jobs submit``) writes the same ``compare.json`` and is listed there too.
 """
 from __future__ import annotations
 
 import functools
+import queue
+import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import gradio as gr
 
+from jobs.lane import LaneError
 from lab import runs
-from lab.config import ConfigError
-from lab.compare import MAX_MODELS, read_result
+from lab.compare import MAX_MODELS, format_questions, history_dir, parse_questions, read_result
+from lab.errors import USER_ERRORS
+from lab.kinds import parse_config
 from lab.layout import TEMPERATURE_FILE
+from lab.weights import size_text
+from ui.components import export, run_picker
 from ui.context import LabContext
 from ui.job_results import compare_answers, compare_figure
 from ui.messages import error, ok
+from ui.uploads import ALLOWED_SUFFIXES, accept_upload
 
-POLL_S = 1.0
 BUNDLED = ("bundled", "bundled|")  # (label, value): the model that ships with the lab
-INTRO = ("Ask your own question. With options you see each model's probability for every option "
-         "(letter scoring, the CFT chat prompt) and its generated answer; without options, the answers only.")
+EXAMPLE = "What is the capital of Norway?\nOslo\nHelsinki\nStockholm\nCopenhagen"
+INTRO = ("Ask your own questions. With options you see each model's probability for every option "
+         "(letter scoring, the CFT chat prompt) and its generated answer; without options, the answers only. "
+         "Models stay loaded between compares, so the first one takes a while and the next ones seconds.")
+QUESTIONS_HELP = ("One question per block, blocks separated by a blank line: the question on the first line, "
+                  "its options one per line below (none: a free-text answer). Put * before the right option "
+                  "to have it marked.")
+NOT_RUNNING = "Inference lane: not running (the next compare starts it)."
 
 
 # ---------------------------------------------------------------- handlers
@@ -40,44 +53,129 @@ def model_choices(root: Path) -> list[tuple[str, str]]:
     return found
 
 
-def model_entry(choice: Optional[str], temperature: Optional[str]) -> Optional[dict[str, Any]]:
+def model_entry(choice: Optional[str], temperature: Any) -> Optional[dict[str, Any]]:
     """One ``models`` entry of a compare config from a picked "model|adapter" and a temperature box."""
-    if not choice:
+    if not choice or not isinstance(choice, str):
         return None
     model, _, adapter = choice.partition("|")
     entry: dict[str, Any] = {"model": model}
     if adapter:
         entry["adapter"] = adapter
-    if temperature and temperature.strip():
-        entry["temperature"] = temperature.strip()
+    if isinstance(temperature, (int, float)) or (isinstance(temperature, str) and temperature.strip()):
+        entry["temperature"] = temperature.strip() if isinstance(temperature, str) else temperature
     return entry
 
 
-def submit_compare(ctx: LabContext, question: Optional[str], options: Optional[str], *models_and_temps: Any):
-    """Queue the compare job: (message, its id or None). ``models_and_temps``: the model pickers, then
-    their temperature boxes."""
+def request(ctx: LabContext, text: Any, models_and_temps: tuple[Any, ...]) -> tuple[Any, list[dict[str, Any]]]:
+    """The validated compare config (every file it names inside the server's folders) and its questions.
+    Raises ValueError (ConfigError included) with what to change."""
+    questions = parse_questions(text if isinstance(text, str) else "")
     pairs = zip(models_and_temps[:MAX_MODELS], models_and_temps[MAX_MODELS:])
-    config = {"kind": "compare", "question": question or "",
-              "options": [o.strip() for o in (options or "").splitlines() if o.strip()],
+    config = {"kind": "compare", "questions": questions,
               "models": [e for e in (model_entry(m, t) for m, t in pairs) if e]}
+    _, cfg = parse_config(config, roots=ctx.roots)
+    return cfg, questions
+
+
+def question_choices(result: dict[str, Any]) -> list[tuple[str, int]]:
+    return [(f"{i + 1}. {q['question'][:80]}", i) for i, q in enumerate(result["questions"])]
+
+
+def shown(ctx: LabContext, result: dict[str, Any], name: str) -> tuple[Any, ...]:
+    """(question picker, plot, table, CSV download) for a comparison."""
+    table = compare_answers(result)
+    csv = export(ctx, f"compare-{Path(name).name}.csv", lambda path: table.to_csv(path, index=False))
+    return (gr.update(choices=question_choices(result), value=0, visible=len(result["questions"]) > 1),
+            compare_figure(result, 0), table, csv)
+
+
+def lane_status(ctx: LabContext) -> str:
+    """What the lane holds: the models a user may wait for, and the memory they take."""
+    status = ctx.lane.status()
+    if not status.get("running"):
+        return NOT_RUNNING
+    held = ", ".join(f"{h['model']}{' + ' + Path(h['adapter']).name if h['adapter'] else ''} "
+                     f"({size_text(h['bytes'])})" for h in reversed(status["held"])) or "nothing yet"
+    return (f"Inference lane: running on {status['device']} (pid {status['pid']}), holds {held}; "
+            f"{size_text(status['used'])} of {size_text(status['budget'])} used.")
+
+
+def run_compare(ctx: LabContext, text: Any, *models_and_temps: Any) -> Iterator[tuple[Any, ...]]:
+    """Ask the lane; yields (message, question picker, plot, table, CSV, result, history picker,
+    lane status) as news arrives and once more with the answer."""
+    skip = (gr.skip(),) * 7
     try:
-        job = ctx.submit(config)
-    except ConfigError as e:
-        return error(str(e)), None
-    return f"Running as job {job.id}…", job.id
+        cfg, questions = request(ctx, text, models_and_temps)
+    except ValueError as e:
+        yield (error(str(e)), *skip)
+        return
+    out = history_dir(ctx.runs, questions)
+    news: queue.Queue = queue.Queue()
+    answer: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            answer["reply"] = ctx.lane.call("compare", {"config": cfg.to_dict(), "out": str(out)}, progress=news.put)
+        except LaneError as e:
+            answer["error"] = e
+        finally:
+            news.put(None)
+
+    cold = ctx.lane.pid is None
+    threading.Thread(target=ask, daemon=True, name="compare").start()
+    yield (ok("Starting the inference lane: torch and the models load once (seconds to a minute); "
+              "the next compares reuse them…" if cold else "Comparing…"), *skip)
+    while (item := news.get()) is not None:
+        yield (ok(f"{item}…"), *skip)
+    if "error" in answer:
+        if not any(out.iterdir()):
+            out.rmdir()
+        yield (error(str(answer["error"])), *skip[:-1], lane_status(ctx))
+        return
+    reply = answer["reply"]
+    result = read_result(out) or reply.result
+    name = out.relative_to(ctx.runs).as_posix()
+    seconds = result.get("seconds")
+    done = f"Done in {seconds:.1f} s; kept in History as {name}." if seconds is not None else "Done."
+    message = ok(done) + (error(reply.notice) if reply.notice else "")
+    yield (message, *shown(ctx, result, name), result,
+           gr.update(choices=runs.comparison_choices(ctx.runs), value=name), lane_status(ctx))
 
 
-def poll_compare(ctx: LabContext, job_id: Optional[int]):
-    """(message, option figure, answers table, the job still to poll or None) for the submitted job."""
-    if job_id is None:
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
-    job = ctx.store.get(int(job_id))
-    if job.status in ("queued", "running"):
-        return f"Job {job.id} {job.status}…", gr.skip(), gr.skip(), job_id
-    if job.status != "succeeded":
-        return error(f"Job {job.id} {job.status}: {job.error or ''}"), gr.skip(), gr.skip(), None
-    result = read_result(job.run_dir) or {"results": [], "options": []}
-    return ok(f"Job {job.id} done."), compare_figure(result), compare_answers(result), None
+def pick_question(result: Optional[dict[str, Any]], index: Any) -> Any:
+    """Redraw the option bars for another question of the comparison shown."""
+    if not result or not isinstance(index, int):
+        return gr.skip()
+    return compare_figure(result, index)
+
+
+def reopen(ctx: LabContext, name: Any) -> tuple[Any, ...]:
+    """A past comparison back on the page: its questions, models and answers."""
+    path = runs.resolve(ctx.runs, name)
+    result = read_result(path) if path is not None else None
+    if result is None:
+        return (gr.skip(),) * (7 + 2 * MAX_MODELS)
+    entries = result["results"][:MAX_MODELS]
+    pickers = [f"{r['model']}|{r.get('adapter') or ''}" for r in entries] + [None] * (MAX_MODELS - len(entries))
+    temps = [("" if r.get("temperature") is None else str(r["temperature"])) for r in entries]
+    temps += [""] * (MAX_MODELS - len(entries))
+    return (format_questions(result["questions"]), ok(f"Reopened {name}."), *shown(ctx, result, str(name)), result,
+            *[gr.update(value=p) for p in pickers], *temps)
+
+
+def load_file(ctx: LabContext, file: Any) -> tuple[Any, str]:
+    """An uploaded question file (the custom dataset's format) into the question box, right answers marked."""
+    from lab.data.loaders import load_records
+
+    if not file:
+        return gr.skip(), ""
+    try:
+        upload = accept_upload(file, Path(file).name, ctx.uploads)
+        records = load_records("custom", "test", [str(upload.path)]).records
+    except USER_ERRORS as e:
+        return gr.skip(), error(str(e))
+    questions = [{"question": r.question, "options": list(r.choices), "answer": r.answer} for r in records]
+    return format_questions(questions), ok(f"{len(questions)} questions read from {Path(file).name}.")
 
 
 def rescan(ctx: LabContext, n: int = MAX_MODELS) -> list[dict[str, Any]]:
@@ -87,30 +185,41 @@ def rescan(ctx: LabContext, n: int = MAX_MODELS) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- layout and wiring
-def build_compare(ctx: LabContext) -> None:
+def build_compare(ctx: LabContext) -> gr.Dropdown:
     gr.Markdown(INTRO)
-    question = gr.Textbox(label="Question", lines=2, elem_id="compare-question",
-                          placeholder="What is the capital of Norway?")
-    options = gr.Textbox(label="Options, one per line (leave empty for free text)", lines=4,
-                         placeholder="Oslo\nHelsinki\nStockholm\nCopenhagen")
+    with gr.Row():
+        questions = gr.Textbox(label="Questions", value=EXAMPLE, lines=8, max_lines=30, elem_id="compare-question",
+                               info=QUESTIONS_HELP, scale=3)
+        upload = gr.File(label=f"…or a question file ({', '.join(ALLOWED_SUFFIXES)}, as the custom dataset)",
+                         file_types=list(ALLOWED_SUFFIXES), type="filepath", scale=1)
     choices = model_choices(ctx.runs)
     models, temps = [], []
     with gr.Row():
         for i in range(MAX_MODELS):
             with gr.Column():
                 models.append(gr.Dropdown(choices, value=BUNDLED[1] if i == 0 else None, label=f"Model {i + 1}",
-                                          allow_custom_value=True))
-                temps.append(gr.Textbox(label=f"Temperature (number or {TEMPERATURE_FILE})", value=""))
+                                          allow_custom_value=True, elem_id=f"compare-model-{i + 1}"))
+                temps.append(gr.Textbox(label=f"Temperature (number or {TEMPERATURE_FILE})", value="",
+                                        elem_id=f"compare-temperature-{i + 1}"))
     with gr.Row():
         run = gr.Button("Compare", variant="primary", elem_id="compare-run")
         rescan_button = gr.Button("Rescan trained models")
-    message = gr.HTML()
+    message = gr.HTML(elem_id="compare-message")
+    question = gr.Dropdown([], label="Question drawn", visible=False, elem_id="compare-drawn")
     plot = gr.Plot(label="Option probabilities")
-    answers = gr.Dataframe(label="Generated answers", interactive=False)
-    job_state = gr.State(None)
+    answers = gr.Dataframe(label="Answers: one row per question and model", interactive=False, wrap=True,
+                           elem_id="compare-answers")
+    csv = gr.File(label="CSV", visible=False)
+    result = gr.State(None)
+    history, _ = run_picker(ctx, "History (every comparison, also after a restart)",
+                                        catalogue=runs.comparison_choices, elem_id="compare-history", pick_newest=False)
+    status = gr.Markdown(NOT_RUNNING)
 
-    run.click(functools.partial(submit_compare, ctx), inputs=[question, options, *models, *temps],
-              outputs=[message, job_state])
+    run.click(functools.partial(run_compare, ctx), inputs=[questions, *models, *temps],
+              outputs=[message, question, plot, answers, csv, result, history, status], concurrency_limit=None)
+    question.change(pick_question, inputs=[result, question], outputs=plot)
+    history.input(functools.partial(reopen, ctx), inputs=history,
+                  outputs=[questions, message, question, plot, answers, csv, result, *models, *temps])
+    upload.upload(functools.partial(load_file, ctx), inputs=upload, outputs=[questions, message])
     rescan_button.click(functools.partial(rescan, ctx), outputs=models)
-    gr.Timer(POLL_S, active=False).tick(functools.partial(poll_compare, ctx), inputs=job_state,
-                          outputs=[message, plot, answers, job_state])
+    return history

@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+from jobs.lane import Lane
 from jobs.store import Job, JobStore
 from lab.analysis import Predictions, Sweep, load_predictions, temperature_sweep
 from lab.files import cache_dir
-from lab.layout import PREDICTIONS_FILE
+from lab.layout import LANE_DIR, PREDICTIONS_FILE
 from lab.runs import EvalRun
 from ui.progress import EventCache
 
@@ -47,9 +48,19 @@ class ResultCache:
 
 
 @dataclass(frozen=True)
+class LaneOptions:
+    """The inference lane's settings (``app.py --lane-device/--lane-memory/--lane-idle``)."""
+
+    device: str = "auto"  # cpu, cuda:N or auto (the first GPU if there is one)
+    memory_gb: Optional[float] = None  # None: a quarter of the RAM on the CPU, half the GPU
+    idle_s: float = 600.0
+
+
+@dataclass(frozen=True)
 class LabContext:
     runs: Path
     allowed: tuple[Path, ...] = field(default=())  # extra folders the operator allowed (--allow-path)
+    lane_options: LaneOptions = field(default_factory=LaneOptions)
 
     @functools.cached_property
     def store(self) -> JobStore:
@@ -60,6 +71,12 @@ class LabContext:
     def events(self) -> EventCache:
         """The jobs' events, each file read from where this server's last poll stopped."""
         return EventCache()
+
+    @functools.cached_property
+    def lane(self) -> Lane:
+        """The inference lane this server's pages call (compare); its worker starts on the first call."""
+        o = self.lane_options
+        return Lane(self.runs / LANE_DIR, device=o.device, memory_gb=o.memory_gb, idle_s=o.idle_s)
 
     @functools.cached_property
     def results(self) -> ResultCache:

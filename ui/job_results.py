@@ -15,6 +15,7 @@ import pandas as pd
 
 from lab import runs
 from lab.compare import read_result
+from lab.compare import rows as compare_rows
 from lab.layout import MANIFEST_FILE, REPORT_MD, TOPK_DIR
 from lab.templates import option_letter
 from ui.plots import coverage_figure, option_bars, reliability_figure
@@ -66,30 +67,33 @@ def _report(run_dir: str) -> JobResults:
 
 
 def compare_answers(result: dict[str, Any]) -> pd.DataFrame:
-    """One row per model: its generated answer and, with options, the option it picks."""
-    rows = [{"model": r["label"], "answer": r["generation"]["text"],
-             "sequence probability": r["generation"]["sequence_prob"],
-             "first-token probability": r["generation"]["first_token_prob"],
-             **({"chosen option": option_letter(r["prediction"]), "its probability": r["probs"][r["prediction"]],
-                 "T": r.get("temperature")} if "probs" in r else {})}
-            for r in result["results"]]
-    return pd.DataFrame(rows).round(4)
+    """One row per question and model: the option it picks with its confidence, and its generated answer."""
+    return pd.DataFrame(compare_rows(result)).round(4)
 
 
-def compare_figure(result: dict[str, Any]) -> Any:
-    """Each model's option probabilities, or None for a free-text question."""
-    if not result["options"]:
+def compare_figure(result: dict[str, Any], question: int = 0) -> Any:
+    """Each model's option probabilities on question ``question``, or None for a free-text question."""
+    if not 0 <= question < len(result["questions"]):
         return None
-    labels = [f"{option_letter(i)}. {o}" for i, o in enumerate(result["options"])]
-    return option_bars([{"model": r["label"], "probs": r["probs"], "labels": labels} for r in result["results"]])
+    item = result["questions"][question]
+    if not item["options"]:
+        return None
+    labels = [f"{option_letter(i)}. {o}" for i, o in enumerate(item["options"])]
+    figure = option_bars([{"model": r["label"], "probs": r["answers"][question]["probs"], "labels": labels}
+                          for r in result["results"]])
+    if item.get("answer") is not None:
+        figure.update_layout(title=f"right answer: {labels[item['answer']]}")
+    return figure
 
 
 def _compare(run_dir: str) -> JobResults:
     result = read_result(run_dir)
     if not result or not result.get("results"):
         return NOTHING
-    return JobResults(f"**Question:** {result.get('question', '')}", compare_figure(result), compare_answers(result),
-                      None)
+    questions = result["questions"]
+    more = f" (+{len(questions) - 1} more in the table; the Compare page draws each)" if len(questions) > 1 else ""
+    return JobResults(f"**Question:** {questions[0]['question']}{more}", compare_figure(result),
+                      compare_answers(result), None)
 
 
 def _extract(run_dir: str) -> JobResults:
