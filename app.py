@@ -2,7 +2,9 @@
 
 The server runs the job scheduler in a background thread, started anew should it ever end; jobs are processes of their own, so
 they go on when the browser closes or the server stops, and the next start reconciles the
-table with them. Pages live in ``ui/``; this file only reads the command line and serves them.
+table with them. The compare page's models run in the inference lane (:mod:`jobs.lane`), a worker
+the server starts on demand and stops with itself. Pages live in ``ui/``; this file only reads the
+command line and serves them.
 
 It listens on 127.0.0.1. Any other address exposes it to a network, so it then requires a
 login (``--auth user:pass`` or ``CALIBRATION_LAB_AUTH=user:pass``) and refuses to start

@@ -12,7 +12,7 @@ the same base with a LoRA adapter (random, made here: only its cost matters). Me
   the adapter attaches to it);
 - **warm**: the next compares, same models, a new question each time (median of ``--repeats``);
 - **warm, list of 3**: three questions in one request;
-- **during training**: a warm compare while ``examples/finetune-quick.yaml`` trains in its own
+- **during training**: a warm compare while ``examples/finetune-quick.yaml`` (on 1,000 questions) trains in its own
   process on the same CPU (the lane does not queue behind it; the CPU is shared, so it is slower).
 
 Prints seconds and the ratios cold / warm and job path / warm.
@@ -81,21 +81,27 @@ def _job_path(runs: Path, adapter: str, question: str) -> float:
 
 
 def _training(runs: Path) -> subprocess.Popen:
-    """examples/finetune-quick.yaml in its own process; returns once its training loop is stepping."""
+    """examples/finetune-quick.yaml on 1,000 questions (minutes, so that it outlasts the compare) in
+    its own process; returns once its training loop is stepping."""
+    import yaml
+
     out = runs / "training"
-    proc = subprocess.Popen([sys.executable, "-m", "lab", "run", str(ROOT / "examples" / "finetune-quick.yaml"),
-                             "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config = yaml.safe_load((ROOT / "examples" / "finetune-quick.yaml").read_text())
+    config.update(limit=1000, val_limit=16)
+    (runs / "training.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen([sys.executable, "-m", "lab", "run", str(runs / "training.yaml"), "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         try:
             events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
         except (OSError, ValueError):
             events = []
-        if any(e.get("event") == "train" for e in events):
+        if any(e.get("stage") == "train" and e.get("step", 0) > 0 for e in events):
             return proc
         time.sleep(1)
     proc.kill()
-    raise SystemExit("the training job did not start stepping within 300 s")
+    raise SystemExit(f"the training job did not start stepping within 300 s; see {out / 'log.txt'}")
 
 
 def main() -> None:

@@ -111,62 +111,84 @@ class CompareConfig(ConfigMixin, DeviceSection):
         return [q.get("answer") for q in self.questions] if self.questions else [None]
 
 
-def _generate(loaded, text: str, chat: bool, max_new_tokens: int) -> dict[str, Any]:
+def _generate(loaded, ids: list[int], max_new_tokens: int) -> tuple[dict[str, Any], Any]:
+    """The greedy answer to the prompt ``ids``, and the log-probabilities (V,) of its first token: the
+    distribution letter scoring reads, taken from the same forward pass instead of a second one."""
     import torch
 
     tok = loaded.tokenizer
-    ids = tok(text, add_special_tokens=not chat, return_tensors="pt")["input_ids"].to(loaded.device)
+    prompt = torch.tensor([ids], device=loaded.device)
     with torch.inference_mode():
-        out = loaded.model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, output_scores=True,
-                                    return_dict_in_generate=True, pad_token_id=tok.pad_token_id or tok.eos_token_id)
-    new = out.sequences[0, ids.shape[1]:]
-    logps = [float(torch.log_softmax(s[0].float(), -1)[t]) for s, t in zip(out.scores, new)]
-    return {"text": tok.decode(new, skip_special_tokens=True).strip(), "tokens": len(new),
-            "sequence_prob": float(np.exp(sum(logps))) if logps else None,
-            "first_token_prob": float(np.exp(logps[0])) if logps else None}
+        out = loaded.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+                                    do_sample=False, output_logits=True, return_dict_in_generate=True,
+                                    pad_token_id=tok.pad_token_id or tok.eos_token_id)
+    new = out.sequences[0, len(ids):]
+    steps = [torch.log_softmax(step[0].float(), -1) for step in out.logits]  # raw logits: no processor's edits
+    logps = [float(step[t]) for step, t in zip(steps, new)]
+    return ({"text": tok.decode(new, skip_special_tokens=True).strip(), "tokens": len(new),
+             "sequence_prob": float(np.exp(sum(logps))) if logps else None,
+             "first_token_prob": float(np.exp(logps[0])) if logps else None}, steps[0])
 
 
 def _label(entry: dict[str, Any]) -> str:
-    return entry.get("label") or entry["model"] + (f" + {Path(entry['adapter']).name}" if entry.get("adapter") else "")
+    """The name a model is shown by: the user's, else model (+ adapter) (at T), so that two entries
+    of one model at two temperatures never look alike."""
+    if entry.get("label"):
+        return entry["label"]
+    temperature = entry.get("temperature")
+    at = "" if temperature in (None, "") else f" at T = {Path(str(temperature)).name}"
+    return entry["model"] + (f" + {Path(entry['adapter']).name}" if entry.get("adapter") else "") + at
 
 
-def _ask(loaded, cfg: CompareConfig, entry: dict[str, Any], label: str, log: Callable[[str], None]) -> list[dict]:
-    """Every question of ``cfg`` to one loaded model: its answers, in order."""
-    from lab.scoring import check_context, score_letter
+def _ask(loaded, cfg: CompareConfig, label: str, log: Callable[[str], None]) -> list[dict]:
+    """Every question of ``cfg`` to one loaded model: its answers, in order, option probabilities unscaled.
+
+    With options, the model generates from exactly the tokens letter scoring reads, so one forward
+    pass over the prompt gives both the option probabilities and the answer's first token."""
+    from lab.scoring import check_context, encode_prompts, letter_option_ids, letter_score
 
     tokenizer, template, items = loaded.tokenizer, get_template(cfg.template), cfg.items()
-    prompts, texts = [], []
-    for i, (question, options) in enumerate(items):
-        question = question.strip()
-        if options:
-            prompt = template.render(MCQRecord(f"q{i}", question, tuple(options), 0, "user"), tokenizer)
-            prompts.append(prompt)
-            texts.append((prompt.text, prompt.chat))
+    prompts = {i: template.render(MCQRecord(f"q{i}", q.strip(), tuple(o), 0, "user"), tokenizer)
+               for i, (q, o) in enumerate(items) if o}
+    encoded = dict(zip(prompts, encode_prompts(tokenizer, list(prompts.values()), "letter")))
+    options = dict(zip(prompts, letter_option_ids(list(prompts.values()), list(encoded.values()))))
+    ids = []
+    for i, (question, _) in enumerate(items):
+        if i in encoded:
+            ids.append(list(encoded[i][0]))
         else:
-            texts.append(user_turn(tokenizer, question, f"Question: {question}\nAnswer:"))
+            text, chat = user_turn(tokenizer, question.strip(), f"Question: {question.strip()}\nAnswer:")
+            ids.append(tokenizer(text, add_special_tokens=not chat)["input_ids"])
     # Generation reads the most: the prompt and then every generated token. Checked on these
     # questions (a cheap extra tokenisation) before any forward pass of this model.
-    check_context(loaded.model, tokenizer,
-                  [(f"question {i + 1} as prompted to {label}", len(tokenizer(text, add_special_tokens=not chat)["input_ids"]))
-                   for i, (text, chat) in enumerate(texts)],
+    check_context(loaded.model, tokenizer, [(f"question {i + 1} as prompted to {label}", len(x)) for i, x in enumerate(ids)],
                   remedy=f"Shorten the question or its options, lower max_new_tokens ({cfg.max_new_tokens}), or "
                          "compare models with a longer context.", reserve=cfg.max_new_tokens)
-    scores = iter(score_letter(loaded.model, tokenizer, prompts)) if prompts else iter(())
-    temperature = load_temperature(entry.get("temperature"))
     answers = []
-    for i, ((_, options), (text, chat)) in enumerate(zip(items, texts)):
+    for i, prompt_ids in enumerate(ids):
         if len(items) > 1:
             log(f"{label}: question {i + 1} of {len(items)}")
+        generation, first = _generate(loaded, prompt_ids, cfg.max_new_tokens)
         answer: dict[str, Any] = {}
-        if options:
-            score = next(scores)
-            probs = scale(score.probs[None], temperature)[0] if temperature else score.probs
-            answer.update(probs=[float(p) for p in probs], raw_probs=[float(p) for p in score.probs],
-                          prediction=int(np.argmax(probs)), confidence=float(np.max(probs)),
-                          option_mass=float(np.sum(score.vocab_probs)))
-        answer["generation"] = _generate(loaded, text, chat, cfg.max_new_tokens)
+        if i in options:
+            score = letter_score(first, options[i], tokenizer)
+            answer.update(raw_probs=[float(p) for p in score.probs], option_mass=float(np.sum(score.vocab_probs)))
+        answer["generation"] = generation
         answers.append(answer)
     return answers
+
+
+def _at(answers: list[dict[str, Any]], temperature: Optional[float]) -> list[dict[str, Any]]:
+    """A model's answers with its option probabilities scaled by ``temperature`` (None: as they are)."""
+    scaled = []
+    for answer in answers:
+        if "raw_probs" in answer:
+            raw = np.asarray(answer["raw_probs"])
+            probs = scale(raw[None], temperature)[0] if temperature else raw
+            answer = {**answer, "probs": [float(p) for p in probs], "prediction": int(np.argmax(probs)),
+                      "confidence": float(np.max(probs))}
+        scaled.append(answer)
+    return scaled
 
 
 def compare(cfg: CompareConfig, out: Path, log: Callable[[str], None] = print,
@@ -179,14 +201,16 @@ def compare(cfg: CompareConfig, out: Path, log: Callable[[str], None] = print,
         from lab.model_cache import ModelCache
 
         cache = ModelCache(cfg.device, cfg.dtype)
-    start, results = time.time(), []
+    start, results, asked = time.time(), [], {}
     for n, entry in enumerate(cfg.models, 1):
-        label = _label(entry)
+        label, key = _label(entry), (entry["model"], entry.get("adapter"))
         log(f"model {n} of {len(cfg.models)}: {label}")
-        with cache.use(entry["model"], entry.get("adapter"), announce=log) as loaded:
-            answers = _ask(loaded, cfg, entry, label, log)
+        if key not in asked:  # one model at two temperatures is asked once: T only rescales its options
+            with cache.use(*key, announce=log) as loaded:
+                asked[key] = _ask(loaded, cfg, label, log)
+        temperature = load_temperature(entry.get("temperature"))
         results.append({"label": label, "model": entry["model"], "adapter": entry.get("adapter"),
-                        "temperature": load_temperature(entry.get("temperature")), "answers": answers})
+                        "temperature": temperature, "answers": _at(asked[key], temperature)})
     questions = [{"question": q, "options": o, **({"answer": a} if a is not None else {})}
                  for (q, o), a in zip(cfg.items(), cfg.answers())]
     report = {"questions": questions, "results": results,

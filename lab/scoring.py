@@ -258,6 +258,32 @@ def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def letter_option_ids(prompts: Sequence[Prompt], encoded: Sequence[Encoded]) -> list[list[int]]:
+    """Each prompt's option tokens (the first token of each continuation); they must differ."""
+    option_ids = []
+    for prompt, (_, conts) in zip(prompts, encoded):
+        first = [c[0] for c in conts]
+        if len(set(first)) != len(first):
+            raise ScoringError(
+                f"options {prompt.options} share a first token after the prompt; letter scoring needs "
+                "distinct option tokens (use cloze scoring for option texts)"
+            )
+        option_ids.append(first)
+    return option_ids
+
+
+def letter_score(logp: torch.Tensor, option_ids: list[int], tokenizer) -> LetterScore:
+    """A question's letter score from the log-probabilities (V,) of the token after its prompt."""
+    top_lp, top_ids = logp.topk(TOP_K)
+    opt_lp = logp[torch.tensor(option_ids, device=logp.device)]  # (K,)
+    return LetterScore(
+        probs=torch.softmax(opt_lp, dim=-1).cpu().numpy(),
+        vocab_probs=opt_lp.exp().cpu().numpy(),
+        top_tokens=[(tokenizer.decode([t]), float(p)) for t, p in zip(top_ids.tolist(), top_lp.exp().tolist())],
+        option_token_ids=option_ids,
+    )
+
+
 @torch.inference_mode()
 def score_letter(
     model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None,
@@ -271,15 +297,7 @@ def score_letter(
     """
     if encoded is None:
         encoded = encode_prompts(tokenizer, prompts, "letter")
-    option_ids = []
-    for prompt, (_, conts) in zip(prompts, encoded):
-        first = [c[0] for c in conts]
-        if len(set(first)) != len(first):
-            raise ScoringError(
-                f"options {prompt.options} share a first token after the prompt; letter scoring needs "
-                "distinct option tokens (use cloze scoring for option texts)"
-            )
-        option_ids.append(first)
+    option_ids = letter_option_ids(prompts, encoded)
     results: list[Optional[LetterScore]] = [None] * len(prompts)
     device = _device(model)
     if batches is None:
@@ -288,18 +306,8 @@ def score_letter(
         ids, mask, pos = _left_padded([encoded[i][0] for i in batch], _pad_id(tokenizer), device)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=False).logits
         logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (B, V)
-        top_lp, top_ids = logp.topk(TOP_K, dim=-1)  # (B, TOP_K)
         for row, i in enumerate(batch):
-            cand = torch.tensor(option_ids[i], device=device)
-            opt_lp = logp[row, cand]  # (K,)
-            results[i] = LetterScore(
-                probs=torch.softmax(opt_lp, dim=-1).cpu().numpy(),
-                vocab_probs=opt_lp.exp().cpu().numpy(),
-                top_tokens=[
-                    (tokenizer.decode([t]), float(p)) for t, p in zip(top_ids[row].tolist(), top_lp[row].exp().tolist())
-                ],
-                option_token_ids=option_ids[i],
-            )
+            results[i] = letter_score(logp[row], option_ids[i], tokenizer)
         if progress:
             progress(len(batch))
     return results  # type: ignore[return-value]

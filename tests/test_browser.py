@@ -190,16 +190,21 @@ def test_compare_two_models_on_one_question_and_on_a_list(newcomer):
     page.locator("#compare-run").click()
     message = page.locator("#compare-message")
     message.get_by_text("Done in").wait_for(timeout=JOB_TIMEOUT_MS)
-    bars = page.locator(".js-plotly-plot .bars")
+    bars = page.locator(".js-plotly-plot g.trace.bars")
+    bars.nth(1).wait_for()
     assert bars.count() == 2 and page.locator(".js-plotly-plot").get_by_text("A. Oslo").count() >= 1
-    assert page.locator("#compare-answers tbody tr").count() == 2
+    rows = page.locator("#compare-answers [role=row]")
+    assert rows.count() == 3  # the header and a row per model
+    page.locator("#compare-message").scroll_into_view_if_needed()
+    page.mouse.wheel(0, 250)
     _shot(page, "07-compare.png")
     question.fill("Which planet is largest?\nMars\n*Jupiter\nVenus\n\nWhat colour is the sky on a clear day?\n"
                   "red\n*blue\ngreen\n\nName a large city in Norway.")
     page.locator("#compare-run").click()
     message.get_by_text("which-planet-is-largest").wait_for(timeout=JOB_TIMEOUT_MS)
-    assert page.locator("#compare-answers tbody tr").count() == 6
-    assert page.locator(".js-plotly-plot").get_by_text("B. Jupiter").count() >= 1
+    page.locator(".js-plotly-plot").get_by_text("B. Jupiter").first.wait_for()
+    assert rows.count() == 7 and page.get_by_text("bundled at T = 2").count() >= 1
+    page.locator("#compare-answers").scroll_into_view_if_needed()
     _shot(page, "08-compare-list.png")
     assert ctx.store.list() == []  # nothing queued: the lane answered
     assert len(list((ctx.runs / "comparisons").iterdir())) == 2

@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 
 from lab.compare import CompareConfig, compare, format_questions, history_dir, parse_questions, read_result, rows
+from lab.data.record import MCQRecord
+from lab.scoring import score_letter
 from lab.temperature import scale
+from lab.templates import get_template
 
 
 def test_compare_scores_options_applies_temperatures_and_generates(bundled, tmp_path):
@@ -22,6 +25,11 @@ def test_compare_scores_options_applies_temperatures_and_generates(bundled, tmp_
     assert plain["generation"]["text"] and 0 < plain["generation"]["sequence_prob"] <= 1
     assert plain["generation"]["sequence_prob"] <= plain["generation"]["first_token_prob"]
     assert read_result(tmp_path) == json.loads((tmp_path / "compare.json").read_text())
+    # The option probabilities come from the generation's first step: they must be letter scoring's.
+    prompt = get_template(cfg.template).render(MCQRecord("q", cfg.question, tuple(cfg.options), 0, "u"), bundled.tokenizer)
+    (score,) = score_letter(bundled.model, bundled.tokenizer, [prompt])
+    np.testing.assert_allclose(plain["raw_probs"], score.probs, atol=1e-5)
+    assert plain["option_mass"] == pytest.approx(float(score.vocab_probs.sum()), abs=1e-5)
 
 
 def test_a_list_of_questions_is_answered_as_each_alone(bundled, tmp_path):

@@ -212,7 +212,7 @@ def test_the_page_compares_a_list_and_reopens_it_after_a_restart(tmp_path, tiny_
     message, picker, figure, table, csv, result, history, status = said[-1]
     assert "Done in" in message and picker["visible"] and len(picker["choices"]) == 3
     assert len(table) == 6 and table["correct"].iloc[0] in (True, False) and Path(csv["value"]).is_file()
-    assert [t.name for t in figure.data] == [str(tiny_model_dir), str(tiny_model_dir)]
+    assert [t.name for t in figure.data] == [str(tiny_model_dir), f"{tiny_model_dir} at T = 2"]
     assert compare_page.pick_question(result, 1) is None  # a free-text question: no bars
     assert "running on cpu" in status
     # A new server on the same folder: History lists it and reopens it whole.

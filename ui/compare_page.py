@@ -196,7 +196,7 @@ def build_compare(ctx: LabContext) -> gr.Dropdown:
     models, temps = [], []
     with gr.Row():
         for i in range(MAX_MODELS):
-            with gr.Column():
+            with gr.Column(min_width=160):
                 models.append(gr.Dropdown(choices, value=BUNDLED[1] if i == 0 else None, label=f"Model {i + 1}",
                                           allow_custom_value=True, elem_id=f"compare-model-{i + 1}"))
                 temps.append(gr.Textbox(label=f"Temperature (number or {TEMPERATURE_FILE})", value="",
