@@ -15,7 +15,9 @@ the same base with a LoRA adapter (random, made here: only its cost matters). Me
 - **during training**: a warm compare while ``examples/finetune-quick.yaml`` (on 1,000 questions) trains in its own
   process on the same CPU (the lane does not queue behind it; the CPU is shared, so it is slower).
 
-Prints seconds and the ratios cold / warm and job path / warm.
+Then the case the issue measured (41 s through the job queue): the bundled model with itself at
+T = 2, which the lane asks once, in a fresh lane, cold and warm. Prints seconds and the ratios
+cold / warm and job path / warm.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a plain script from anywhere
@@ -54,12 +57,14 @@ def _adapter(folder: Path) -> str:
     return str(folder)
 
 
-def _config(adapter: str, *questions: str) -> dict:
+def _config(adapter: Optional[str], *questions: str) -> dict:
+    """Two models: the base and the base with ``adapter``, or (None) the base and the base at T = 2."""
+    second = {"adapter": adapter, "label": "bundled + LoRA"} if adapter else {"temperature": 2.0}
     return {"questions": [{"question": q, "options": OPTIONS} for q in questions], "max_new_tokens": 24,
-            "models": [{"model": "bundled"}, {"model": "bundled", "adapter": adapter, "label": "bundled + LoRA"}]}
+            "models": [{"model": "bundled"}, {"model": "bundled", **second}]}
 
 
-def _timed(lane: Lane, runs: Path, adapter: str, *questions: str) -> float:
+def _timed(lane: Lane, runs: Path, adapter: Optional[str], *questions: str) -> float:
     config = _config(adapter, *questions)
     start = time.perf_counter()
     lane.call("compare", {"config": config, "out": str(history_dir(runs, config["questions"]))})
@@ -130,6 +135,12 @@ def main() -> None:
             held = lane.status()["held"]
         finally:
             lane.stop()
+        same = Lane(runs / ".lane-same", device="cpu")  # the issue's case: one model with itself at T = 2
+        try:
+            same_cold = _timed(same, runs, None, QUESTIONS[0])
+            same_warm = statistics.median(_timed(same, runs, None, q) for q in QUESTIONS[1:1 + args.repeats])
+        finally:
+            same.stop()
     print("compare of 2 models (bundled, bundled + LoRA) on 1 question with 4 options, 24 new tokens, CPU")
     print(f"  job path (fresh process)    {job:7.2f} s")
     print(f"  lane, cold (first compare)  {cold:7.2f} s")
@@ -141,6 +152,9 @@ def main() -> None:
               f"{'still' if still else 'no longer'} running when it answered)")
     print(f"  held after: {', '.join(h['model'] + (' + adapter' if h['adapter'] else '') for h in held)} "
           "(the base loaded once)")
+    print("bundled and bundled at T = 2 (one model, asked once; T rescales its option probabilities)")
+    print(f"  lane, cold                  {same_cold:7.2f} s")
+    print(f"  lane, warm (median of {args.repeats})   {same_warm:7.2f} s   cold/warm {same_cold / same_warm:5.1f}x")
 
 
 if __name__ == "__main__":
