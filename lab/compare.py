@@ -136,7 +136,10 @@ def _label(entry: dict[str, Any]) -> str:
     if entry.get("label"):
         return entry["label"]
     temperature = entry.get("temperature")
-    at = "" if temperature in (None, "") else f" at T = {Path(str(temperature)).name}"
+    if temperature in (None, ""):
+        at = ""
+    else:
+        at = f" at T = {temperature:g}" if isinstance(temperature, (int, float)) else f" at T = {Path(str(temperature)).name}"
     return entry["model"] + (f" + {Path(entry['adapter']).name}" if entry.get("adapter") else "") + at
 
 
