@@ -35,7 +35,8 @@ def _seconds(elapsed: Optional[float]) -> str:
 
 def cmd_submit(store: JobStore, args) -> int:
     try:
-        job = store.submit(load_yaml(Path(args.config).read_bytes(), args.config), gpus=args.gpus)
+        job = store.submit(load_yaml(Path(args.config).read_bytes(), args.config), gpus=args.gpus,
+                           processes=args.processes)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -56,7 +57,7 @@ def cmd_list(store: JobStore, args) -> int:
 
 def cmd_show(store: JobStore, args) -> int:
     job = store.get(args.id)
-    for key in ("id", "kind", "status", "gpus", "devices", "pid", "run_dir", "error"):
+    for key in ("id", "kind", "status", "gpus", "processes", "devices", "pid", "run_dir", "error"):
         print(f"{key:>10}: {getattr(job, key)}")
     for key in ("created", "started", "finished"):
         print(f"{key:>10}: {_when(getattr(job, key))}")
@@ -97,6 +98,11 @@ def cmd_clone(store: JobStore, args) -> int:
     return 0
 
 
+def cmd_resume(store: JobStore, args) -> int:
+    print(store.resume(args.id).id)
+    return 0
+
+
 def cmd_move(store: JobStore, args) -> int:
     store.move(args.id, args.offset)
     return 0
@@ -121,12 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="queue a job config (YAML with `kind`)")
     p.add_argument("config")
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job needs (0: a CPU job)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="a CPU training job's data-parallel processes (gloo); a GPU job runs one per GPU")
     p.set_defaults(fn=cmd_submit)
     p = sub.add_parser("list", help="all jobs, queued first")
     p.add_argument("--status", nargs="+", default=None)
     p.set_defaults(fn=cmd_list)
     for name, fn, text in (("show", cmd_show, "one job: fields, config, last events"),
-                           ("clone", cmd_clone, "queue the same config again")):
+                           ("clone", cmd_clone, "queue the same config again, in a new run directory"),
+                           ("resume", cmd_resume, "queue a failed, cancelled or interrupted job again in its own "
+                                                  "run directory: it continues from its last checkpoint")):
         p = sub.add_parser(name, help=text)
         p.add_argument("id", type=int)
         p.set_defaults(fn=fn)

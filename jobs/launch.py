@@ -1,9 +1,12 @@
 """How a job is started: which GPUs exist, and the command line for one device or many.
 
-One device: ``python -m lab run CONFIG --run-dir DIR``. Several GPUs, or several machines:
-the same module under ``accelerate launch`` (``--num_processes``, ``--num_machines``,
-``--machine_rank``, ``--main_process_ip``), never a launcher of our own; each rank runs the
-same config and only rank 0 writes events and results. ``slurm_script`` writes the batch file
+One device: ``python -m lab run CONFIG --run-dir DIR``. Several GPUs, several CPU processes, or
+several machines: the same module under ``accelerate launch`` (``--num_processes``,
+``--num_machines``, ``--machine_rank``, ``--main_process_ip``), never a launcher of our own; each
+rank runs the same config, the work is split across ranks (:mod:`lab.distributed`) and only rank
+0 writes events and results. Without GPUs the ranks train over torch's gloo backend: the same
+launcher, process group, samplers and gathers as NCCL on GPUs, which is how the test suite runs
+them on a CPU. ``slurm_script`` writes the batch file
 that runs the same config on a cluster, one ``accelerate launch`` per node, into a run directory
 on a shared file system that the lab then reads back like any other run.
 """
@@ -42,6 +45,7 @@ class Launch:
     """Where a job runs: its GPUs on this machine, and the machines of a multi-node run."""
 
     gpus: tuple[int, ...] = ()
+    processes: int = 1  # processes per machine of a CPU job; a GPU job runs one per GPU
     num_machines: int = 1
     machine_rank: int = 0
     main_process_ip: Optional[str] = None
@@ -51,12 +55,19 @@ class Launch:
     def __post_init__(self) -> None:
         if self.num_machines < 1 or not 0 <= self.machine_rank < self.num_machines:
             raise ValueError(f"Expected 0 <= machine_rank < num_machines, got {self.machine_rank} of {self.num_machines}")
+        if self.processes < 1 or (self.gpus and self.processes > 1):
+            raise ValueError(f"Expected processes >= 1, and 1 with GPUs (one process per GPU), got {self.processes}")
         if self.num_machines > 1 and not self.main_process_ip:
             raise ValueError("A multi-node launch needs main_process_ip (the address of the rank-0 machine)")
 
     @property
+    def per_machine(self) -> int:
+        """Processes on each machine: one per GPU, or the CPU job's count."""
+        return len(self.gpus) or self.processes
+
+    @property
     def distributed(self) -> bool:
-        return len(self.gpus) > 1 or self.num_machines > 1
+        return self.per_machine > 1 or self.num_machines > 1
 
 
 def build_command(config: Path, run_dir: Path, launch: Launch = Launch()) -> list[str]:
@@ -64,12 +75,14 @@ def build_command(config: Path, run_dir: Path, launch: Launch = Launch()) -> lis
     worker = ["lab", "run", str(config), "--run-dir", str(run_dir)]
     if not launch.distributed:
         return [sys.executable, "-m", *worker]
-    per_machine = max(len(launch.gpus), 1)
     argv = [sys.executable, "-m", "accelerate.commands.launch",
-            "--num_processes", str(per_machine * launch.num_machines),
+            "--num_processes", str(launch.per_machine * launch.num_machines),
             "--num_machines", str(launch.num_machines)]
+    if launch.per_machine > 1:
+        # accelerate's torchrun launcher; on a machine without GPUs its ranks join over gloo.
+        argv.append("--multi_gpu")
     if len(launch.gpus) > 1:
-        argv += ["--multi_gpu", "--gpu_ids", ",".join(map(str, launch.gpus))]
+        argv += ["--gpu_ids", ",".join(map(str, launch.gpus))]
     if launch.num_machines > 1:
         argv += ["--machine_rank", str(launch.machine_rank),
                  "--main_process_ip", launch.main_process_ip, "--main_process_port", str(launch.main_process_port)]

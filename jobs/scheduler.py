@@ -255,8 +255,9 @@ class Scheduler:
                 if job.gpus == 0 and cpu_jobs >= self.cpu_slots or job.gpus > len(free):
                     continue
                 gpus = tuple(free[: job.gpus])
+                on = ",".join(map(str, gpus)) or ("cpu" if job.processes == 1 else f"cpu x{job.processes}")
                 db.execute("UPDATE jobs SET status = 'running', devices = ?, started = ? WHERE id = ?",
-                           (",".join(map(str, gpus)) or "cpu", time.time(), job.id))
+                           (on, time.time(), job.id))
                 return job, gpus
         return None
 
@@ -280,7 +281,8 @@ class Scheduler:
         events.emit("queued_start", devices=list(gpus) or "cpu")
         with open(run_dir / failures.LOG_FILE, "ab") as log:
             try:
-                popen = subprocess.Popen(self.launcher(job, Launch(gpus=gpus)), stdout=log, stderr=subprocess.STDOUT,
+                launch = Launch(gpus=gpus, processes=1 if gpus else job.processes)
+                popen = subprocess.Popen(self.launcher(job, launch), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=job_env(gpus), start_new_session=True)
             except OSError as e:
                 self.store.update(job.id, status="failed", error=f"could not start the worker: {e}",

@@ -18,8 +18,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 from jobs.preflight import check_gpu_request
 from lab.config import ConfigError
-from lab.kinds import parse_config
-from lab.layout import CONFIG_FILE
+from lab.kinds import JobKind, parse_config
+from lab.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
 from lab.yamlio import dump_yaml, load_yaml
 
 DB_FILE = "jobs.db"
@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     config TEXT NOT NULL,                 -- the YAML that `python -m lab run` takes
     status TEXT NOT NULL,
     gpus INTEGER NOT NULL DEFAULT 0,      -- GPUs asked for; 0 = a CPU job
+    processes INTEGER NOT NULL DEFAULT 1, -- a CPU job's data-parallel processes (a GPU job: one per GPU)
     devices TEXT,                         -- assigned at start: "0,1" or "cpu"
     position REAL NOT NULL,               -- queue order, smallest first
     pid INTEGER,
@@ -54,15 +55,35 @@ CREATE TABLE IF NOT EXISTS heartbeats (   -- one row per scheduler process: when
 """
 
 
+# Columns added after the first release, with their declaration: an older jobs.db gains them on open.
+ADDED_COLUMNS = {"processes": "INTEGER NOT NULL DEFAULT 1"}
 MAX_GPUS = 1024
+RESUMABLE = ("failed", "cancelled", "interrupted")  # ended without finishing: its run directory can continue
+MAX_PROCESSES = 256
+
+
+def _count(name: str, value: Any, low: int, high: int) -> int:
+    """A whole number of ``name`` in [low, high] from a form (which sends floats), an API call or the CLI."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigError(f"{name}: must be an integer ≥ {low} and ≤ {high}, got {value!r}")
+    return value
 
 
 def check_gpus(value: Any) -> int:
-    """The number of GPUs a job asks for, from a form, an API call or the command line."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_GPUS:
-        raise ConfigError(f"gpus: must be an integer ≥ 0 and ≤ {MAX_GPUS}, got {value!r}")
+    """The number of GPUs a job asks for."""
+    return _count("gpus", value, 0, MAX_GPUS)
+
+
+def check_processes(value: Any, gpus: int, kind: JobKind) -> int:
+    """A CPU job's number of data-parallel processes: 1 unless the kind splits its work across ranks,
+    and 1 with GPUs, where a job runs one process per GPU."""
+    value = _count("processes", value, 1, MAX_PROCESSES)
+    if value > 1 and gpus:
+        raise ConfigError(f"processes: a GPU job runs one process per GPU; set processes to 1 (it asked for {gpus} GPUs)")
+    if value > 1 and not kind.data_parallel:
+        raise ConfigError(f"processes: a {kind.name} job does not split its work across processes; set processes to 1")
     return value
 
 
@@ -73,6 +94,7 @@ class Job:
     config: str
     status: str
     gpus: int
+    processes: int
     devices: Optional[str]
     position: float
     pid: Optional[int]
@@ -114,6 +136,10 @@ class JobStore:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
+            have = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+            for name, declaration in ADDED_COLUMNS.items():
+                if name not in have:
+                    db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
@@ -160,7 +186,7 @@ class JobStore:
             db.close()
 
     # ------------------------------------------------------------------ writing
-    def submit(self, config: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None) -> Job:
+    def submit(self, config: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None, processes: Any = 1) -> Job:
         """Validate ``config``, resolve the files it names (inside ``roots`` when given) and queue it
         as resolved; a bad config changes nothing and raises :class:`ConfigError` naming the field.
 
@@ -169,15 +195,19 @@ class JobStore:
         queue for a scheduler elsewhere that shares the store, which refuses what it cannot run."""
         kind, parsed = parse_config(config, roots)
         gpus = check_gpus(gpus)
+        processes = check_processes(processes, gpus, kind)
         if roots is not None:
             check_gpu_request(gpus)
+            if processes > (os.cpu_count() or 1):
+                raise ConfigError(f"processes: this machine has {os.cpu_count()} CPU cores; ask for that many or fewer")
         text = dump_yaml({"kind": kind.name, **parsed.to_dict()})
         now = time.time()
         with self.transaction() as db:
             last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             cur = db.execute(
-                "INSERT INTO jobs (kind, config, status, gpus, position, created) VALUES (?, ?, 'queued', ?, ?, ?)",
-                (kind.name, text, gpus, (last or 0) + 1, now),
+                "INSERT INTO jobs (kind, config, status, gpus, processes, position, created) "
+                "VALUES (?, ?, 'queued', ?, ?, ?, ?)",
+                (kind.name, text, gpus, processes, (last or 0) + 1, now),
             )
             job_id = cur.lastrowid
             run_dir = self.root / f"{job_id:05d}-{kind.name}"
@@ -189,7 +219,27 @@ class JobStore:
     def clone(self, job_id: int) -> Job:
         """Run again with the same config and resources."""
         job = self.get(job_id)
-        return self.submit(job.config_dict, gpus=job.gpus)
+        return self.submit(job.config_dict, gpus=job.gpus, processes=job.processes)
+
+    def resume(self, job_id: int) -> Job:
+        """Queue a job that did not finish again, in its own run directory, at the back of the queue.
+
+        The worker then continues from what the directory holds: a training run from its last
+        checkpoint with optimizer, scheduler and RNG state, a pipeline from its last finished stage,
+        an extraction from its last complete shard. A clone, by contrast, starts over elsewhere."""
+        with self.transaction() as db:
+            row = db.execute("SELECT status, run_dir FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"No job {job_id} in {self.path}")
+            if row["status"] not in RESUMABLE:
+                raise ValueError(f"Job {job_id} is {row['status']}; only a {', '.join(RESUMABLE)} job can be resumed")
+            for name in (RESULT_FILE, STOP_FILE):  # the last attempt's ending, and its stop request
+                (Path(row["run_dir"]) / name).unlink(missing_ok=True)
+            last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
+            db.execute("UPDATE jobs SET status = 'queued', position = ?, devices = NULL, pid = NULL, pid_started = NULL, "
+                       "started = NULL, finished = NULL, error = NULL, cancel_requested = 0 WHERE id = ?",
+                       ((last or 0) + 1, job_id))
+        return self.get(job_id)
 
     def update(self, job_id: int, only_if_status: Optional[tuple[str, ...]] = None, **values: Any) -> bool:
         """Set columns; with ``only_if_status`` only while the job is in one of those states.

@@ -43,6 +43,9 @@ class JobKind:
     run: Callable[[Any, "JobContext"], dict[str, Any]]  # imports torch inside: only the worker calls it
     outputs: tuple[str, ...]  # what the run directory holds (lab.layout names), for the docs
     key_fields: tuple[str, ...] = ()  # the fields a user changes most: shown first on the form
+    # Its work splits across the ranks of a multi-process launch (training, extraction); a kind
+    # without it would only repeat its work on every rank, so it is refused more than one process.
+    data_parallel: bool = False
 
 
 KINDS: Registry[JobKind] = Registry("job kind")

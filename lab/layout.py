@@ -10,7 +10,8 @@ catalogue of runs (:mod:`lab.runs`) and the pages read them, and none of them sp
     predictions.jsonl  an evaluation's questions with every probability
     topk/manifest.json a top-k store (teacher extraction) and its coverage curve
     adapter/, model/   what a training run leaves: a LoRA adapter or full weights
-    checkpoints/       epoch checkpoints a resumed training run continues from
+    checkpoints/       the last checkpoints (per epoch, or every save_steps) a resumed run continues from
+    tensorboard/       a training stage's TensorBoard event files (report_to: tensorboard)
     temperature.json   a fitted or chosen temperature
     ts/                the CFT pipeline's fitted temperature (the temperature lab reads it)
     compare.json       a comparison's answers (a compare job's; the compare page keeps its own
@@ -32,6 +33,7 @@ MANIFEST_FILE = "manifest.json"
 ADAPTER_DIR = "adapter"
 MODEL_DIR = "model"
 CHECKPOINTS_DIR = "checkpoints"
+TRACKER_DIR = "tensorboard"  # a training stage's TensorBoard event files, when report_to names it
 TEMPERATURE_FILE = "temperature.json"
 FITTED_TEMPERATURE_DIR = "ts"
 COMPARE_FILE = "compare.json"

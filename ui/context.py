@@ -96,6 +96,6 @@ class LabContext:
         """Folders a browser-submitted config may name files in."""
         return (self.runs, cache_dir(), *self.allowed)
 
-    def submit(self, config: Any, gpus: Any = 0) -> Job:
+    def submit(self, config: Any, gpus: Any = 0, processes: Any = 1) -> Job:
         """Queue a config from the browser: validated, every file it names resolved inside :attr:`roots`."""
-        return self.store.submit(config, gpus=gpus, roots=self.roots)
+        return self.store.submit(config, gpus=gpus, roots=self.roots, processes=processes)

@@ -213,6 +213,16 @@ def clone_job(ctx: LabContext, job_id: Optional[int]) -> str:
     return ok(f"Cloned as job {job.id}.")
 
 
+def resume_job(ctx: LabContext, job_id: Optional[int]) -> str:
+    if job_id is None:
+        return error("Pick a job first.")
+    try:
+        job = ctx.store.resume(int(job_id))
+    except (KeyError, ValueError) as e:
+        return error(str(e.args[0] if e.args else e))
+    return ok(f"Job {job.id} queued again; it continues from what its run directory holds.")
+
+
 def rename_run(ctx: LabContext, name: Optional[str], label: Optional[str]) -> str:
     """Give the job's evaluation a name of the user's (empty: back to the generated one)."""
     run = runs.evaluation(ctx.runs, name)
@@ -262,6 +272,7 @@ def build_jobs(ctx: LabContext) -> JobLinks:
         picked = gr.Dropdown([], value=None, label="Job", elem_id="job-picker", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", scale=1)
         clone_btn = gr.Button("Clone (run again)", scale=1)
+        resume_btn = gr.Button("Resume", scale=1, elem_id="job-resume")
     action = gr.HTML()
     status = gr.Markdown(elem_id="job-status")
     panel = _results_panel()
@@ -277,6 +288,7 @@ def build_jobs(ctx: LabContext) -> JobLinks:
     picked.change(functools.partial(show, ctx), inputs=[picked, drawn], outputs=outputs, show_progress="hidden")
     cancel_btn.click(functools.partial(cancel_job, ctx), inputs=picked, outputs=action)
     clone_btn.click(functools.partial(clone_job, ctx), inputs=picked, outputs=action)
+    resume_btn.click(functools.partial(resume_job, ctx), inputs=picked, outputs=action)
     panel.rename.click(functools.partial(rename_run, ctx), inputs=[panel.links.run, panel.label], outputs=action)
     gr.on(None, functools.partial(refresh_all, ctx, None), inputs=listed, outputs=[table, picked, banner, listed],
           show_progress="hidden")

@@ -38,10 +38,10 @@ def show_config(ctx: LabContext, kind: str, *values: Any) -> tuple[str, Any]:
     return "", gr.update(value=forms.config_yaml(config), visible=True)
 
 
-def submit_form(ctx: LabContext, kind: str, gpus: Any, *values: Any) -> str:
+def submit_form(ctx: LabContext, kind: str, gpus: Any, processes: Any, *values: Any) -> str:
     """Queue the form's config; the store validates and resolves it once, as for the CLI."""
     try:
-        job = ctx.submit(forms.form_config(kind, list(values)), gpus=gpus)
+        job = ctx.submit(forms.form_config(kind, list(values)), gpus=gpus, processes=processes)
     except FORM_ERRORS as e:
         return error(str(e))
     return ok(f"Job {job.id} queued ({kind}); follow it on the Jobs tab.")
@@ -122,6 +122,9 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
         # No `minimum`: Gradio would refuse -1 with a bare "Error"; the store answers it naming the field.
         gpus = gr.Number(value=0, precision=0, label="GPUs", scale=1, info="0: run on the CPU",
                          elem_id=f"launch-gpus-{kind}")
+        processes = gr.Number(value=1, precision=0, label="CPU processes", scale=1, visible=kinds.get(kind).data_parallel,
+                              info="data-parallel on the CPU (gloo); a GPU job runs one per GPU",
+                              elem_id=f"launch-processes-{kind}")
     components = _fields(kind)
     _upload_box(ctx, kind, components)
     with gr.Row():
@@ -131,7 +134,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     yaml_box = gr.Code(label="Config (YAML): what will run; copy it to run from a terminal", language="yaml",
                        visible=False)
     show.click(functools.partial(show_config, ctx, kind), inputs=components, outputs=[message, yaml_box])
-    submit.click(functools.partial(submit_form, ctx, kind), inputs=[gpus, *components], outputs=message)
+    submit.click(functools.partial(submit_form, ctx, kind), inputs=[gpus, processes, *components], outputs=message)
     preset.change(functools.partial(choose_preset, ctx, kind), inputs=preset, outputs=[*components, message])
 
 

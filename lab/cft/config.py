@@ -131,4 +131,5 @@ register(JobKind(
     outputs=(f"{EVAL_DIR}/<row>-<set>/", f"{FITTED_TEMPERATURE_DIR}/", "models/<row>/", "winrate/<row>/", REPORT_JSON, REPORT_MD),
     key_fields=("model", "in_domain", "ood", "train_size", "val_size", "test_size", "methods", "lambdas", "training",
                 "preferences"),
+    data_parallel=True,
 ))

@@ -164,7 +164,7 @@ class _Protocol:
         directory = self.out / "models" / name
         return stage(directory, self.events, f"train {name}",
                      lambda: finetune(tcfg, directory, self.events, self.should_stop, stage=f"train:{name}",
-                                      records=self.pool["train"], val=self.pool[VALIDATION]))
+                                      records=self.pool["train"], val=self.pool[VALIDATION]), collective=True)
 
 
 PROVENANCE = ("model", "adapter", "dataset", "split", "data_source", "device", "dtype", "in_domain")  # what TS rows inherit from base

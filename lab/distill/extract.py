@@ -20,6 +20,10 @@ A shard holds ``ids`` (R, k) uint16/uint32, ``logprobs`` (R, k) float16/float32 
 plus its coverage sums so that a resumed run can report coverage over every shard. Shards and
 manifest are written atomically (temporary file + ``os.replace``); the manifest is rewritten
 after each shard, so an interrupted run resumes from its last complete shard.
+
+Under a multi-process launch rank r extracts shards r, r + N, r + 2N, … and keeps its own partial
+manifest (``manifest-rank<r>.json``) after each; once every rank is done, rank 0 merges them into
+the one ``manifest.json`` a reader sees — the same store, shard for shard, as one process makes.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ import numpy as np
 import torch
 from safetensors.numpy import load as st_load, save as st_save
 
+from lab import distributed
 from lab.files import write_atomic
 from lab.layout import MANIFEST_FILE as MANIFEST
 from lab.scoring import _device, _order, right_padded
@@ -43,6 +48,7 @@ ALIGNMENT = ("row j of sequence i is the teacher's distribution over token j+1 o
              "tokens 0..j; a sequence of T tokens has T rows, the last predicting the token after it")
 LOGPROBS = "log_softmax over the full vocabulary, computed in fp32"
 LOGPROB_DTYPES = {"float16": np.float16, "float32": np.float32}
+SHARD_SIZE = 1024  # sequences per shard file: the unit of resuming, and of the ranks' split
 FULL_FP16_BYTES = 2  # per vocabulary entry: the full distribution FIRST compares top-k storage with
 
 
@@ -133,8 +139,19 @@ def misalignment(manifest: dict, sequences: Sequence[Sequence[int]], tokenizer: 
             "template changed since extraction, delete the store to extract it again.")
 
 
-def _read_manifest(out_dir: Path) -> Optional[dict]:
-    path = out_dir / MANIFEST
+def _rank_manifest(rank: int) -> str:
+    return f"manifest-rank{rank}.json"
+
+
+def rank_share(n_sequences: int, shard_size: int) -> int:
+    """How many of ``n_sequences`` this rank extracts (all of them in one process)."""
+    size, rank = distributed.world_size(), distributed.rank()
+    return sum(min(n_sequences, (i + 1) * shard_size) - i * shard_size
+               for i in range(-(-n_sequences // shard_size)) if i % size == rank)
+
+
+def _read_manifest(out_dir: Path, name: str = MANIFEST) -> Optional[dict]:
+    path = out_dir / name
     if not path.is_file():
         return None
     try:
@@ -209,7 +226,7 @@ def _extract_shard(model: torch.nn.Module, seqs: list[list[int]], *, k: int, top
 
 
 def extract_topk(model: torch.nn.Module, sequences: Sequence[Sequence[int]], out_dir: Path, *, k: int = 5,
-                 batch_size: int = 8, logprob_dtype: str = "float16", shard_size: int = 1024, coverage_k: int = 100,
+                 batch_size: int = 8, logprob_dtype: str = "float16", shard_size: int = SHARD_SIZE, coverage_k: int = 100,
                  pad_id: int = 0, meta: Optional[dict] = None, progress: Optional[Callable[[int], None]] = None,
                  should_stop: Optional[Callable[[], bool]] = None) -> dict:
     """Run the teacher over ``sequences`` and store its top-``k`` ids and log-probs at every position.
@@ -237,11 +254,14 @@ def extract_topk(model: torch.nn.Module, sequences: Sequence[Sequence[int]], out
     out_dir.mkdir(parents=True, exist_ok=True)
     shards, coverage = _resume(out_dir, settings)
     n_shards = -(-len(sequences) // shard_size)
+    size, rank = distributed.world_size(), distributed.rank()
+    # One process writes the manifest after each shard; a rank writes its own, merged at the end.
+    progress_file = MANIFEST if size == 1 else _rank_manifest(rank)
     top = max(k, n_cov)
     was_training = model.training
     model.eval()  # dropout would make the stored knowledge noise (a freshly fine-tuned teacher is in train mode)
     try:
-        for index in range(n_shards):
+        for index in range(rank, n_shards, size):
             lo, hi = index * shard_size, min(len(sequences), (index + 1) * shard_size)
             if index in shards:
                 if progress is not None:
@@ -254,10 +274,20 @@ def extract_topk(model: torch.nn.Module, sequences: Sequence[Sequence[int]], out
                 break
             shards[index] = _write_shard(out_dir, index, lo, hi, arrays)
             coverage.add(arrays["coverage_sum"], arrays["coverage_min"], arrays["coverage_max"], shards[index]["rows"])
-            _write_manifest(out_dir, settings, shards, n_shards, sum(lengths), coverage, id_dtype, lp_dtype)
+            _write_manifest(out_dir, settings, shards, n_shards, sum(lengths), coverage, id_dtype, lp_dtype,
+                            progress_file)
     finally:
         model.train(was_training)
-    return _write_manifest(out_dir, settings, shards, n_shards, sum(lengths), coverage, id_dtype, lp_dtype)
+    if size == 1:
+        return _write_manifest(out_dir, settings, shards, n_shards, sum(lengths), coverage, id_dtype, lp_dtype)
+    distributed.barrier()  # every rank's shards are on disk
+    if distributed.is_main():
+        shards, coverage = _resume(out_dir, settings)
+        _write_manifest(out_dir, settings, shards, n_shards, sum(lengths), coverage, id_dtype, lp_dtype)
+        for r in range(size):
+            (out_dir / _rank_manifest(r)).unlink(missing_ok=True)
+    distributed.barrier()  # the merged manifest is written
+    return _read_manifest(out_dir)
 
 
 def _check_extract_args(sequences: Sequence[Sequence[int]], *, k: int, batch_size: int, shard_size: int,
@@ -280,17 +310,20 @@ def _resume(out_dir: Path, settings: dict) -> tuple[dict[int, dict], _Coverage]:
     """The complete shards an earlier run left in ``out_dir`` and their coverage, so that calling
     again finishes the job rather than starting over. A store made with other settings is refused
     (its shards would mix two teachers or two datasets); a shard that is missing or fails its
-    sha256 is left out, to be extracted again."""
-    previous = _read_manifest(out_dir)
-    if previous is not None:
+    sha256 is left out, to be extracted again. The ranks' partial manifests of a multi-process run
+    count too: their shards are as complete as the merged manifest's."""
+    manifests = [_read_manifest(out_dir), *(_read_manifest(out_dir, p.name) for p in out_dir.glob(_rank_manifest("*")))]
+    entries: dict[int, dict] = {}
+    for previous in filter(None, manifests):
         changed = [f"{key}: {previous.get(key)!r} there, {value!r} here" for key, value in settings.items()
                    if previous.get(key) != value]
         if changed:
             raise StoreError(f"{out_dir} holds a top-k store made with different settings ({'; '.join(changed)}). "
                              "Pick another out_dir, or delete this one to start over.")
+        entries.update((entry["index"], entry) for entry in previous.get("shards", []))
     coverage = _Coverage(settings["coverage_k"])
     shards: dict[int, dict] = {}
-    for entry in (previous or {}).get("shards", []):
+    for entry in entries.values():
         try:
             arrays = _load_shard(out_dir, entry)
         except StoreError:
@@ -312,7 +345,7 @@ def _write_shard(out_dir: Path, index: int, lo: int, hi: int, arrays: dict[str, 
 
 
 def _write_manifest(out_dir: Path, settings: dict, shards: dict[int, dict], n_shards: int, n_rows: int,
-                    coverage: _Coverage, id_dtype: np.dtype, lp_dtype: type) -> dict:
+                    coverage: _Coverage, id_dtype: np.dtype, lp_dtype: type, name: str = MANIFEST) -> dict:
     """Everything a reader (or Figure 2) needs, rewritten atomically after every shard."""
     meta = settings["meta"]
     per_position = id_dtype.itemsize + np.dtype(lp_dtype).itemsize  # bytes per stored (id, logprob) pair
@@ -329,7 +362,7 @@ def _write_manifest(out_dir: Path, settings: dict, shards: dict[int, dict], n_sh
                     "total_bytes": [K * per_position * n_rows for K in ks],
                     "full_fp16_bytes_per_position": full, "full_fp16_total_bytes": full * n_rows},
     }
-    write_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=1).encode())
+    write_atomic(out_dir / name, json.dumps(manifest, indent=1).encode())
     return manifest
 
 

@@ -57,16 +57,16 @@ def extract_records(loaded, records: Sequence[MCQRecord], template: str, out_dir
 
     ``meta`` gains ``tokenizer`` (:func:`tokenizer_name`): the store's ``sequences_sha256`` says
     *that* a student's sequences differ, this says whose tokenizer made the stored ones."""
-    from lab.distill.extract import extract_topk
+    from lab.distill.extract import SHARD_SIZE, extract_topk, rank_share
     from lab.train.data import build_examples
 
     examples = build_examples(records, template, loaded.tokenizer, completion_only, max_length)
-    done = 0
+    done, share = 0, rank_share(len(examples), SHARD_SIZE)  # rank 0's share: it alone reports progress
 
     def progress(n: int) -> None:  # extract_topk reports each batch's count; events carry the running total
         nonlocal done
         done += n
-        events.emit("extract", step=done, total=len(examples))
+        events.emit("extract", step=done, total=share)
 
     meta = {**meta, "tokenizer": tokenizer_name(loaded.tokenizer)}
     manifest = extract_topk(loaded.model, [e["input_ids"] for e in examples], out_dir, k=k, logprob_dtype=logprob_dtype,
@@ -98,4 +98,5 @@ register(JobKind(
     "extract", "a teacher's top-k tokens over a dataset (FIRST's concentrated knowledge), with the coverage curve",
     ExtractConfig, _run_job, outputs=(f"{TOPK_DIR}/{MANIFEST_FILE}", f"{TOPK_DIR}/<shards>"),
     key_fields=("model", "adapter", "dataset", "data_files", "split", "limit", "k"),
+    data_parallel=True,
 ))

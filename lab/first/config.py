@@ -123,4 +123,5 @@ register(JobKind(
              REPORT_MD),
     key_fields=("teacher", "student", "teacher_method", "student_method", "dataset", "data_files", "train_limit",
                 "test_limit", "training", "k"),
+    data_parallel=True,
 ))

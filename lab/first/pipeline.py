@@ -146,9 +146,10 @@ def _evaluations(cfg: FirstConfig) -> list[dict[str, Any]]:
 
 
 def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
-    teacher = stage(out / "teacher", events, "teacher", lambda: _teacher(cfg, out / "teacher", events, should_stop))
+    teacher = stage(out / "teacher", events, "teacher", lambda: _teacher(cfg, out / "teacher", events, should_stop),
+                    collective=True)
     topk = out / TOPK_DIR
-    stage(topk, events, "extract", lambda: _extract(cfg, teacher, topk, events, should_stop))
+    stage(topk, events, "extract", lambda: _extract(cfg, teacher, topk, events, should_stop), collective=True)
     sweep = stage(out / "sweep", events, "sweep", lambda: _sweep(cfg, topk, events))
     models = {"teacher": teacher}
     for method in cfg.students:
@@ -158,7 +159,7 @@ def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Cal
                                              stage="student:finetune")
         else:
             work = lambda m=method, t=target: _distill(cfg, m, sweep, topk, t, events, should_stop)
-        models[method] = stage(target, events, f"student:{method}", work)
+        models[method] = stage(target, events, f"student:{method}", work, collective=True)
     rows = []
     for name, trained in models.items():
         for spec in _evaluations(cfg):

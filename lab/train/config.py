@@ -16,6 +16,7 @@ scales differ by the factor ``10⁻³·B/N_m`` and the (1 − λ) on the SFT ter
 """
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -29,6 +30,10 @@ from lab.templates import default_template, get_template
 
 Tuning = Literal["full", "lora", "qlora"]  # which weights train
 Loss = Literal["sft", "label_smoothing", "rcft"]  # what they train on: picks the trainer
+Tracker = Literal["none", "tensorboard", "wandb", "mlflow", "trackio"]  # transformers' report_to names we offer
+# The package each tracker needs; a tracker that is not installed is refused when the config is read.
+TRACKER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",), "mlflow": ("mlflow",),
+                    "trackio": ("trackio",)}
 LambdaScale = Literal["paper", "released"]  # how RCFT's λ weighs its two terms (lab.cft.losses.rcft_loss)
 CPU_TRAIN_LIMIT = 64  # the finetune default's training examples (the paper presets set their own)
 CPU_VAL_LIMIT = 100  # ... and validation questions per epoch
@@ -71,6 +76,12 @@ class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSect
     bin_edges: BinEdges = redeclare(EvalSection, "bin_edges")
     eval_steps: Optional[int] = field(default=None, metadata=doc(
         "also validate every N optimiser steps (None: per epoch only)", ge=1, le=MAX_ROWS))
+    save_steps: Optional[int] = field(default=None, metadata=doc(
+        "also checkpoint every N optimiser steps, for resuming a killed run mid-epoch (None: per epoch)",
+        ge=1, le=MAX_ROWS))
+    report_to: Tracker = field(default="none", metadata=doc(
+        "experiment tracker for loss and validation ECE / accuracy / NLL (installed ones: "
+        "tensorboard writes into the stage's tensorboard/ folder)"))
     objective: Loss = field(default="sft", metadata=doc("sft, label_smoothing (over the option letters) or rcft"))
     label_smoothing: float = field(default=0.1, metadata=doc("ε of label_smoothing: mass spread over the options",
                                                              ge=0, lt=1))
@@ -83,6 +94,9 @@ class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSect
         "rcft: redo the E-step every N steps (None: every epoch)", ge=1, le=MAX_ROWS))
 
     def __post_init__(self) -> None:
+        if self.report_to != "none" and not any(importlib.util.find_spec(p) for p in TRACKER_PACKAGES[self.report_to]):
+            raise ValueError(f"report_to: {self.report_to} is not installed on this machine "
+                             f"(pip install {TRACKER_PACKAGES[self.report_to][0]}), or pick none")
         if self.template is None:
             self.template = default_template(self.dataset, "letter")
         if self.lambda_scale == "released" and self.ece_lambda > 1:
@@ -115,4 +129,5 @@ register(JobKind(
     TrainConfig, _run_job, outputs=(f"{MODEL_DIR}/", f"{ADAPTER_DIR}/", f"{CHECKPOINTS_DIR}/"),
     key_fields=("model", "method", "dataset", "data_files", "split", "limit", "objective", "epochs", "learning_rate",
                 "batch_size", "lora_r"),
+    data_parallel=True,
 ))

@@ -18,18 +18,20 @@ lazily.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from lab import distributed
 from lab.data import load_records
 from lab.data.record import MCQRecord
 from lab.errors import Stopped
 from lab.events import EventWriter
-from lab.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR
+from lab.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, TRACKER_DIR
 from lab.evaluate import compute_metrics
 from lab.models import load_model, select_device
 from lab.scoring import score_letter
@@ -37,6 +39,8 @@ from lab.templates import get_template
 from lab.train.config import TrainConfig
 from lab.train.data import IGNORE, build_examples, pad_batch, pad_option_batch
 
+STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: the last file of a checkpoint
+TRACKED = ("accuracy", "ece", "nll", "brier")  # validation metrics a tracker plots beside the loss
 PART_PREFIXES = ("loss_", "rank_")  # a method trainer's loss components and RCFT's rank-violation share
 
 
@@ -49,13 +53,19 @@ def supervised_positions(labels: torch.Tensor) -> torch.Tensor:
 
 
 def letter_probs(model, tokenizer, records: Sequence[MCQRecord], template: str) -> list:
-    """Option probabilities of ``records`` under ``model`` in eval mode, restoring its mode after."""
-    was_training = model.training
-    model.eval()
+    """Option probabilities of ``records`` under ``model`` in eval mode, restoring its mode after.
+
+    Under a multi-process launch each rank scores its share and every rank gets them all, in order."""
     render = get_template(template).render
-    scores = score_letter(model, tokenizer, [render(r, tokenizer) for r in records])
-    model.train(was_training)
-    return [s.probs for s in scores]
+
+    def score(share: list[MCQRecord]) -> list:
+        was_training = model.training
+        model.eval()
+        scores = score_letter(model, tokenizer, [render(r, tokenizer) for r in share])
+        model.train(was_training)
+        return [s.probs for s in scores]
+
+    return distributed.map_sharded(score, records)
 
 
 def validation_metrics(model, tokenizer, records: Sequence[MCQRecord], template: str, bins: int,
@@ -68,13 +78,16 @@ def validation_metrics(model, tokenizer, records: Sequence[MCQRecord], template:
 
 
 class LabCallback(TrainerCallback):
-    """Training progress and per-epoch validation as events; stops at the user's request."""
+    """Training progress and per-epoch validation as events (and to the trackers of ``report_to``,
+    through ``log``: the Trainer's own); stops at the user's request, every rank at the same step."""
 
     def __init__(self, events: EventWriter, stage: str, validate: Optional[Callable[[Any], dict]],
                  should_stop: Callable[[], bool], eval_steps: Optional[int] = None) -> None:
         self.events, self.stage, self.validate, self.should_stop = events, stage, validate, should_stop
         self.eval_steps = eval_steps
         self.history: list[dict[str, Any]] = []
+        self.stopping = False  # agreed by every rank
+        self.log: Callable[[dict[str, float]], None] = lambda logs: None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
@@ -83,31 +96,37 @@ class LabCallback(TrainerCallback):
                              loss=float(logs["loss"]), lr=float(logs.get("learning_rate", 0.0)), **parts)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.should_stop():
+        self.stopping = distributed.agree(self.should_stop())
+        if self.stopping:
             control.should_training_stop = True
             control.should_save = True
         elif self.eval_steps and state.global_step % self.eval_steps == 0:
             self._validate(state, model)
 
     def on_epoch_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        if not self.should_stop() and not (self.eval_steps and state.global_step % self.eval_steps == 0):
+        if not self.stopping and not (self.eval_steps and state.global_step % self.eval_steps == 0):
             self._validate(state, model)
 
     def _validate(self, state, model) -> None:
         if self.validate is None:
             return
-        record = {"epoch": round(state.epoch or 0, 3), "step": state.global_step, **self.validate(model)}
+        metrics = self.validate(model)
+        record = {"epoch": round(state.epoch or 0, 3), "step": state.global_step, **metrics}
         self.history.append(record)
         self.events.emit(f"{self.stage}_eval", **record)
+        self.log({f"eval_{k}": float(v) for k, v in metrics.items() if k in TRACKED and v is not None})
 
 
-def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device) -> TrainingArguments:
+def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device, run_name: str) -> TrainingArguments:
+    """transformers' arguments for ``cfg``: checkpoints every ``save_steps`` (else every epoch), the
+    last two kept so that a kill during a save leaves one whole; trackers as ``report_to`` says."""
     return TrainingArguments(
         output_dir=str(out_dir / CHECKPOINTS_DIR), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
         adam_beta1=cfg.adam_beta1, adam_beta2=cfg.adam_beta2, adam_epsilon=cfg.adam_epsilon,
-        logging_steps=1, save_strategy="epoch", save_total_limit=1, report_to="none", seed=cfg.seed,
+        logging_steps=1, save_strategy="steps" if cfg.save_steps else "epoch", save_steps=cfg.save_steps or 500,
+        save_total_limit=2, report_to=cfg.report_to, run_name=run_name, seed=cfg.seed,
         use_cpu=device.type == "cpu", bf16=device.type == "cuda" and torch.cuda.is_bf16_supported(),
         remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=True,
     )
@@ -135,6 +154,16 @@ def load_split_records(cfg: TrainConfig, split: str, files: list[str], limit: Op
     return load_records(cfg.dataset, split, files or cfg.data_files or None, seed=cfg.seed, limit=limit).records
 
 
+def last_checkpoint(folder: Path) -> Optional[Path]:
+    """The newest whole checkpoint in ``folder``: the Trainer writes its state file last, so a
+    checkpoint a kill interrupted has none and the one before it (``save_total_limit`` keeps two) is used."""
+    if not folder.is_dir():
+        return None
+    steps = {int(p.name.rsplit("-", 1)[1]): p for p in folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+             if p.name.rsplit("-", 1)[1].isdigit() and (p / STATE_FILE).is_file()}
+    return steps[max(steps)] if steps else None
+
+
 def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, examples: list[dict], model, tokenizer,
                  device: torch.device, events: EventWriter, stage: str, should_stop: Callable[[], bool],
                  val_records: Sequence[MCQRecord], collator: Callable, **trainer_kwargs: Any) -> dict[str, Any]:
@@ -147,20 +176,30 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
 
     validate = (lambda m: validation_metrics(m, tokenizer, val_records, cfg.template, cfg.bins, cfg.bin_edges)) if val_records else None
     callback = LabCallback(events, stage, validate, should_stop, cfg.eval_steps)
-    trainer = trainer_cls(model=model, args=training_arguments(cfg, out_dir, device), train_dataset=Dataset.from_list(examples),
-                          data_collator=collator, callbacks=[callback], **trainer_kwargs)
+    # The TensorBoard callback reads its folder from the environment when the Trainer makes it.
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(out_dir / TRACKER_DIR)
+    run_name = f"{out_dir.name} {stage}" if stage not in out_dir.name else out_dir.name
+    trainer = trainer_cls(model=model, args=training_arguments(cfg, out_dir, device, run_name),
+                          train_dataset=Dataset.from_list(examples), data_collator=collator, callbacks=[callback],
+                          **trainer_kwargs)
+    callback.log = trainer.log
     checkpoints = out_dir / CHECKPOINTS_DIR
-    resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
-    trainer.train(resume_from_checkpoint=resume)
-    if should_stop():
+    resume = last_checkpoint(checkpoints)
+    if resume:
+        step = TrainerState.load_from_json(str(resume / STATE_FILE)).global_step
+        events.emit("resumed", step=step, message=f"{stage}: resumed from step {step} ({resume.name}): "
+                                                  "weights, optimizer, scheduler and RNG state restored")
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if callback.stopping:
         raise Stopped(f"{stage} stopped at step {trainer.state.global_step}; checkpoint kept in {checkpoints}")
-    if cfg.method in ("lora", "qlora"):
-        model.save_pretrained(out_dir / ADAPTER_DIR)
-        saved = {"model": cfg.model, "adapter": str(out_dir / ADAPTER_DIR)}
-    else:
-        model.save_pretrained(out_dir / MODEL_DIR)
-        tokenizer.save_pretrained(out_dir / MODEL_DIR)
-        saved = {"model": str(out_dir / MODEL_DIR), "adapter": None}
+    lora = cfg.method in ("lora", "qlora")
+    target = out_dir / (ADAPTER_DIR if lora else MODEL_DIR)
+    if distributed.is_main():  # every rank holds the same weights; one writes them
+        model.save_pretrained(target)
+        if not lora:
+            tokenizer.save_pretrained(target)
+    distributed.barrier()  # no rank reads the model before it is written
+    saved = {"model": cfg.model, "adapter": str(target)} if lora else {"model": str(target), "adapter": None}
     return {**saved, "n_train": len(examples), "history": callback.history}
 
 
