@@ -20,9 +20,11 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
      "model not found: check the model name or path (offline machines need a local directory or 'bundled')"),
     (re.compile(r"DataError|Data file not found|no usable rows|not among the choices|Unknown dataset"),
      "data error: check the dataset name, files and format"),
-    (re.compile(r"NCCL|ProcessGroup|torch\.distributed"),
-     "distributed launch failed: check that every GPU is visible and the processes can reach each other"),
+    (re.compile(r"NCCL|ProcessGroup|torch\.distributed"), DISTRIBUTED := (
+        "distributed launch failed: check that every GPU is visible and the processes can reach each other")),
 ]
+# torchrun's report when a rank of a multi-process launch died: which rank, and how it ended.
+ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
 def log_tail(run_dir: Optional[str | Path], lines: int = TAIL_LINES) -> str:
@@ -39,16 +41,26 @@ def log_tail(run_dir: Optional[str | Path], lines: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _killed(returncode: int) -> str:
+    name = signal.Signals(-returncode).name
+    if name == "SIGKILL":
+        return "killed (SIGKILL): by a user, or by the operating system when memory ran out"
+    return f"killed by {name}"
+
+
 def classify(returncode: Optional[int], tail: str) -> str:
-    """One line: what happened and, where we can tell, what to do."""
+    """One line: what happened and, where we can tell, what to do. A multi-process launch names
+    the rank that died first (the launcher then stops the others)."""
+    root = ROOT_CAUSE.search(tail)
     for pattern, summary in PATTERNS:
-        if pattern.search(tail):
-            return summary
+        if pattern.search(tail) and not (root and summary == DISTRIBUTED):  # the launcher's trace says less
+            return f"rank {root[1]}: {summary}" if root else summary
+    if root:
+        code = int(root[2])
+        ended = _killed(code) if code < 0 else f"exit code {code}"
+        return f"rank {root[1]} of the multi-process launch died, {ended}; the launcher stopped the other ranks"
     if returncode is not None and returncode < 0:
-        name = signal.Signals(-returncode).name
-        if name == "SIGKILL":
-            return "killed (SIGKILL): by a user, or by the operating system when memory ran out"
-        return f"killed by {name}"
+        return _killed(returncode)
     last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
     code = f"exit code {returncode}" if returncode is not None else "no exit code (not our child)"
     return f"crashed ({code}): {last[:200]}" if last else f"crashed ({code}) with an empty log"

@@ -33,11 +33,13 @@ def is_main() -> bool:
 
 
 def _state():
-    """accelerate's process state, joining the process group on first use. A CPU job sees no GPU
-    (:func:`jobs.launch.job_env`), so its ranks join over gloo as the Trainer's would."""
+    """accelerate's process state, joining the process group on first use. Where no GPU is visible
+    (a CPU job sees none, :func:`jobs.launch.job_env`) it must be told ``cpu``, or it would take the
+    ranks for one process; then they join over gloo, as the Trainer's ``use_cpu`` does."""
+    import torch
     from accelerate import PartialState
 
-    return PartialState()
+    return PartialState(cpu=not torch.cuda.is_available())
 
 
 def barrier() -> None:

@@ -29,6 +29,7 @@ STOP_FILE = "STOP"
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 TOPK_DIR = "topk"
+TOPK_SHARD_SIZE = 1024  # sequences per top-k shard file (the default): the unit of resuming and of the ranks' split
 MANIFEST_FILE = "manifest.json"
 ADAPTER_DIR = "adapter"
 MODEL_DIR = "model"

@@ -226,3 +226,67 @@ def test_a_real_evaluate_job_end_to_end(store, shared_data):
     assert metrics["n"] == 4
     events, _ = read_events(Path(job.run_dir) / "events.jsonl")
     assert {"start", "scoring", "done", "ended"} <= {e["stage"] for e in events}
+
+
+TORCHRUN_TAIL = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+lab FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_17:51:23
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 16136)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 16136
+============================================================"""
+
+
+def test_a_dead_rank_is_named_and_a_specific_cause_still_wins():
+    from jobs.failures import classify
+
+    assert classify(1, TORCHRUN_TAIL) == ("rank 1 of the multi-process launch died, killed (SIGKILL): by a user, or by "
+                                          "the operating system when memory ran out; the launcher stopped the other ranks")
+    oom = "[rank1]: torch.OutOfMemoryError: CUDA out of memory.\n" + TORCHRUN_TAIL
+    assert classify(1, oom).startswith("rank 1: out of memory")
+    assert classify(1, TORCHRUN_TAIL.replace("-9 (pid", "3 (pid")).startswith("rank 1 of the multi-process launch "
+                                                                               "died, exit code 3")
+
+
+def test_resume_requeues_an_ended_job_in_its_own_directory_and_refuses_others(store):
+    job = store.submit(CONFIG)
+    with pytest.raises(ValueError, match="is queued; only a failed, cancelled, interrupted job can be resumed"):
+        store.resume(job.id)
+    run_dir = Path(job.run_dir)
+    (run_dir / "result.json").write_text('{"status": "failed"}')
+    (run_dir / "STOP").touch()
+    store.update(job.id, status="failed", error="killed", finished=time.time(), pid=123)
+    other = store.submit(CONFIG)
+    resumed = store.resume(job.id)
+    assert (resumed.status, resumed.run_dir, resumed.error, resumed.pid) == ("queued", job.run_dir, None, None)
+    assert [j.id for j in store.list(("queued",))] == [other.id, job.id], "back of the queue"
+    assert not (run_dir / "result.json").exists() and not (run_dir / "STOP").exists()
+    with pytest.raises(KeyError):
+        store.resume(999)
+
+
+def test_an_older_store_gains_the_processes_column(tmp_path):
+    import sqlite3
+
+    old = tmp_path / "runs"
+    old.mkdir()
+    db = sqlite3.connect(old / "jobs.db")
+    db.executescript(SCHEMA_BEFORE_PROCESSES)
+    db.execute("INSERT INTO jobs (kind, config, status, position, created) VALUES ('evaluate', 'kind: evaluate', "
+               "'succeeded', 1, 0)")
+    db.commit()
+    db.close()
+    store = JobStore(old)
+    assert store.get(1).processes == 1 and store.get(1).status == "succeeded"
+
+
+SCHEMA_BEFORE_PROCESSES = """CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL,
+    config TEXT NOT NULL, status TEXT NOT NULL, gpus INTEGER NOT NULL DEFAULT 0, devices TEXT,
+    position REAL NOT NULL, pid INTEGER, pid_started REAL, created REAL NOT NULL, started REAL, finished REAL,
+    run_dir TEXT, error TEXT, cancel_requested INTEGER NOT NULL DEFAULT 0);"""

@@ -28,6 +28,17 @@ def test_several_gpus_go_through_accelerate_launch():
     assert args.module and args.training_script == "lab" and args.training_script_args == WORKER
 
 
+def test_cpu_processes_go_through_accelerates_torchrun_launcher():
+    """Without GPUs the ranks join over gloo; --multi_gpu is accelerate's name for that launcher."""
+    args = accelerate_args(build_command(CONFIG, RUN, Launch(processes=2)))
+    assert (args.num_processes, args.num_machines, args.multi_gpu, args.gpu_ids) == (2, 1, True, None)
+    assert build_command(CONFIG, RUN, Launch(processes=1)) == [sys.executable, "-m", "lab", *WORKER]
+    with pytest.raises(ValueError, match="one process per GPU"):
+        Launch(gpus=(0, 1), processes=2)
+    with pytest.raises(ValueError, match="processes >= 1"):
+        Launch(processes=0)
+
+
 def test_several_machines():
     launch = Launch(gpus=(0, 1, 2, 3), num_machines=2, machine_rank=1, main_process_ip="10.0.0.5", main_process_port=29555)
     args = accelerate_args(build_command(CONFIG, RUN, launch))

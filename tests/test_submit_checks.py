@@ -108,7 +108,7 @@ def test_more_gpus_than_the_machine_has_are_refused_at_submit(fresh, monkeypatch
     ctx, _ = fresh
     with pytest.raises(ConfigError, match=r"^gpus: this machine has no GPU; set GPUs to 0$"):
         ctx.submit({"kind": "evaluate"}, gpus=1)
-    assert launch_page.submit_form(ctx, "evaluate", 1, *_form("evaluate")) == error(
+    assert launch_page.submit_form(ctx, "evaluate", 1, 1, *_form("evaluate")) == error(
         "gpus: this machine has no GPU; set GPUs to 0")
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
     with pytest.raises(ConfigError, match=r"^gpus: asked for 2 GPUs, but this machine has 1; set GPUs to 1 or fewer$"):
@@ -132,10 +132,10 @@ def test_gpus_must_be_a_whole_number(gpus):
 def test_a_temperature_that_is_no_number_and_no_file_is_named_as_such(fresh, capsys):
     ctx, _ = fresh
     message = f"temperature: {EXPECTED_T} 'hot'"
-    assert launch_page.submit_form(ctx, "evaluate", 0, *_form("evaluate", temperature="hot")) == error(message)
+    assert launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", temperature="hot")) == error(message)
     assert launch_page.show_config(ctx, "evaluate", *_form("evaluate", temperature="hot"))[0] == error(message)
     models = "- {model: bundled, temperature: abc}"
-    assert launch_page.submit_form(ctx, "compare", 0, *_form("compare", models=models)) == error(
+    assert launch_page.submit_form(ctx, "compare", 0, 1, *_form("compare", models=models)) == error(
         f"models[0].temperature: {EXPECTED_T} 'abc'")
     assert lab_cli(["evaluate", "--temperature", "hot", "--out", str(ctx.runs / "cli")]) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
@@ -168,7 +168,7 @@ def test_a_temperature_path_is_looked_for_inside_and_refused_outside(fresh, tmp_
 ])
 def test_numbers_must_be_numbers(fresh, kind, field, text, message):
     ctx, _ = fresh
-    assert launch_page.submit_form(ctx, kind, 0, *_form(kind, **{field: text})) == error(message)
+    assert launch_page.submit_form(ctx, kind, 0, 1, *_form(kind, **{field: text})) == error(message)
     assert ctx.store.list() == []
 
 
@@ -180,9 +180,9 @@ def test_with_the_servers_working_folder_gone_the_form_still_answers(fresh, tmp_
     gone.mkdir()
     monkeypatch.chdir(gone)
     gone.rmdir()
-    assert launch_page.submit_form(ctx, "evaluate", 0, *_form("evaluate", temperature="hot")) == error(
+    assert launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", temperature="hot")) == error(
         f"temperature: {EXPECTED_T} 'hot'")
-    answer = launch_page.submit_form(ctx, "evaluate", 0, *_form("evaluate", dataset="custom", data_files="q.jsonl"))
+    answer = launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", dataset="custom", data_files="q.jsonl"))
     assert answer.startswith("<div class='lab-error'>⚠️ data_files: cannot read")
     assert ctx.store.list() == []
 
@@ -190,7 +190,7 @@ def test_with_the_servers_working_folder_gone_the_form_still_answers(fresh, tmp_
 def test_every_kinds_form_defaults_are_queued_on_a_fresh_machine(fresh):
     ctx, _ = fresh
     for kind in kinds.names():
-        assert launch_page.submit_form(ctx, kind, 0, *forms.preset_values(kind, None)).startswith(
+        assert launch_page.submit_form(ctx, kind, 0, 1, *forms.preset_values(kind, None)).startswith(
             "<div class='lab-ok'>✅ Job"), kind
     queued = ctx.store.list()
     assert [job.kind for job in queued] == kinds.names() and queued[0].config_dict["data_files"] == ["bundled"]

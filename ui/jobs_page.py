@@ -28,7 +28,7 @@ from ui.progress import format_seconds, progress
 
 POLL_S = 2.0
 JOB_COLUMNS = ["id", "kind", "status", "progress", "elapsed", "ETA", "GPUs", "error"]
-ACTIVITY_STAGES = ("start", "stage", "log", "warning", "stopped", "done")  # events the activity log lists
+ACTIVITY_STAGES = ("start", "stage", "resumed", "log", "warning", "stopped", "done")  # events the activity log lists
 ACTIVITY_LINES = 40
 LOG_LINES = 20
 

@@ -40,7 +40,7 @@ from safetensors.numpy import load as st_load, save as st_save
 
 from lab import distributed
 from lab.files import write_atomic
-from lab.layout import MANIFEST_FILE as MANIFEST
+from lab.layout import MANIFEST_FILE as MANIFEST, TOPK_SHARD_SIZE
 from lab.scoring import _device, _order, right_padded
 
 FORMAT = "calibration-lab/topk-store/v1"
@@ -48,7 +48,6 @@ ALIGNMENT = ("row j of sequence i is the teacher's distribution over token j+1 o
              "tokens 0..j; a sequence of T tokens has T rows, the last predicting the token after it")
 LOGPROBS = "log_softmax over the full vocabulary, computed in fp32"
 LOGPROB_DTYPES = {"float16": np.float16, "float32": np.float32}
-SHARD_SIZE = 1024  # sequences per shard file: the unit of resuming, and of the ranks' split
 FULL_FP16_BYTES = 2  # per vocabulary entry: the full distribution FIRST compares top-k storage with
 
 
@@ -226,7 +225,7 @@ def _extract_shard(model: torch.nn.Module, seqs: list[list[int]], *, k: int, top
 
 
 def extract_topk(model: torch.nn.Module, sequences: Sequence[Sequence[int]], out_dir: Path, *, k: int = 5,
-                 batch_size: int = 8, logprob_dtype: str = "float16", shard_size: int = SHARD_SIZE, coverage_k: int = 100,
+                 batch_size: int = 8, logprob_dtype: str = "float16", shard_size: int = TOPK_SHARD_SIZE, coverage_k: int = 100,
                  pad_id: int = 0, meta: Optional[dict] = None, progress: Optional[Callable[[int], None]] = None,
                  should_stop: Optional[Callable[[], bool]] = None) -> dict:
     """Run the teacher over ``sequences`` and store its top-``k`` ids and log-probs at every position.

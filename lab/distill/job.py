@@ -15,8 +15,8 @@ from lab.data import MCQRecord, load_records
 from lab.errors import Stopped
 from lab.events import EventWriter
 from lab.kinds import JobKind, register
-from lab.layout import MANIFEST_FILE, TOPK_DIR
-from lab.limits import MAX_TOKENS, MAX_TOP_K
+from lab.layout import MANIFEST_FILE, TOPK_DIR, TOPK_SHARD_SIZE
+from lab.limits import MAX_ROWS, MAX_TOKENS, MAX_TOP_K
 from lab.sections import AdaptedModel, DataSection, PromptSection, RunSection
 from lab.templates import default_template, get_template
 
@@ -36,6 +36,9 @@ class ExtractConfig(ConfigMixin, RunSection, PromptSection, DataSection, Adapted
         "stored log-prob width: float16 or float32"))
     completion_only: bool = field(default=True, metadata=doc("sequences as the student will be trained on them"))
     max_length: int = field(default=512, metadata=doc("longer examples are dropped", ge=1, le=MAX_TOKENS))
+    shard_size: int = field(default=TOPK_SHARD_SIZE, metadata=doc(
+        "sequences per shard file: what a resumed run skips, and what the ranks of a multi-process run split",
+        ge=1, le=MAX_ROWS))
 
     def __post_init__(self) -> None:
         if self.template is None:
@@ -52,16 +55,16 @@ def tokenizer_name(tokenizer) -> str:
 
 def extract_records(loaded, records: Sequence[MCQRecord], template: str, out_dir: Path, *, k: int, logprob_dtype: str,
                     completion_only: bool, max_length: int, meta: dict[str, Any], events: EventWriter,
-                    should_stop: Callable[[], bool]) -> dict[str, Any]:
+                    should_stop: Callable[[], bool], shard_size: int = TOPK_SHARD_SIZE) -> dict[str, Any]:
     """Top-k of ``loaded`` over the training sequences of ``records``; progress as ``extract`` events.
 
     ``meta`` gains ``tokenizer`` (:func:`tokenizer_name`): the store's ``sequences_sha256`` says
     *that* a student's sequences differ, this says whose tokenizer made the stored ones."""
-    from lab.distill.extract import SHARD_SIZE, extract_topk, rank_share
+    from lab.distill.extract import extract_topk, rank_share
     from lab.train.data import build_examples
 
     examples = build_examples(records, template, loaded.tokenizer, completion_only, max_length)
-    done, share = 0, rank_share(len(examples), SHARD_SIZE)  # rank 0's share: it alone reports progress
+    done, share = 0, rank_share(len(examples), shard_size)  # rank 0's share: it alone reports progress
 
     def progress(n: int) -> None:  # extract_topk reports each batch's count; events carry the running total
         nonlocal done
@@ -70,7 +73,8 @@ def extract_records(loaded, records: Sequence[MCQRecord], template: str, out_dir
 
     meta = {**meta, "tokenizer": tokenizer_name(loaded.tokenizer)}
     manifest = extract_topk(loaded.model, [e["input_ids"] for e in examples], out_dir, k=k, logprob_dtype=logprob_dtype,
-                            pad_id=loaded.tokenizer.pad_token_id, meta=meta, progress=progress, should_stop=should_stop)
+                            pad_id=loaded.tokenizer.pad_token_id, meta=meta, progress=progress, should_stop=should_stop,
+                            shard_size=shard_size)
     if not manifest.get("complete", True):
         raise Stopped(f"extraction stopped after {done} of {len(examples)} sequences; rerun to resume")
     return manifest
@@ -86,7 +90,7 @@ def run_extract(cfg: ExtractConfig, out: Path, events: EventWriter, should_stop:
             "template": cfg.template}
     return extract_records(loaded, records, cfg.template, out / TOPK_DIR, k=cfg.k, logprob_dtype=cfg.logprob_dtype,
                            completion_only=cfg.completion_only, max_length=cfg.max_length, meta=meta, events=events,
-                           should_stop=should_stop)
+                           should_stop=should_stop, shard_size=cfg.shard_size)
 
 
 def _run_job(cfg: ExtractConfig, ctx) -> dict[str, Any]:
