@@ -133,6 +133,19 @@ def _out_of_memory(error: BaseException) -> bool:
     return isinstance(error, MemoryError) or (torch is not None and isinstance(error, torch.OutOfMemoryError))
 
 
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer")  # gloo's words when another rank died
+
+
+def _peer_lost(error: BaseException) -> bool:
+    """In a multi-process run: a collective failed because another rank died. The launcher then
+    stops this rank and reports which one died first; a result written here would blame this one."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return False
+    torch = sys.modules.get("torch")
+    dist_error = getattr(getattr(torch, "distributed", None), "DistError", ()) if torch is not None else ()
+    return (bool(dist_error) and isinstance(error, dist_error)) or any(words in str(error) for words in PEER_LOST)
+
+
 def _write_result(run_dir: Path, status: str, error: Optional[str] = None) -> None:
     if int(os.environ.get("RANK", "0")) != 0:
         return
@@ -169,6 +182,8 @@ def run(config_path: Path, run_dir: Path) -> int:
             _write_result(run_dir, "failed", f"out of memory: {str(e).splitlines()[0] if str(e) else 'MemoryError'}")
             print(f"error: out of memory: {e}", file=sys.stderr)
             return 3
+        if _peer_lost(e):
+            raise
         _write_result(run_dir, "failed", f"internal error ({type(e).__name__}: {e}); the traceback is in the log")
         raise
     summary = {k: v for k, v in result.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}

@@ -114,6 +114,26 @@ def test_first_pipeline_runs_in_two_processes(tmp_path, tiny_model_dir):
         [e["loss"] for e in stage_events(one, "student:first")], rel=LOSS_RTOL)
 
 
+def test_cft_protocol_runs_in_two_processes(tmp_path, tiny_model_dir):
+    """Base evaluation and temperature scaling (rank 0's), label smoothing and RCFT rows (DDP, the
+    E-step gathered across ranks), evaluations and win rates: one report, equal to one process's."""
+    config = {"kind": "cft", "model": str(tiny_model_dir), "train_size": 8, "val_size": 12, "test_size": 8,
+              "in_domain": [{"dataset": "obqa", "data_files": ["bundled"], "split": "train", "limit": 28}],
+              "ood": [{"dataset": "arc_challenge", "data_files": ["bundled"], "split": "test", "limit": 6}],
+              "methods": ["ts", "ls", "rcft"], "lambdas": [1.0], "preferences": ["bundled"], "preference_limit": 3,
+              "max_response_tokens": 8, "bootstrap": 0, "device": "cpu",
+              "training": {"epochs": 1, "batch_size": 4, "learning_rate": 1e-3, "warmup_ratio": 0.0}}
+    run({**config, "training": {**config["training"], "batch_size": 8}}, tmp_path / "one", processes=1)
+    two = run(config, tmp_path / "two", processes=2)
+    rows = {p: json.loads((tmp_path / p / "report.json").read_text())["rows"] for p in ("one", "two")}
+    assert [(r["method"], r["set"]) for r in rows["two"]] == [(r["method"], r["set"]) for r in rows["one"]]
+    for a, b in zip(rows["one"], rows["two"]):
+        for key in ("accuracy", "ece", "nll"):
+            assert b[key] == pytest.approx(a[key], abs=1e-4), (a["method"], a["set"], key)
+    esteps = [e for e in two if e["stage"].endswith("_estep")]
+    assert esteps and all(sum(e["counts"]) == 8 for e in esteps), "RCFT's E-step saw the whole training set"
+
+
 def _ranks(pid: int) -> dict[int, psutil.Process]:
     """The worker processes of a launch, by their RANK."""
     found = {}
@@ -209,3 +229,15 @@ def test_a_tracker_that_is_not_installed_is_refused_naming_the_package(tmp_path,
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     with pytest.raises(ConfigError, match="report_to: wandb is not installed.*pip install wandb"):
         JobStore(tmp_path / "runs").submit({"kind": "finetune", "report_to": "wandb"})
+
+
+def test_a_lost_peer_is_left_to_the_launcher_to_report(monkeypatch):
+    """Rank 0's collective fails when rank 1 dies; its own result would blame itself ("internal
+    error"), so it writes none and the launcher's report names the rank that died first."""
+    from lab.worker import _peer_lost
+
+    lost = RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:50051: Connection reset by peer.")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert _peer_lost(lost) and not _peer_lost(RuntimeError("boom in step 3"))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not _peer_lost(lost)

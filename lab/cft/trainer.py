@@ -5,8 +5,10 @@ Plain CFT needs no trainer of its own: it is transformers' ``Trainer`` (cross-en
 completion-only labels. Both trainers here read the option letters at the answer position from
 the batch (``OPTION_KEYS``, made by :func:`lab.train.data.pad_option_batch`), log their loss
 components as ``loss_<name>`` (and RCFT the share of rows whose M-step targets rank another option
-first, as ``rank_violations``) and return a per-micro-batch mean loss
-(``loss_is_scaled_for_ga = False``: transformers divides by the gradient-accumulation steps).
+first, as ``rank_violations``). Their per-token terms are means over every supervised token of
+the global batch (:func:`lab.train.trainer.global_token_mean`), as one process computes them
+whatever the ranks and accumulation steps; RCFT's regulariser is a mean over the micro-batch's
+questions (``loss_is_scaled_for_ga = False``: transformers divides by the accumulation steps).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from lab.cft.losses import (bin_accuracy, bin_index, ece_regulariser, option_smo
                             rank_preserving_targets, rcft_loss)
 from lab.metric_checks import BinEdges
 from lab.train.config import LambdaScale
-from lab.train.trainer import supervised_positions
+from lab.train.trainer import global_token_mean, supervised_positions
 
 OPTION_KEYS = ("answer_pos", "option_ids", "option_mask", "answer")
 
@@ -71,7 +73,7 @@ class LabelSmoothingTrainer(_PartsLogging, Trainer):
                                          self.epsilon)
         token_loss = token_loss.index_put((answer_row,), smoothed)
         self._record(loss_answer=smoothed.mean())
-        loss = token_loss.mean()
+        loss = global_token_mean(self, token_loss.mean(), token_loss.numel(), num_items_in_batch)
         return (loss, outputs) if return_outputs else loss
 
 
@@ -120,6 +122,7 @@ class RCFTTrainer(_PartsLogging, Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         extra = {k: inputs.pop(k) for k in OPTION_KEYS}
         outputs = model(**inputs)
+        sft = global_token_mean(self, outputs.loss, supervised_positions(inputs["labels"]).sum(), num_items_in_batch)
         answer_logits = _answer_logits(outputs.logits, extra)
         option_logits = answer_logits.gather(1, extra["option_ids"].clamp(min=0))
         if self.bin_acc is None:
@@ -128,7 +131,7 @@ class RCFTTrainer(_PartsLogging, Trainer):
             counts = self.bin_counts if self.lambda_scale == "released" else None
             regulariser, violations = ece_regulariser(option_logits, extra["option_mask"], self.bin_acc, counts,
                                                       self.bin_edges)
-        loss = rcft_loss(outputs.loss, regulariser, self.ece_lambda, self.lambda_scale)
+        loss = rcft_loss(sft, regulariser, self.ece_lambda, self.lambda_scale)
         self._record(loss_sft=outputs.loss, loss_ece=regulariser, rank_violations=violations.double().mean())
         return (loss, outputs) if return_outputs else loss
 

@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from transformers import Trainer
 
-from lab.train.trainer import supervised_positions
+from lab.train.trainer import global_token_mean, supervised_positions
 
 
 class DistillTrainer(Trainer):
@@ -19,8 +19,8 @@ class DistillTrainer(Trainer):
 
     Logits are computed only at those positions (``logits_to_keep`` with a boolean mask): with
     completion-only data that is a few positions per sequence instead of all of them. The loss is
-    a per-micro-batch mean (``loss_is_scaled_for_ga = False``: transformers divides by the
-    gradient-accumulation steps).
+    the mean over every supervised position of the global batch (:func:`global_token_mean`), as
+    one process computes it, whatever the ranks and accumulation steps.
     """
 
     loss_is_scaled_for_ga = False
@@ -35,5 +35,5 @@ class DistillTrainer(Trainer):
         logits = outputs.logits.reshape(1, -1, outputs.logits.shape[-1])  # (1, N, V), N = keep.sum()
         ids, logprobs = inputs["teacher_ids"][keep][None], inputs["teacher_logprobs"][keep][None]  # (1, N, k)
         mask = torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device)
-        loss = self.kd_loss(logits, ids, logprobs, mask)
+        loss = global_token_mean(self, self.kd_loss(logits, ids, logprobs, mask), keep.sum(), num_items_in_batch)
         return (loss, outputs) if return_outputs else loss

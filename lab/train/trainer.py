@@ -52,6 +52,20 @@ def supervised_positions(labels: torch.Tensor) -> torch.Tensor:
     return keep
 
 
+def global_token_mean(trainer: Trainer, rank_mean: torch.Tensor, rank_tokens: Any,
+                      num_items_in_batch: Any) -> torch.Tensor:
+    """A per-token loss averaged over this micro-batch's ``rank_tokens`` tokens, rescaled so that
+    what transformers does next — DDP averages the ranks' gradients, the Trainer divides by the
+    accumulation steps — yields the mean over every token of the global batch, as one process
+    with that whole batch computes it (the plain Trainer's loss does the same through the model).
+    ``num_items_in_batch`` is the Trainer's count of those tokens over ranks and accumulation
+    steps; without it (a model that takes no loss kwargs) the micro-batch's mean is all there is."""
+    if num_items_in_batch is None:
+        return rank_mean
+    scale = trainer.accelerator.num_processes * trainer.current_gradient_accumulation_steps
+    return rank_mean * (rank_tokens * scale / num_items_in_batch)
+
+
 def letter_probs(model, tokenizer, records: Sequence[MCQRecord], template: str) -> list:
     """Option probabilities of ``records`` under ``model`` in eval mode, restoring its mode after.
 
