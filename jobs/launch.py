@@ -86,8 +86,8 @@ def build_command(config: Path, run_dir: Path, launch: Launch = Launch()) -> lis
     if launch.num_machines > 1:
         argv += ["--machine_rank", str(launch.machine_rank),
                  "--main_process_ip", launch.main_process_ip, "--main_process_port", str(launch.main_process_port)]
-    if launch.mixed_precision:
-        argv += ["--mixed_precision", launch.mixed_precision]
+    # Said, not defaulted: accelerate would print a warning per unset option into every job's log.
+    argv += ["--mixed_precision", launch.mixed_precision or "no", "--dynamo_backend", "no"]
     return argv + ["--module", *worker]
 
 

@@ -143,6 +143,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device, ru
         save_total_limit=2, report_to=cfg.report_to, run_name=run_name, seed=cfg.seed,
         use_cpu=device.type == "cpu", bf16=device.type == "cuda" and torch.cuda.is_bf16_supported(),
         remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=True,
+        ddp_find_unused_parameters=False,  # every trainable weight takes part in each forward: no graph walk per step
     )
 
 
