@@ -99,27 +99,39 @@ def job_env(gpus: tuple[int, ...], base: Optional[dict[str, str]] = None) -> dic
     return env
 
 
+PROJECT_DIR = Path(__file__).resolve().parents[1]  # where ``python -m lab`` finds the lab
+
+
 def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int,
-                 partition: Optional[str] = None, hours: int = 24) -> str:
-    """An ``sbatch`` file running ``config`` on ``nodes`` × ``gpus_per_node`` GPUs.
+                 partition: Optional[str] = None, hours: int = 24, processes: int = 1) -> str:
+    """An ``sbatch`` file running ``config`` on ``nodes`` × ``gpus_per_node`` GPUs, or, without
+    GPUs, on ``processes`` CPU processes per node (as many cores reserved).
 
     Rank 0's hostname is the rendezvous address; ``srun`` starts one ``accelerate launch`` per
-    node with that node's rank. ``run_dir`` must be on a file system every node and the lab share.
+    node with that node's rank. ``run_dir`` must be on a file system every node and the lab share;
+    the job runs from this checkout (``--chdir``) with this Python, so the nodes must see both.
     """
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name=calibration-lab-{Path(run_dir).name}",
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={gpus_per_node}",
+        f"#SBATCH --gpus-per-node={gpus_per_node}" if gpus_per_node else f"#SBATCH --cpus-per-task={processes}",
         f"#SBATCH --time={hours}:00:00",
         f"#SBATCH --output={run_dir}/log.txt",
+        "#SBATCH --open-mode=append",  # a resumed run adds to its log rather than replacing it
+        f"#SBATCH --chdir={PROJECT_DIR}",
     ]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
+    # A CPU job sees no GPU, as locally (job_env); a GPU job sees the ones Slurm gave it.
+    env = ["export PYTHONUNBUFFERED=1", *([] if gpus_per_node else ["export CUDA_VISIBLE_DEVICES="])]
     head = 'export MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
-    launch = Launch(gpus=tuple(range(gpus_per_node)), num_machines=nodes, machine_rank=0, main_process_ip="MAIN_IP")
+    launch = Launch(gpus=tuple(range(gpus_per_node)), processes=1 if gpus_per_node else processes,
+                    num_machines=nodes, machine_rank=0, main_process_ip="MAIN_IP")
     argv = [shlex.quote(a) for a in build_command(config, run_dir, launch)]
     # Per node: its own rank and the shared rendezvous address, filled in by the shell on that node.
     cmd = " ".join(argv).replace("--machine_rank 0", "--machine_rank $SLURM_NODEID").replace("MAIN_IP", "$MAIN_IP")
-    return "\n".join([*lines, "", head, f"srun bash -c '{cmd}'", ""])
+    # Since Slurm 22.05 a step does not inherit --cpus-per-task: say it, or the ranks share one core.
+    srun = "srun" if gpus_per_node else f"srun --cpus-per-task={processes}"
+    return "\n".join([*lines, "", *env, head, f"{srun} bash -c '{cmd}'", ""])

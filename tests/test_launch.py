@@ -60,6 +60,7 @@ def test_slurm_script_runs_one_accelerate_launch_per_node():
     assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=4" in script and "#SBATCH --partition=gpu" in script
     assert f"#SBATCH --output={RUN}/log.txt" in script
     line = next(l for l in script.splitlines() if l.startswith("srun "))
+    assert "#SBATCH --cpus-per-task" not in script and "CUDA_VISIBLE_DEVICES" not in script
     inner = line[len("srun bash -c '"):-1].split()
     filled = [a.replace("$SLURM_NODEID", "1").replace("$MAIN_IP", "node001") for a in inner]
     args = accelerate_args(filled)
