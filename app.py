@@ -57,6 +57,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="a folder browser-submitted jobs may read data from (repeatable)")
     parser.add_argument("--runs", type=Path, default=RUNS, help="where jobs and their results live (default: runs/)")
     parser.add_argument("--cpu-slots", type=int, default=1, help="CPU jobs at once when there is no GPU")
+    parser.add_argument("--executor", choices=("local", "slurm"), default="local",
+                        help="where the Launch form sends jobs by default: this server's scheduler, or Slurm "
+                             "(the scheduler submits them with sbatch; runs/ must be on a file system the nodes share)")
     parser.add_argument("--lane-device", default="auto", help="where the compare page's models run: cpu, cuda:N, "
                         "or auto (the first GPU if there is one, else the CPU)")
     parser.add_argument("--lane-memory", type=float, default=None, help="GiB of models the compare lane keeps "
@@ -70,7 +73,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     auth = resolve_auth(args.host, args.auth)
     ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()),
-                     LaneOptions(args.lane_device, args.lane_memory, args.lane_idle))
+                     LaneOptions(args.lane_device, args.lane_memory, args.lane_idle), executor=args.executor)
     ctx.exports.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     start_in_background(Scheduler(ctx.store, cpu_slots=args.cpu_slots), stop)

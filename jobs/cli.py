@@ -35,8 +35,12 @@ def _seconds(elapsed: Optional[float]) -> str:
 
 def cmd_submit(store: JobStore, args) -> int:
     try:
+        options = {k: v for k, v in (("partition", args.partition), ("nodes", args.nodes),
+                                     ("gpus_per_node", args.gpus_per_node), ("minutes", args.time),
+                                     ("account", args.account), ("extra", args.sbatch)) if v is not None}
         job = store.submit(load_yaml(Path(args.config).read_bytes(), args.config), gpus=args.gpus,
-                           processes=args.processes)
+                           processes=args.processes, executor=args.executor,
+                           slurm=options if args.executor == "slurm" else (options or None))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -57,7 +61,7 @@ def cmd_list(store: JobStore, args) -> int:
 
 def cmd_show(store: JobStore, args) -> int:
     job = store.get(args.id)
-    for key in ("id", "kind", "status", "gpus", "processes", "devices", "pid", "run_dir", "error"):
+    for key in ("id", "kind", "status", "gpus", "processes", "executor", "slurm", "slurm_id", "devices", "pid", "run_dir", "error"):
         print(f"{key:>10}: {getattr(job, key)}")
     for key in ("created", "started", "finished"):
         print(f"{key:>10}: {_when(getattr(job, key))}")
@@ -129,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job needs (0: a CPU job)")
     p.add_argument("--processes", type=int, default=1,
                    help="a CPU training job's data-parallel processes (gloo); a GPU job runs one per GPU")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local",
+                   help="where it runs: this server's scheduler, or a Slurm job that the scheduler submits")
+    slurm = p.add_argument_group("Slurm (--executor slurm)")
+    slurm.add_argument("--partition")
+    slurm.add_argument("--nodes", type=int)
+    slurm.add_argument("--gpus-per-node", type=int)
+    slurm.add_argument("--time", type=int, help="time limit in minutes")
+    slurm.add_argument("--account")
+    slurm.add_argument("--sbatch", action="append", help="one more #SBATCH option, as --sbatch=--mem=16G (repeatable)")
     p.set_defaults(fn=cmd_submit)
     p = sub.add_parser("list", help="all jobs, queued first")
     p.add_argument("--status", nargs="+", default=None)

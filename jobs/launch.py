@@ -102,10 +102,12 @@ def job_env(gpus: tuple[int, ...], base: Optional[dict[str, str]] = None) -> dic
 PROJECT_DIR = Path(__file__).resolve().parents[1]  # where ``python -m lab`` finds the lab
 
 
-def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int,
-                 partition: Optional[str] = None, hours: int = 24, processes: int = 1) -> str:
+def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int, partition: Optional[str] = None,
+                 minutes: int = 24 * 60, processes: int = 1, account: Optional[str] = None,
+                 extra: tuple[str, ...] = ()) -> str:
     """An ``sbatch`` file running ``config`` on ``nodes`` × ``gpus_per_node`` GPUs, or, without
-    GPUs, on ``processes`` CPU processes per node (as many cores reserved).
+    GPUs, on ``processes`` CPU processes per node (as many cores reserved), within ``minutes``;
+    ``extra``: more ``#SBATCH`` options, as checked by :func:`jobs.slurm.parse_options`.
 
     Rank 0's hostname is the rendezvous address; ``srun`` starts one ``accelerate launch`` per
     node with that node's rank. ``run_dir`` must be on a file system every node and the lab share;
@@ -117,13 +119,13 @@ def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int,
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={gpus_per_node}" if gpus_per_node else f"#SBATCH --cpus-per-task={processes}",
-        f"#SBATCH --time={hours}:00:00",
+        f"#SBATCH --time={minutes}",
         f"#SBATCH --output={run_dir}/log.txt",
         "#SBATCH --open-mode=append",  # a resumed run adds to its log rather than replacing it
         f"#SBATCH --chdir={PROJECT_DIR}",
     ]
-    if partition:
-        lines.append(f"#SBATCH --partition={partition}")
+    lines += [f"#SBATCH --partition={partition}"] * bool(partition) + [f"#SBATCH --account={account}"] * bool(account)
+    lines += [f"#SBATCH {option}" for option in extra]
     # A CPU job sees no GPU, as locally (job_env); a GPU job sees the ones Slurm gave it.
     env = ["export PYTHONUNBUFFERED=1", *([] if gpus_per_node else ["export CUDA_VISIBLE_DEVICES="])]
     head = 'export MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'

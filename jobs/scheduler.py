@@ -34,7 +34,7 @@ import psutil
 
 from lab.events import EVENTS_FILE, EventWriter
 from lab.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
-from jobs import failures, preflight
+from jobs import failures, preflight, slurm
 from jobs.launch import Launch, build_command, job_env, visible_gpus
 from jobs.process import job_process, reap, terminate_tree
 from jobs.store import Job, JobStore
@@ -123,11 +123,15 @@ def cancel(store: JobStore, job_id: int, grace: float = 10.0) -> Job:
     job = store.get(job_id)
     if job.status == "queued" and store.update(job_id, only_if_status=("queued",), status="cancelled",
                                                error="cancelled before it started", finished=time.time()):
+        if job.slurm_id:  # pending in Slurm's queue
+            slurm.cancel(job.slurm_id)
         return store.get(job_id)
     job = store.get(job_id)
     if job.status != "running":
         return job
     store.update(job_id, cancel_requested=1)
+    if job.executor == "slurm":
+        return _cancel_slurm(store, job, grace)
     try:
         Path(job.run_dir, STOP_FILE).touch()
         deadline = time.monotonic() + grace
@@ -141,6 +145,28 @@ def cancel(store: JobStore, job_id: int, grace: float = 10.0) -> Job:
         terminate_tree(proc, grace)
     reap(job.pid, job.pid_started)
     return finish(store, store.get(job_id)) or store.get(job_id)
+
+
+def _slurm_ended(slurm_id: Optional[str]) -> bool:
+    now = slurm.state(slurm_id) if slurm_id else None
+    return now is None or now.state not in slurm.PENDING | slurm.RUNNING
+
+
+def _cancel_slurm(store: JobStore, job: Job, grace: float) -> Job:
+    """A running Slurm job: ``STOP`` first (it saves what it has), then ``scancel`` (SIGTERM to every
+    process of the job on every node, SIGKILL after Slurm's KillWait)."""
+    try:
+        Path(job.run_dir, STOP_FILE).touch()
+    except OSError:
+        grace = 0.0
+    for wait, act in ((grace, lambda: slurm.cancel(job.slurm_id)), (3 * grace + 30, lambda: None)):
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not _slurm_ended(job.slurm_id):
+            time.sleep(0.2)
+        if _slurm_ended(job.slurm_id):
+            break
+        act()
+    return finish(store, store.get(job.id)) or store.get(job.id)
 
 
 class Scheduler:
@@ -157,7 +183,7 @@ class Scheduler:
     def reconcile(self) -> None:
         """On start: running jobs whose process is gone ended while nobody watched."""
         for job in self.store.list(("running",)):
-            if job_process(job.pid, job.pid_started) is None and job.id not in self.children:
+            if job.executor == "local" and job_process(job.pid, job.pid_started) is None and job.id not in self.children:
                 with self._contained(job):
                     if (Path(job.run_dir) / RESULT_FILE).exists():
                         finish(self.store, job)
@@ -169,6 +195,7 @@ class Scheduler:
         """Reap our workers, watch the others, start what fits; the heartbeat says a tick got through."""
         self._reap()
         self._watch()
+        self._follow_slurm()
         while self._start_next():
             pass
         self.store.beat()
@@ -225,7 +252,7 @@ class Scheduler:
     def _watch(self) -> None:
         """Running jobs that are not our children: started by another scheduler, or before a restart."""
         for job in self.store.list(("running",)):
-            if job.id in self.children:
+            if job.id in self.children or job.executor != "local":
                 continue
             with self._contained(job):
                 if job.pid is None:
@@ -240,13 +267,14 @@ class Scheduler:
         with self.store.transaction() as db:
             busy: set[int] = set()
             cpu_jobs = 0
-            for row in db.execute("SELECT gpus, devices FROM jobs WHERE status = 'running'"):
+            for row in db.execute("SELECT gpus, devices FROM jobs WHERE status = 'running' AND executor = 'local'"):
                 if row["gpus"] == 0:
                     cpu_jobs += 1
                 elif row["devices"]:
                     busy.update(int(d) for d in row["devices"].split(","))
             free = [g for g in self.gpus if g not in busy]
-            for row in db.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY position").fetchall():
+            for row in db.execute("SELECT * FROM jobs WHERE status = 'queued' AND executor = 'local' "
+                                  "ORDER BY position").fetchall():
                 job = Job(**dict(row))
                 if job.gpus > len(self.gpus):
                     db.execute("UPDATE jobs SET status = 'failed', finished = ?, error = ? WHERE id = ?",
@@ -260,6 +288,54 @@ class Scheduler:
                            (on, time.time(), job.id))
                 return job, gpus
         return None
+
+    def _follow_slurm(self) -> None:
+        """Slurm jobs: submit the queued ones (Slurm queues them, not us), and map the state Slurm
+        reports onto ours — also for jobs submitted before a restart, or by another server."""
+        for job in self.store.list(("queued", "running")):
+            if job.executor != "slurm":
+                continue
+            with self._contained(job):
+                if job.slurm_id is None:
+                    self._submit_slurm(job)
+                elif job.slurm_id:
+                    self._slurm_state(job)
+
+    def _submit_slurm(self, job: Job) -> None:
+        with self.store.transaction() as db:  # claimed: of two schedulers on one store, one submits
+            if db.execute("UPDATE jobs SET slurm_id = '' WHERE id = ? AND status = 'queued' AND slurm_id IS NULL",
+                          (job.id,)).rowcount != 1:
+                return
+        run_dir = Path(job.run_dir)
+        try:
+            slurm_id = slurm.submit(run_dir, slurm.parse_options(job.slurm), job.processes)
+        except RuntimeError as e:
+            if self.store.update(job.id, only_if_status=("queued",), status="failed", error=str(e),
+                                 finished=time.time()):
+                _emit_ended(run_dir, "failed", str(e))
+            return
+        self.store.update(job.id, slurm_id=slurm_id, devices=slurm.describe(job.slurm, slurm_id))
+        EventWriter(run_dir / EVENTS_FILE).emit("log", message=f"submitted to Slurm as job {slurm_id}")
+
+    def _slurm_state(self, job: Job) -> None:
+        now = slurm.state(job.slurm_id)
+        ended = now is None or now.state not in slurm.PENDING | slurm.RUNNING
+        if now is not None and now.state in slurm.PENDING:
+            return
+        if job.status == "queued":  # running, or ended before we saw it run
+            self.store.update(job.id, only_if_status=("queued",), status="running", started=time.time())
+            job = self.store.get(job.id)
+        if not ended:
+            return
+        run_dir = Path(job.run_dir)
+        if now is None and _read_result(run_dir) is None:
+            return  # Slurm cannot be asked just now, and the job has not said how it ended: ask again
+        if _read_result(run_dir) is not None or job.cancel_requested or now is None:
+            finish(self.store, job)
+            return
+        status, error = slurm.ENDED.get(now.state, ("failed", f"Slurm ended the job: {now.state} ({now.reason})"))
+        if self.store.update(job.id, only_if_status=("running",), status=status, error=error, finished=time.time()):
+            _emit_ended(run_dir, status, error)
 
     def _start_next(self) -> bool:
         """Claim the next job that fits and start it; False when none could be claimed."""

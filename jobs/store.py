@@ -7,7 +7,9 @@ SQLite serialises across processes.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import sqlite3
 import time
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from jobs.preflight import check_gpu_request
+from jobs.slurm import parse_options
 from lab.config import ConfigError
 from lab.kinds import JobKind, parse_config
 from lab.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
@@ -34,6 +37,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     status TEXT NOT NULL,
     gpus INTEGER NOT NULL DEFAULT 0,      -- GPUs asked for; 0 = a CPU job
     processes INTEGER NOT NULL DEFAULT 1, -- a CPU job's data-parallel processes (a GPU job: one per GPU)
+    executor TEXT NOT NULL DEFAULT 'local', -- local (this server's scheduler) or slurm
+    slurm TEXT,                           -- a Slurm job's options (JSON, jobs.slurm.SlurmOptions)
+    slurm_id TEXT,                        -- its Slurm job id, once submitted
     devices TEXT,                         -- assigned at start: "0,1" or "cpu"
     position REAL NOT NULL,               -- queue order, smallest first
     pid INTEGER,
@@ -56,7 +62,9 @@ CREATE TABLE IF NOT EXISTS heartbeats (   -- one row per scheduler process: when
 
 
 # Columns added after the first release, with their declaration: an older jobs.db gains them on open.
-ADDED_COLUMNS = {"processes": "INTEGER NOT NULL DEFAULT 1"}
+ADDED_COLUMNS = {"processes": "INTEGER NOT NULL DEFAULT 1", "executor": "TEXT NOT NULL DEFAULT 'local'",
+                 "slurm": "TEXT", "slurm_id": "TEXT"}
+EXECUTORS = ("local", "slurm")
 MAX_GPUS = 1024
 RESUMABLE = ("failed", "cancelled", "interrupted")  # ended without finishing: its run directory can continue
 MAX_PROCESSES = 256
@@ -95,6 +103,9 @@ class Job:
     status: str
     gpus: int
     processes: int
+    executor: str
+    slurm: Optional[str]
+    slurm_id: Optional[str]
     devices: Optional[str]
     position: float
     pid: Optional[int]
@@ -186,7 +197,8 @@ class JobStore:
             db.close()
 
     # ------------------------------------------------------------------ writing
-    def submit(self, config: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None, processes: Any = 1) -> Job:
+    def submit(self, config: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None, processes: Any = 1,
+               executor: Any = "local", slurm: Any = None) -> Job:
         """Validate ``config``, resolve the files it names (inside ``roots`` when given) and queue it
         as resolved; a bad config changes nothing and raises :class:`ConfigError` naming the field.
 
@@ -195,8 +207,19 @@ class JobStore:
         queue for a scheduler elsewhere that shares the store, which refuses what it cannot run."""
         kind, parsed = parse_config(config, roots)
         gpus = check_gpus(gpus)
-        processes = check_processes(processes, gpus, kind)
-        if roots is not None:
+        if executor not in EXECUTORS:
+            raise ConfigError(f"executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+        options = None
+        if executor == "slurm":
+            options = parse_options(slurm)
+            if gpus:
+                raise ConfigError("gpus: a Slurm job asks for GPUs with slurm.gpus_per_node; set gpus to 0")
+            if roots is not None and shutil.which("sbatch") is None:
+                raise ConfigError("executor: this server has no Slurm (sbatch not found); pick local")
+        elif slurm:
+            raise ConfigError("slurm: options are for executor slurm")
+        processes = check_processes(processes, options.gpus_per_node if options else gpus, kind)
+        if roots is not None and executor == "local":
             check_gpu_request(gpus)
             if processes > (os.cpu_count() or 1):
                 raise ConfigError(f"processes: this machine has {os.cpu_count()} CPU cores; ask for that many or fewer")
@@ -205,9 +228,10 @@ class JobStore:
         with self.transaction() as db:
             last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             cur = db.execute(
-                "INSERT INTO jobs (kind, config, status, gpus, processes, position, created) "
-                "VALUES (?, ?, 'queued', ?, ?, ?, ?)",
-                (kind.name, text, gpus, processes, (last or 0) + 1, now),
+                "INSERT INTO jobs (kind, config, status, gpus, processes, executor, slurm, position, created) "
+                "VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+                (kind.name, text, gpus, processes, executor, options.to_json() if options else None, (last or 0) + 1,
+                 now),
             )
             job_id = cur.lastrowid
             run_dir = self.root / f"{job_id:05d}-{kind.name}"
@@ -219,7 +243,8 @@ class JobStore:
     def clone(self, job_id: int) -> Job:
         """Run again with the same config and resources."""
         job = self.get(job_id)
-        return self.submit(job.config_dict, gpus=job.gpus, processes=job.processes)
+        return self.submit(job.config_dict, gpus=job.gpus, processes=job.processes, executor=job.executor,
+                           slurm=json.loads(job.slurm) if job.slurm else None)
 
     def resume(self, job_id: int) -> Job:
         """Queue a job that did not finish again, in its own run directory, at the back of the queue.
@@ -237,7 +262,8 @@ class JobStore:
                 (Path(row["run_dir"]) / name).unlink(missing_ok=True)
             last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             db.execute("UPDATE jobs SET status = 'queued', position = ?, devices = NULL, pid = NULL, pid_started = NULL, "
-                       "started = NULL, finished = NULL, error = NULL, cancel_requested = 0 WHERE id = ?",
+                       "started = NULL, finished = NULL, error = NULL, cancel_requested = 0, slurm_id = NULL "
+                       "WHERE id = ?",
                        ((last or 0) + 1, job_id))
         return self.get(job_id)
 

@@ -23,13 +23,16 @@ API_NAMES = ("submit_job", "job_status", "run_metrics")  # what the README docum
 LOG_LINES = 20
 
 
-def submit_job(ctx: LabContext, config_yaml: str, gpus: int = 0, processes: int = 1) -> dict[str, Any]:
+def submit_job(ctx: LabContext, config_yaml: str, gpus: int = 0, processes: int = 1, executor: str = "local",
+               slurm: str = "") -> dict[str, Any]:
     """Queue a job from its YAML config (``kind`` and its fields) on ``gpus`` GPUs, or on the CPU in
-    ``processes`` data-parallel processes; returns its id or the error."""
+    ``processes`` data-parallel processes; ``executor: slurm`` submits it to this server's Slurm with
+    ``slurm``'s options (JSON: partition, nodes, gpus_per_node, minutes, account, extra). Returns its
+    id or the error."""
     try:
         if not isinstance(config_yaml, str):
             raise ConfigError(f"config: must be YAML text, got {type(config_yaml).__name__}")
-        job = ctx.submit(load_yaml(config_yaml), gpus=gpus, processes=processes)
+        job = ctx.submit(load_yaml(config_yaml), gpus=gpus, processes=processes, executor=executor, slurm=slurm or None)
     except ConfigError as e:
         return {"ok": False, "error": str(e)}
     return {"ok": True, "id": job.id, "status": job.status}

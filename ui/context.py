@@ -61,6 +61,7 @@ class LabContext:
     runs: Path
     allowed: tuple[Path, ...] = field(default=())  # extra folders the operator allowed (--allow-path)
     lane_options: LaneOptions = field(default_factory=LaneOptions)
+    executor: str = "local"  # where the Launch form sends jobs unless told otherwise (--executor)
 
     @functools.cached_property
     def store(self) -> JobStore:
@@ -96,6 +97,7 @@ class LabContext:
         """Folders a browser-submitted config may name files in."""
         return (self.runs, cache_dir(), *self.allowed)
 
-    def submit(self, config: Any, gpus: Any = 0, processes: Any = 1) -> Job:
+    def submit(self, config: Any, gpus: Any = 0, processes: Any = 1, executor: Any = "local", slurm: Any = None) -> Job:
         """Queue a config from the browser: validated, every file it names resolved inside :attr:`roots`."""
-        return self.store.submit(config, gpus=gpus, roots=self.roots, processes=processes)
+        return self.store.submit(config, gpus=gpus, roots=self.roots, processes=processes, executor=executor,
+                                 slurm=slurm)

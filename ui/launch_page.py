@@ -9,6 +9,7 @@ user can cause with a message, never with Gradio's bare "Error".
 from __future__ import annotations
 
 import functools
+import shutil
 from typing import Any, Optional
 
 import gradio as gr
@@ -38,13 +39,29 @@ def show_config(ctx: LabContext, kind: str, *values: Any) -> tuple[str, Any]:
     return "", gr.update(value=forms.config_yaml(config), visible=True)
 
 
-def submit_form(ctx: LabContext, kind: str, gpus: Any, processes: Any, *values: Any) -> str:
+def submit_form(ctx: LabContext, kind: str, gpus: Any, processes: Any, *values: Any, executor: Any = "local",
+                slurm: Optional[dict[str, Any]] = None) -> str:
     """Queue the form's config; the store validates and resolves it once, as for the CLI."""
     try:
-        job = ctx.submit(forms.form_config(kind, list(values)), gpus=gpus, processes=processes)
+        job = ctx.submit(forms.form_config(kind, list(values)), gpus=gpus, processes=processes, executor=executor,
+                         slurm=slurm)
     except FORM_ERRORS as e:
         return error(str(e))
-    return ok(f"Job {job.id} queued ({kind}); follow it on the Jobs tab.")
+    where = " for Slurm; the Jobs tab shows its Slurm id once submitted" if job.executor == "slurm" else ""
+    return ok(f"Job {job.id} queued ({kind}){where}; follow it on the Jobs tab.")
+
+
+SLURM_FIELDS = ("partition", "nodes", "gpus_per_node", "minutes", "account", "extra")
+
+
+def submit_anywhere(ctx: LabContext, kind: str, gpus: Any, processes: Any, executor: Any, *rest: Any) -> str:
+    """The form with its "Run on" choice: Slurm's fields (the first of ``rest``) go along only for
+    Slurm, blank ones left to the cluster's defaults; the store checks every one."""
+    given, values = dict(zip(SLURM_FIELDS, rest[:len(SLURM_FIELDS)])), rest[len(SLURM_FIELDS):]
+    if isinstance(given["extra"], str):
+        given["extra"] = [line for line in given["extra"].splitlines() if line.strip()]
+    slurm = {k: v for k, v in given.items() if v not in (None, "", [])} if executor == "slurm" else None
+    return submit_form(ctx, kind, gpus, processes, *values, executor=executor, slurm=slurm)
 
 
 def choose_preset(ctx: LabContext, kind: str, preset: Optional[str]) -> list[Any]:
@@ -125,6 +142,17 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
         processes = gr.Number(value=1, precision=0, label="CPU processes", scale=1, visible=kinds.get(kind).data_parallel,
                               info="data-parallel on the CPU (gloo); a GPU job runs one per GPU",
                               elem_id=f"launch-processes-{kind}")
+    with gr.Accordion("Run on Slurm", open=ctx.executor == "slurm", visible=shutil.which("sbatch") is not None):
+        with gr.Row():
+            executor = gr.Radio(["local", "slurm"], value=ctx.executor, label="Run on", scale=1,
+                                info="slurm: the scheduler submits it with sbatch; runs/ must be shared with the nodes",
+                                elem_id=f"launch-executor-{kind}")
+            partition = gr.Textbox(label="partition", placeholder="the cluster's default", scale=1)
+            nodes = gr.Number(value=1, precision=0, label="nodes", scale=1)
+            per_node = gr.Number(value=0, precision=0, label="GPUs per node", scale=1)
+            minutes = gr.Number(value=24 * 60, precision=0, label="time limit (minutes)", scale=1)
+            account = gr.Textbox(label="account", placeholder="yours", scale=1)
+        extra = gr.Textbox(label="more #SBATCH options, one per line", placeholder="--mem=32G", lines=2)
     components = _fields(kind)
     _upload_box(ctx, kind, components)
     with gr.Row():
@@ -134,7 +162,9 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     yaml_box = gr.Code(label="Config (YAML): what will run; copy it to run from a terminal", language="yaml",
                        visible=False)
     show.click(functools.partial(show_config, ctx, kind), inputs=components, outputs=[message, yaml_box])
-    submit.click(functools.partial(submit_form, ctx, kind), inputs=[gpus, processes, *components], outputs=message)
+    submit.click(functools.partial(submit_anywhere, ctx, kind),
+                 inputs=[gpus, processes, executor, partition, nodes, per_node, minutes, account, extra, *components],
+                 outputs=message)
     preset.change(functools.partial(choose_preset, ctx, kind), inputs=preset, outputs=[*components, message])
 
 
