@@ -27,7 +27,7 @@ from ui.plots import sweep_figure, training_figure
 from ui.progress import format_seconds, progress
 
 POLL_S = 2.0
-JOB_COLUMNS = ["id", "kind", "status", "progress", "elapsed", "ETA", "GPUs", "error"]
+JOB_COLUMNS = ["id", "kind", "status", "progress", "elapsed", "ETA", "runs on", "error"]
 ACTIVITY_STAGES = ("start", "stage", "resumed", "log", "warning", "stopped", "done")  # events the activity log lists
 ACTIVITY_LINES = 40
 LOG_LINES = 20
@@ -88,7 +88,7 @@ def job_view(ctx: LabContext, job_id: Optional[int]) -> JobView:
     p = progress(events) if job.status == "running" else None
     lines = [f"### Job {job.id} · {job.kind} · **{job.status}**",
              f"Elapsed {format_seconds(job.elapsed()) or '–'}" + (f" · {p.text}" if p else "")
-             + (f" · GPUs {job.devices}" if job.devices else "") + f" · run directory `{job.run_dir}`"]
+             + (f" · runs on {job.devices}" if job.devices else "") + f" · run directory `{job.run_dir}`"]
     if job.status == "failed" and job.error:
         lines.append(error(f"What went wrong: {job.error}"))
     return JobView("\n\n".join(lines), events, activity(events, job.run_dir), job.config)
