@@ -40,7 +40,7 @@ def cmd_submit(store: JobStore, args) -> int:
                                      ("account", args.account), ("extra", args.sbatch)) if v is not None}
         job = store.submit(load_yaml(Path(args.config).read_bytes(), args.config), gpus=args.gpus,
                            processes=args.processes, executor=args.executor,
-                           slurm=options if args.executor == "slurm" else (options or None))
+                           slurm=options or None)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

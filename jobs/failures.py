@@ -12,6 +12,7 @@ from lab.layout import LOG_FILE
 TAIL_LINES = 40
 TAIL_BYTES = 64 * 1024  # what a tail reads at most: 40 lines of a log, with room to spare
 
+DISTRIBUTED = "distributed launch failed: check that every GPU is visible and the processes can reach each other"
 # (pattern in the log, summary); the first match wins, so the most specific come first.
 PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|DefaultCPUAllocator: can't allocate", re.I),
@@ -20,8 +21,7 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
      "model not found: check the model name or path (offline machines need a local directory or 'bundled')"),
     (re.compile(r"DataError|Data file not found|no usable rows|not among the choices|Unknown dataset"),
      "data error: check the dataset name, files and format"),
-    (re.compile(r"NCCL|ProcessGroup|torch\.distributed"), DISTRIBUTED := (
-        "distributed launch failed: check that every GPU is visible and the processes can reach each other")),
+    (re.compile(r"NCCL|ProcessGroup|torch\.distributed"), DISTRIBUTED),
 ]
 # torchrun's report when a rank of a multi-process launch died: which rank, and how it ended.
 ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)

@@ -147,25 +147,23 @@ def cancel(store: JobStore, job_id: int, grace: float = 10.0) -> Job:
     return finish(store, store.get(job_id)) or store.get(job_id)
 
 
-def _slurm_ended(slurm_id: Optional[str]) -> bool:
-    now = slurm.state(slurm_id) if slurm_id else None
-    return now is None or now.state not in slurm.PENDING | slurm.RUNNING
-
-
 def _cancel_slurm(store: JobStore, job: Job, grace: float) -> Job:
     """A running Slurm job: ``STOP`` first (it saves what it has), then ``scancel`` (SIGTERM to every
     process of the job on every node, SIGKILL after Slurm's KillWait)."""
+
+    def ended_within(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not (over := slurm.over(slurm.state(job.slurm_id))) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return over
+
     try:
         Path(job.run_dir, STOP_FILE).touch()
     except OSError:
         grace = 0.0
-    for wait, act in ((grace, lambda: slurm.cancel(job.slurm_id)), (3 * grace + 30, lambda: None)):
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and not _slurm_ended(job.slurm_id):
-            time.sleep(0.2)
-        if _slurm_ended(job.slurm_id):
-            break
-        act()
+    if not ended_within(grace):
+        slurm.cancel(job.slurm_id)
+        ended_within(3 * grace + 30)
     return finish(store, store.get(job.id)) or store.get(job.id)
 
 
@@ -319,18 +317,18 @@ class Scheduler:
 
     def _slurm_state(self, job: Job) -> None:
         now = slurm.state(job.slurm_id)
-        ended = now is None or now.state not in slurm.PENDING | slurm.RUNNING
         if now is not None and now.state in slurm.PENDING:
             return
         if job.status == "queued":  # running, or ended before we saw it run
             self.store.update(job.id, only_if_status=("queued",), status="running", started=time.time())
             job = self.store.get(job.id)
-        if not ended:
+        if not slurm.over(now):
             return
         run_dir = Path(job.run_dir)
-        if now is None and _read_result(run_dir) is None:
+        result = _read_result(run_dir)
+        if now is None and result is None:
             return  # Slurm cannot be asked just now, and the job has not said how it ended: ask again
-        if _read_result(run_dir) is not None or job.cancel_requested or now is None:
+        if now is None or result is not None or job.cancel_requested:
             finish(self.store, job)
             return
         status, error = slurm.ENDED.get(now.state, ("failed", f"Slurm ended the job: {now.state} ({now.reason})"))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jobs.launch import slurm_script
-from lab.config import ConfigError
+from lab.config import ConfigError, check_int
 from lab.layout import CONFIG_FILE
 
 BATCH_FILE = "job.sbatch"
@@ -55,12 +55,12 @@ ENDED = {  # state → (our status, what to tell the user when the job itself le
 class SlurmOptions:
     """What a Slurm job asks of the cluster; ``processes`` (CPU processes per node) is the job's own."""
 
-    partition: Optional[str] = field(default=None, metadata={"help": "partition (None: the cluster's default)"})
-    nodes: int = field(default=1, metadata={"help": "nodes", "range": (1, MAX_NODES)})
-    gpus_per_node: int = field(default=0, metadata={"help": "GPUs per node", "range": (0, MAX_GPUS_PER_NODE)})
-    minutes: int = field(default=24 * 60, metadata={"help": "time limit in minutes", "range": (1, MAX_MINUTES)})
-    account: Optional[str] = field(default=None, metadata={"help": "account to charge (None: yours)"})
-    extra: tuple[str, ...] = field(default=(), metadata={"help": f"up to {MAX_EXTRA} more #SBATCH options"})
+    partition: Optional[str] = None  # None: the cluster's default
+    nodes: int = field(default=1, metadata={"range": (1, MAX_NODES)})
+    gpus_per_node: int = field(default=0, metadata={"range": (0, MAX_GPUS_PER_NODE)})
+    minutes: int = field(default=24 * 60, metadata={"range": (1, MAX_MINUTES)})  # the time limit
+    account: Optional[str] = None  # None: the submitting user's
+    extra: tuple[str, ...] = ()  # up to MAX_EXTRA more #SBATCH options, one --option[=value] each
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -88,12 +88,7 @@ def parse_options(values: Any) -> SlurmOptions:
         if value is None and spec.default is None:
             checked[name] = None
         elif "range" in spec.metadata:
-            low, high = spec.metadata["range"]
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                raise ConfigError(f"slurm.{name}: must be an integer ≥ {low} and ≤ {high}, got {value!r}")
-            checked[name] = value
+            checked[name] = check_int(f"slurm.{name}", value, *spec.metadata["range"])
         elif name == "extra":
             lines = [value] if isinstance(value, str) else value
             if not isinstance(lines, (list, tuple)) or len(lines) > MAX_EXTRA:
@@ -154,6 +149,11 @@ def state(slurm_id: str) -> Optional[SlurmState]:
         return None
     values = dict(part.split("=", 1) for part in done.stdout.split() if "=" in part)
     return SlurmState(values.get("JobState", "UNKNOWN"), values.get("Reason", "None"), values)
+
+
+def over(now: Optional[SlurmState]) -> bool:
+    """The job is no longer pending or running, or Slurm no longer knows it."""
+    return now is None or now.state not in PENDING | RUNNING
 
 
 def cancel(slurm_id: str) -> None:

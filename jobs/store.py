@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from jobs.preflight import check_gpu_request
 from jobs.slurm import parse_options
-from lab.config import ConfigError
+from lab.config import ConfigError, check_int
 from lab.kinds import JobKind, parse_config
 from lab.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
 from lab.yamlio import dump_yaml, load_yaml
@@ -70,24 +70,15 @@ RESUMABLE = ("failed", "cancelled", "interrupted")  # ended without finishing: i
 MAX_PROCESSES = 256
 
 
-def _count(name: str, value: Any, low: int, high: int) -> int:
-    """A whole number of ``name`` in [low, high] from a form (which sends floats), an API call or the CLI."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ConfigError(f"{name}: must be an integer ≥ {low} and ≤ {high}, got {value!r}")
-    return value
-
-
 def check_gpus(value: Any) -> int:
     """The number of GPUs a job asks for."""
-    return _count("gpus", value, 0, MAX_GPUS)
+    return check_int("gpus", value, 0, MAX_GPUS)
 
 
 def check_processes(value: Any, gpus: int, kind: JobKind) -> int:
     """A CPU job's number of data-parallel processes: 1 unless the kind splits its work across ranks,
     and 1 with GPUs, where a job runs one process per GPU."""
-    value = _count("processes", value, 1, MAX_PROCESSES)
+    value = check_int("processes", value, 1, MAX_PROCESSES)
     if value > 1 and gpus:
         raise ConfigError(f"processes: a GPU job runs one process per GPU; set processes to 1 (it asked for {gpus} GPUs)")
     if value > 1 and not kind.data_parallel:

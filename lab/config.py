@@ -143,6 +143,12 @@ def _check_number(path: str, value: Any, hint: Any, spec: Spec) -> Any:
     return value
 
 
+def check_int(path: str, value: Any, low: int, high: int) -> int:
+    """A whole number in [low, high] outside a config dataclass (a job's resources), checked and
+    worded as a declared field's is."""
+    return _check_number(path, value, int, Spec(path, ge=low, le=high))
+
+
 def _check_text(path: str, value: Any, spec: Spec) -> str:
     if not isinstance(value, str):
         raise _fail(path, f"must be text, got {_show(value)}")

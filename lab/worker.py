@@ -141,9 +141,9 @@ def _peer_lost(error: BaseException) -> bool:
     stops this rank and reports which one died first; a result written here would blame this one."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return False
-    torch = sys.modules.get("torch")
-    dist_error = getattr(getattr(torch, "distributed", None), "DistError", ()) if torch is not None else ()
-    return (bool(dist_error) and isinstance(error, dist_error)) or any(words in str(error) for words in PEER_LOST)
+    torch = sys.modules.get("torch")  # a collective ran, so torch is imported
+    return (torch is not None and isinstance(error, torch.distributed.DistError)) or any(
+        words in str(error) for words in PEER_LOST)
 
 
 def _write_result(run_dir: Path, status: str, error: Optional[str] = None) -> None:

@@ -146,7 +146,7 @@ def rank_share(n_sequences: int, shard_size: int) -> int:
     """How many of ``n_sequences`` this rank extracts (all of them in one process)."""
     size, rank = distributed.world_size(), distributed.rank()
     return sum(min(n_sequences, (i + 1) * shard_size) - i * shard_size
-               for i in range(-(-n_sequences // shard_size)) if i % size == rank)
+               for i in range(rank, -(-n_sequences // shard_size), size))
 
 
 def _read_manifest(out_dir: Path, name: str = MANIFEST) -> Optional[dict]:
