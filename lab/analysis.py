@@ -40,9 +40,11 @@ SWEEP_BOUNDS: dict[str, tuple[float, float]] = {"logit": (T_MIN, T_MAX), "paper"
 LEGACY_BIN_EDGES = "left"  # what a metrics.json without "bin_edges" was binned with (before the choice existed)
 TOPK_COLUMNS = ["rank", "mean_prob", "answer_in_topk"]
 RESULTS_COLUMNS = ["run", "folder", "model", "dataset", "split", "scoring", "domain", "n", "ECE", "ECE low", "ECE high",
-                   "accuracy", "Trust", "cw-ECE"]
-ROUNDED = {"ECE": 4, "ECE low": 4, "ECE high": 4, "accuracy": 4, "Trust": 4, "cw-ECE": 4}
+                   "accuracy", "Trust", "cw-ECE", "AURC", "AUROC"]
+ROUNDED = {"ECE": 4, "ECE low": 4, "ECE high": 4, "accuracy": 4, "Trust": 4, "cw-ECE": 4, "AURC": 4, "AUROC": 4}
 DOMAIN = {True: "in", False: "out", None: ""}
+ROBUSTNESS_BINS = tuple(range(5, 31))  # the bin counts the ECE-robustness plot tries
+SMALL_N = 300  # below this many questions an ECE is flagged (HELM's floor for reporting calibration)
 
 
 # ---------------------------------------------------------------- loading predictions
@@ -197,6 +199,28 @@ def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
     }
 
 
+def ece_robustness(conf: Any, correct: Any, bin_counts: Sequence[int] = ROBUSTNESS_BINS, edges: BinEdges = "right",
+                   n_boot: int = 200, seed: int = 0) -> tuple[pd.DataFrame, float]:
+    """How much an ECE owes to its binning: for each number of bins, the equal-width ECE with its
+    bootstrap interval (``width``, ``width_low``, ``width_high``) and the equal-mass ECE (``mass``);
+    and the bin-free smooth ECE, one number for every row (returned beside the table)."""
+    conf, correct = np.asarray(conf, dtype=np.float64), np.asarray(correct)
+    records = []
+    for m in bin_counts:
+        low, high = metrics.ece_bootstrap(conf, correct, m, n_boot, metrics.CI_LEVEL, seed, edges)
+        records.append({"bins": int(m), "width": metrics.ece(conf, correct, m, "width", edges),
+                        "width_low": low, "width_high": high, "mass": metrics.ece(conf, correct, m, "mass")})
+    return pd.DataFrame(records), metrics.smooth_ece(conf, correct)
+
+
+def small_sample_warning(n: int) -> str:
+    """A sentence when ``n`` is below :data:`SMALL_N` (HELM's floor for reporting ECE), else ""."""
+    if n >= SMALL_N:
+        return ""
+    return (f"Only {n} questions: below {SMALL_N}, binned ECE is dominated by sampling noise and its upward "
+            "bias; read the interval, not the point.")
+
+
 class Sweep(NamedTuple):
     """A temperature sweep: ``table`` (temperature, ece, nll, accuracy), ascending, and the best of each.
 
@@ -257,13 +281,16 @@ def temperature_sweep(pred: Predictions, temperatures: Optional[Sequence[float]]
 # ---------------------------------------------------------------- across runs, and the top tokens
 def results_table(root: Path) -> pd.DataFrame:
     """FIRST Table 1 across every evaluation under ``root``, newest first, numbers rounded to 4: each
-    run by its label and folder, how it was scored, and its ECE with the bootstrap interval
-    (``ECE low``/``ECE high``; empty for a run evaluated without a bootstrap)."""
+    run by its label and folder, how it was scored, its ECE with the bootstrap interval
+    (``ECE low``/``ECE high``; empty for a run evaluated without a bootstrap), and how well its top
+    probability ranks right above wrong answers (AURC, lower is better; AUROC, higher is better;
+    empty for a run evaluated before they were recorded)."""
     records = [
         {"run": r.label, "folder": r.name, "model": r.model, "dataset": r.dataset, "split": r.split,
          "scoring": f"{r.scoring} ({r.template})" if r.scoring and r.template else r.scoring,
          "domain": DOMAIN[r.in_domain], "n": r.n, "ECE": r.ece, "ECE low": r.ece_ci[0] if r.ece_ci else None,
-         "ECE high": r.ece_ci[1] if r.ece_ci else None, "accuracy": r.accuracy, "Trust": r.trust, "cw-ECE": r.cw_ece}
+         "ECE high": r.ece_ci[1] if r.ece_ci else None, "accuracy": r.accuracy, "Trust": r.trust, "cw-ECE": r.cw_ece,
+         "AURC": r.aurc, "AUROC": r.auroc}
         for r in find_evaluations(root)
     ]
     return pd.DataFrame(records, columns=RESULTS_COLUMNS).round(ROUNDED)

@@ -20,7 +20,7 @@ from typing import Any, Callable, ContextManager, Literal, Optional
 import numpy as np
 import yaml
 
-from lab import metrics
+from lab import confidence, metrics, selective
 from lab.config import ConfigMixin, doc, redeclare
 from lab.limits import MAX_BATCH
 from lab.files import write_atomic
@@ -33,6 +33,7 @@ from lab.sections import AdaptedModel, DataSection, EvalSection, PromptSection, 
 from lab.templates import default_template, get_template, template_names
 
 Scoring = Literal["letter", "cloze"]
+SELECTIVE_BOOT = 200  # bootstrap replicates for the AURC/AUROC intervals: each re-sorts the questions
 CONFIDENCE = {
     "letter": "softmax over the option tokens' logits at the answer position (renormalised over the options)",
     "cloze": "softmax over the options' summed log-likelihoods",
@@ -216,12 +217,29 @@ def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Pat
     })
 
 
+def selective_metrics(rows: list[dict[str, Any]], n_boot: int, seed: int) -> dict[str, Any]:
+    """Selective prediction from prediction rows: AURC, E-AURC, AUROC and accuracy at 50/80 %
+    coverage of the top probability (with bootstrap intervals when ``n_boot`` > 0), and under
+    ``signals`` the same for every confidence signal the rows can give (:mod:`lab.confidence`)."""
+    probs, mask = metrics.padded([np.asarray(r["probs"]) for r in rows])
+    correct = np.array([r["answer"] for r in rows]) == np.where(mask, probs, -np.inf).argmax(axis=1)
+    per_signal = {name: selective.summary(confidence.values(name, probs, mask, rows), correct)
+                  for name in confidence.available(probs, mask, rows)}
+    top = confidence.values(confidence.DEFAULT, probs, mask, rows)
+    return {**selective.summary(top, correct, n_boot=n_boot, seed=seed), "signals": per_signal}
+
+
 def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, info: dict[str, Any]) -> dict[str, Any]:
-    """Write ``predictions.jsonl`` and ``metrics.json``; the metrics are always recomputed from ``rows``."""
+    """Write ``predictions.jsonl`` and ``metrics.json``; the metrics are always recomputed from ``rows``.
+
+    Each row gains ``signals``: every confidence signal it can give (:func:`lab.confidence.row_signals`).
+    """
     out.mkdir(parents=True, exist_ok=True)
+    rows = [{**r, "signals": confidence.row_signals(r["probs"], r)} for r in rows]
     result = {
         "scoring": cfg.scoring, "confidence": CONFIDENCE[cfg.scoring], "template": cfg.template,
         "dataset": cfg.dataset, "split": cfg.split, **info, **compute_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed, cfg.bin_edges),
+        **selective_metrics(rows, min(cfg.bootstrap, SELECTIVE_BOOT), cfg.seed),
     }
     write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     write_atomic(out / METRICS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")

@@ -13,6 +13,7 @@ folders (what they lead to is not the runs directory's). What it finds:
     temperatures  a directory with temperature.json
     reports       a directory with report.json
     comparisons   a directory with compare.json (a compare job's, or the compare lane's history)
+    calibrators   a directory with calibrator.json (the recalibration workbench's, lab.calibrators)
 
 What a browser sends back is only a name: :func:`resolve` turns it into a path again, through
 ``..`` and links, and answers None for anything outside the runs directory or deeper than the
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from lab.layout import (ADAPTER_DIR, CHECKPOINTS_DIR, COMPARE_FILE, CONFIG_FILE, EVAL_DIR, FITTED_TEMPERATURE_DIR, LABEL_FILE,
+from lab import calibrators
+from lab.layout import (ADAPTER_DIR, CALIBRATOR_FILE, CHECKPOINTS_DIR, COMPARE_FILE, CONFIG_FILE, EVAL_DIR, FITTED_TEMPERATURE_DIR, LABEL_FILE,
                         MANIFEST_FILE, METRICS_FILE, MODEL_DIR, PREDICTIONS_FILE, REPORT_JSON, TEMPERATURE_FILE, TOPK_DIR)
 from lab.metrics import finite_or_none
 from lab.temperature import load_temperature
@@ -66,6 +68,8 @@ class EvalRun:
     ece_ci: Optional[tuple[float, float]] = None  # the bootstrap interval, when the run computed one
     created: float = 0.0  # when metrics.json was written (seconds since the epoch)
     title: Optional[str] = None  # the name the user gave it (label.txt), if any
+    aurc: Optional[float] = None  # selective prediction with the top probability (lab.selective); None in
+    auroc: Optional[float] = None  # ... runs evaluated before it was recorded
 
     @property
     def label(self) -> str:
@@ -96,6 +100,7 @@ class Catalogue:
     temperatures: dict[str, Path]
     reports: dict[str, Path]
     comparisons: dict[str, Path]  # newest compare.json first
+    calibrators: dict[str, Path]  # newest calibrator.json first
 
 
 # ---------------------------------------------------------------- the walk
@@ -215,7 +220,7 @@ def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
         in_domain=data["in_domain"] if isinstance(data.get("in_domain"), bool) else None,
         adapter=_text(data.get("adapter")), template=_text(data.get("template")),
         ece_ci=(low, high) if low is not None and high is not None else None, created=mtime,
-        title=read_label(directory),
+        title=read_label(directory), aurc=finite_or_none(data.get("aurc")), auroc=finite_or_none(data.get("auroc")),
     )
     return mtime, run
 
@@ -226,7 +231,7 @@ def _is_store(name: str) -> bool:
 
 def _scan(root: Path, start: Path, depth: int) -> Catalogue:
     """The catalogue of ``start`` (``root`` or a folder below it), walked ``depth`` levels down."""
-    evaluations, stores, models, temperatures, reports, comparisons = [], {}, [], {}, {}, []
+    evaluations, stores, models, temperatures, reports, comparisons, calibrators = [], {}, [], {}, {}, [], []
     for directory, files, folders in _walk(start, depth):
         name = directory.relative_to(root).as_posix()
         if METRICS_FILE in files and PREDICTIONS_FILE in files and (found := _eval_run(directory, name)):
@@ -239,14 +244,18 @@ def _scan(root: Path, start: Path, depth: int) -> Catalogue:
             reports[name] = directory
         if COMPARE_FILE in files:
             comparisons.append((_mtime(directory / COMPARE_FILE), name, directory))
+        if CALIBRATOR_FILE in files:
+            calibrators.append((_mtime(directory / CALIBRATOR_FILE), name, directory))
         if ADAPTER_DIR in folders and (directory / ADAPTER_DIR / ADAPTER_CONFIG).is_file():
             models.append(TrainedModel(directory / ADAPTER_DIR, name, adapter_base(root, directory / ADAPTER_DIR)))
         if MODEL_DIR in folders and (directory / MODEL_DIR / HF_CONFIG).is_file():
             models.append(TrainedModel(directory / MODEL_DIR, name))
     evaluations.sort(key=lambda item: (-item[0], item[1].name))
     comparisons.sort(key=lambda item: (-item[0], item[1]))
+    calibrators.sort(key=lambda item: (-item[0], item[1]))
     return Catalogue([run for _, run in evaluations], stores, models, temperatures, reports,
-                     {name: directory for _, name, directory in comparisons})
+                     {name: directory for _, name, directory in comparisons},
+                     {name: directory for _, name, directory in calibrators})
 
 
 def _mtime(path: Path) -> float:
@@ -405,3 +414,21 @@ def saved_temperature(root: Path, run: EvalRun) -> Optional[float]:
         except (OSError, ValueError):  # none saved here, or not a temperature file
             continue
     return None
+
+
+def calibrator_dir(root: Path, name: Any) -> Optional[Path]:
+    """The folder of the saved calibrator called ``name`` under ``root``, or None."""
+    directory = resolve(root, name)
+    return directory if directory is not None and (directory / CALIBRATOR_FILE).is_file() else None
+
+
+def calibrator_choices(root: Path) -> list[tuple[str, str]]:
+    """(label, name) of every saved calibrator, newest first: what it is and where it was fitted."""
+    choices = []
+    for name, directory in scan(root).calibrators.items():
+        try:
+            label = calibrators.load(directory).describe()
+        except (OSError, ValueError):
+            label = f"{name} (unreadable)"
+        choices.append((label, name))
+    return choices

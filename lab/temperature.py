@@ -4,7 +4,7 @@ Letter and cloze confidences are softmaxes over per-option scores, so ``log p`` 
 up to a per-question constant and ``softmax(log p / T)`` is exactly temperature scaling of the
 logits: the fit and the UI's slider work from ``predictions.jsonl`` without the model.
 
-:func:`fit_temperature` minimises validation NLL over ``log T`` with L-BFGS (so T stays positive
+:func:`fit_temperature` minimises validation NLL over ``log T`` with a bounded Brent search (so T stays positive
 and the step size is scale-free) or picks the lowest-ECE temperature on a log grid, as the CFT paper
 searches T (its Appendix: "searched on a validation set to directly minimize the ECE"). A grid
 whose lowest point is its edge says only that the optimum lies further out, so the search goes on
@@ -35,6 +35,7 @@ T_MIN, T_MAX = 0.01, 100.0  # a fit outside is clamped and flagged: beyond, the 
 GRID = np.exp(np.linspace(np.log(0.05), np.log(20.0), 401))  # the ECE objective's first candidates
 WIDEN_FACTOR = 4.0  # an optimum on a grid's edge extends the grid this factor past that edge, and again if need be
 MAX_NEW_POINTS = 100  # ... in at most this many points each time
+BOUND_TOLERANCE = 1e-3  # an NLL optimum this close to a bound in log T (0.1 %) is reported as the bound
 
 
 def _logits(probs: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -131,8 +132,6 @@ def fit_temperature(probs: Any, labels: Any, mask: Any | None = None, objective:
     ``"ece"`` searches :data:`GRID`, widened past an edge that holds the lowest ECE (``widened``),
     up to [T_MIN, T_MAX]; ``at_bound`` says the optimum sits on a bound. ``bin_edges`` bins the ECE.
     """
-    import torch  # only the NLL fit needs it; the server imports this module for ``scale``
-
     probs = np.asarray(probs, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
     mask = np.ones(probs.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
@@ -142,23 +141,19 @@ def fit_temperature(probs: Any, labels: Any, mask: Any | None = None, objective:
         raise ValueError(f"Expected objective 'nll' or 'ece', but got {objective!r}")
     logits = np.where(mask, np.log(np.clip(probs, PROB_FLOOR, None)), -1e30)
     if objective == "nll":
-        z = torch.tensor(logits, dtype=torch.float64)
-        y = torch.tensor(labels)
-        log_t = torch.zeros((), dtype=torch.float64, requires_grad=True)
-        opt = torch.optim.LBFGS([log_t], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe")
+        from scipy.optimize import minimize_scalar  # lazy: scipy takes a second to import
 
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(z / log_t.exp(), y)
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-        temperature = float(log_t.detach().exp())
-        # A model whose confidence carries no signal is best "calibrated" flat: NLL falls all the
-        # way to T = ∞. Stop at T_MAX and say so rather than report T = 2e5.
-        at_bound = not T_MIN <= temperature <= T_MAX
-        temperature = float(np.clip(temperature, T_MIN, T_MAX))
+        # NLL is convex in 1/T, hence unimodal in log T: a bounded Brent search finds its minimum.
+        # A model whose confidence carries no signal is best "calibrated" flat, NLL falling all the
+        # way to T = ∞: the search stops at T_MAX and says so rather than report T = 2e5.
+        bounds = (np.log(T_MIN), np.log(T_MAX))
+        found = minimize_scalar(lambda log_t: _nll_at(logits, labels, float(np.exp(log_t))), bounds=bounds,
+                                method="bounded", options={"xatol": 1e-7, "maxiter": max_iter})
+        log_t = float(found.x)
+        at_bound = bool(min(abs(log_t - b) for b in bounds) < BOUND_TOLERANCE)
+        temperature = float(np.exp(log_t))
+        if at_bound:
+            temperature = T_MIN if log_t < 0 else T_MAX
         searched, widened = None, False
     else:
         def ece_at(t: float) -> dict[str, float]:

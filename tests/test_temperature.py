@@ -56,7 +56,7 @@ def test_nll_fit_moves_t_to_the_grid_minimum(sharpness, direction):
     assert (fit.temperature > 1.2) if direction == "up" else (fit.temperature < 0.8)
     grid = np.linspace(0.05, 6, 6000)
     best = grid[int(np.argmin(_grid_nll(probs, labels, grid)))]
-    assert fit.temperature == pytest.approx(best, abs=2e-3)  # L-BFGS found the minimum a dense grid finds
+    assert fit.temperature == pytest.approx(best, abs=2e-3)  # the search found the minimum a dense grid finds
     assert fit.nll_after < fit.nll_before
     assert fit.nll_before == pytest.approx(metrics.nll(probs, labels), rel=1e-9)
     assert fit.nll_after == pytest.approx(metrics.nll(scale(probs, fit.temperature), labels), rel=1e-9)
