@@ -169,10 +169,11 @@ def recalibrate(pred: Predictions, temperature: float, form: Form = "logit") -> 
 
 
 def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
-                        strategy: metrics.Strategy = "width", edges: BinEdges = "right") -> dict[str, Any]:
+                        strategy: metrics.Strategy = "width", edges: BinEdges = "right", n_boot: int = 0) -> dict[str, Any]:
     """Headline metrics and the reliability table of one set of probabilities, JSON-ready.
 
-    Keys: ``n, accuracy, ece, nll, brier, cw_ece, trust, n_bins, strategy, bin_edges, reliability``;
+    Keys: ``n, accuracy, ece, ece_ci_low, ece_ci_high, nll, brier, cw_ece, trust, n_bins, strategy,
+    bin_edges, reliability`` (the interval with ``n_boot`` > 0 and equal-width bins, else None);
     the reliability bins have the shape of ``metrics.json``'s (``lo, hi, count, conf, acc, gap``;
     NaN → None), so a figure draws a stored summary and a recomputed one alike. ``strategy`` bins
     the ECE and the table (``"mass"``: equal-mass bins); cw-ECE always uses equal-width bins.
@@ -183,19 +184,27 @@ def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
     brier = metrics.brier(probs, labels, mask)  # checks probs, mask and labels before anything else
     probs = np.where(mask, np.asarray(probs, dtype=np.float64), 0.0)  # nll takes no mask: padding must be 0
     choice, conf = metrics.predictions(probs, mask)
-    correct = choice == labels
-    accuracy = float(np.mean(correct))
-    ece = metrics.ece(conf, correct, n_bins, strategy, edges)
-    table = metrics.reliability_table(conf, correct, n_bins, strategy, edges)
-    reliability = [
-        {key: int(column[m]) if key == "count" else finite_or_none(column[m]) for key, column in table.items()}
-        for m in range(n_bins)
-    ]
+    summary = confidence_summary(conf, choice == labels, n_bins, strategy, edges, n_boot)
     return {
-        "n": int(len(labels)), "accuracy": accuracy, "ece": ece, "nll": metrics.nll(probs, labels),
-        "brier": brier, "cw_ece": metrics.classwise_ece(probs, labels, n_bins, mask, edges),
-        "trust": metrics.trust(accuracy, ece), "n_bins": int(n_bins), "strategy": strategy, "bin_edges": edges,
-        "reliability": reliability,
+        **summary, "nll": metrics.nll(probs, labels), "brier": brier,
+        "cw_ece": metrics.classwise_ece(probs, labels, n_bins, mask, edges),
+        "trust": metrics.trust(summary["accuracy"], summary["ece"]),
+    }
+
+
+def confidence_summary(conf: Any, correct: Any, n_bins: int = 10, strategy: metrics.Strategy = "width",
+                       edges: BinEdges = "right", n_boot: int = 0) -> dict[str, Any]:
+    """The reliability of one confidence vector (the top probability, or a calibrated one), JSON-ready:
+    ``n, accuracy, ece, ece_ci_low, ece_ci_high, n_bins, strategy, bin_edges, reliability``. The
+    bootstrap interval (``n_boot`` > 0, equal-width bins only) is None otherwise."""
+    conf, correct = np.asarray(conf, dtype=np.float64), np.asarray(correct)
+    low = high = None
+    if n_boot > 0 and strategy == "width":
+        low, high = metrics.ece_bootstrap(conf, correct, n_bins, n_boot, metrics.CI_LEVEL, 0, edges)
+    return {
+        "n": int(conf.size), "accuracy": float(np.mean(correct)), "ece": metrics.ece(conf, correct, n_bins, strategy, edges),
+        "ece_ci_low": low, "ece_ci_high": high, "n_bins": int(n_bins), "strategy": strategy, "bin_edges": edges,
+        "reliability": metrics.reliability_rows(conf, correct, n_bins, strategy, edges),
     }
 
 

@@ -222,15 +222,13 @@ def confidence_report(conf: Any, correct: Any, n_bins: int = 10, edges: BinEdges
     """ECE with its bootstrap interval, smECE, top-label Brier and NLL, accuracy and the
     reliability bins of one confidence vector, JSON-ready."""
     conf, correct = check_conf_correct(conf, correct)
-    table = metrics.reliability_table(conf, correct, n_bins, edges=edges)
     low, high = metrics.ece_bootstrap(conf, correct, n_bins, n_boot, metrics.CI_LEVEL, seed, edges)
     return {
         "n": int(conf.size), "accuracy": float(correct.mean()), "ece": metrics.ece(conf, correct, n_bins, edges=edges),
         "ece_ci_low": low, "ece_ci_high": high, "smece": metrics.smooth_ece(conf, correct),
         "brier": top_label_brier(conf, correct), "nll": top_label_nll(conf, correct), "n_bins": int(n_bins),
         "bin_edges": edges,
-        "reliability": [{k: int(col[m]) if k == "count" else finite_or_none(col[m]) for k, col in table.items()}
-                        for m in range(n_bins)],
+        "reliability": metrics.reliability_rows(conf, correct, n_bins, edges=edges),
     }
 
 

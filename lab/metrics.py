@@ -315,6 +315,15 @@ def finite_or_none(x: Any) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+def reliability_rows(conf: Any, correct: Any, n_bins: int = 10, strategy: Strategy = "width",
+                     edges: BinEdges = "right") -> list[dict[str, Any]]:
+    """:func:`reliability_table` as JSON-ready rows, one dict per bin (NaN → None): the shape
+    ``metrics.json`` stores and every reliability figure draws."""
+    table = reliability_table(conf, correct, n_bins, strategy, edges)
+    return [{key: int(col[m]) if key == "count" else finite_or_none(col[m]) for key, col in table.items()}
+            for m in range(n_bins)]
+
+
 def summarize(
     probs: Any,
     labels: Any,
@@ -343,11 +352,6 @@ def summarize(
     if n_boot > 0:
         low, high = ece_bootstrap(conf, correct, n_bins, n_boot, CI_LEVEL, seed, edges)
         level = CI_LEVEL
-    table = reliability_table(conf, correct, n_bins, edges=edges)
-    reliability = [
-        {key: int(col[m]) if key == "count" else finite_or_none(col[m]) for key, col in table.items()}
-        for m in range(n_bins)
-    ]
     return {
         "n": int(conf.shape[0]),
         "accuracy": acc,
@@ -364,5 +368,5 @@ def summarize(
         "ece_ci_level": level,
         "n_bins": int(n_bins),
         "bin_edges": edges,
-        "reliability": reliability,
+        "reliability": reliability_rows(conf, correct, n_bins, edges=edges),
     }

@@ -319,17 +319,20 @@ def test_same_question_across_runs(tmp_path):
 # ---------------------------------------------------------------- tables
 def test_results_table_and_csv(tmp_path):
     rows = [_row(0, [0.6, 0.4], 0)]
-    write_eval(tmp_path / "1", rows, mtime=1000, ece=0.123456, accuracy=0.654321, trust=0.530865, cw_ece=0.0499999)
+    write_eval(tmp_path / "1", rows, mtime=1000, ece=0.123456, accuracy=0.654321, trust=0.530865, cw_ece=0.0499999,
+               aurc=0.212345, auroc=0.712345)
     write_eval(tmp_path / "2" / "eval" / "first-csqa", rows, mtime=2000, dataset="csqa", n=100, in_domain=True)
     df = results_table(tmp_path)
     assert list(df.columns) == ["run", "folder", "model", "dataset", "split", "scoring", "domain", "n", "ECE",
-                                "ECE low", "ECE high", "accuracy", "Trust", "cw-ECE"]
+                                "ECE low", "ECE high", "accuracy", "Trust", "cw-ECE", "AURC", "AUROC"]
     assert df["domain"].tolist() == ["in", ""]  # a plain evaluation belongs to no pipeline
     assert df["folder"].tolist() == ["2/eval/first-csqa", "1"]
     assert df["run"].str.startswith("2 · eval/first-csqa · ").tolist() == [True, False]  # named for what it is
     assert df["ECE low"].isna().all()  # written without a bootstrap interval
     assert df.iloc[1][["ECE", "accuracy", "Trust", "cw-ECE"]].tolist() == [0.1235, 0.6543, 0.5309, 0.05]
     assert df.iloc[0]["n"] == 100 and df.iloc[0]["dataset"] == "csqa"
+    assert df.iloc[1][["AURC", "AUROC"]].tolist() == [0.2123, 0.7123]
+    assert df.iloc[0][["AURC", "AUROC"]].isna().all()  # evaluated before selective prediction was recorded
     back = pd.read_csv(io.StringIO(results_csv(df)), dtype={"folder": str})
     assert back.columns.tolist() == df.columns.tolist() and back["folder"].tolist() == df["folder"].tolist()
     assert results_table(tmp_path / "none").empty

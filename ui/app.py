@@ -6,21 +6,24 @@ from typing import Any
 
 import gradio as gr
 
-from lab import runs
+from lab import confidence, runs
 
 from ui.api import API_NAMES, register_api
-from ui.cases_page import build_cases
+from ui.cases_page import CasesControls, build_cases
 from ui.compare_page import build_compare
 from ui.context import LabContext
 from ui.jobs_page import JobLinks, build_jobs
 from ui.knowledge_page import build_knowledge
 from ui.launch_page import build_launch
+from ui.recalibration_page import build_recalibration
 from ui.reliability_page import build_reliability
 from ui.results_page import build_results
+from ui.selective_page import SelectiveLink, build_selective
 from ui.temperature_page import build_temperature
 
 PAGES = (("Launch", "launch", build_launch), ("Jobs", "jobs", build_jobs), ("Reliability", "reliability", build_reliability),
          ("Temperature lab", "temperature", build_temperature), ("Case studies", "cases", build_cases),
+         ("Selective prediction", "selective", build_selective), ("Recalibration", "recalibration", build_recalibration),
          ("Compare models", "compare", build_compare), ("Knowledge", "knowledge", build_knowledge),
          ("Results", "results", build_results))
 
@@ -48,12 +51,33 @@ def open_run(ctx: LabContext, tab_id: str, visible: list[gr.Timer], every: list[
             *timer_states(visible, every))
 
 
+def open_below_threshold(ctx: LabContext, visible: list[gr.Timer], every: list[gr.Timer], names: Any, signal: Any,
+                         threshold: Any):
+    """The selective page's link: Case studies on its first run, every question whose confidence is
+    below the threshold (the top probability is what Case studies ranges over; for another signal
+    the run opens whole)."""
+    first = names[0] if isinstance(names, list) and names else None
+    below = isinstance(threshold, (int, float)) and signal == confidence.DEFAULT
+    return (gr.Tabs(selected="cases"), gr.update(choices=runs.evaluation_choices(ctx.runs), value=first),
+            gr.update(value="all"), gr.update(value=0), gr.update(value=float(threshold) if below else 1),
+            *timer_states(visible, every))
+
+
+def _picker(built: Any) -> gr.Dropdown:
+    return built.picker if isinstance(built, CasesControls) else built
+
+
 def _wire_links(ctx: LabContext, tabs: gr.Tabs, built: dict[str, Any], timers: dict[str, list[gr.Timer]]) -> None:
     every = [t for page in timers.values() for t in page]
     links: JobLinks = built["jobs"]
     for tab_id, button in links.buttons.items():
         button.click(functools.partial(open_run, ctx, tab_id, timers[tab_id], every), inputs=links.run,
-                     outputs=[tabs, built[tab_id], *every], show_progress="hidden")
+                     outputs=[tabs, _picker(built[tab_id]), *every], show_progress="hidden")
+    selective: SelectiveLink = built["selective"]
+    cases: CasesControls = built["cases"]
+    selective.button.click(functools.partial(open_below_threshold, ctx, timers["cases"], every),
+                           inputs=[selective.names, selective.signal, selective.threshold],
+                           outputs=[tabs, cases.picker, cases.kind, cases.lo, cases.hi, *every], show_progress="hidden")
 
 
 def quiet_queue(demo: gr.Blocks, wake_s: float = IDLE_WAKE_S) -> None:

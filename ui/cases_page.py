@@ -9,7 +9,7 @@ dropdown beside it.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import gradio as gr
 import pandas as pd
@@ -99,8 +99,17 @@ def _table(**kwargs: Any) -> gr.Dataframe:
                         max_height=640, pinned_columns=4, **kwargs)
 
 
-def build_cases(ctx: LabContext) -> gr.Dropdown:
-    """The page; its run picker is returned so a job's page can open a run here."""
+class CasesControls(NamedTuple):
+    """What other pages set to open questions here: the run picker, what to show, the confidence range."""
+
+    picker: gr.Dropdown
+    kind: gr.Radio
+    lo: gr.Slider
+    hi: gr.Slider
+
+
+def build_cases(ctx: LabContext) -> CasesControls:
+    """The page; its controls are returned so a job's page or the selective page can open a run here."""
     name, _ = run_picker(ctx, "Evaluation run")
     with gr.Row():
         kind = gr.Radio(KIND_CHOICES, value=DEFAULT_KIND, label="Show")
@@ -124,4 +133,4 @@ def build_cases(ctx: LabContext) -> gr.Dropdown:
     on_same = functools.partial(same_question_view, ctx)
     question_id.submit(on_same, inputs=[question_id, across], outputs=same)
     across.change(on_same, inputs=[question_id, across], outputs=same)
-    return name
+    return CasesControls(name, kind, lo, hi)

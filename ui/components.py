@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 import gradio as gr
 
-from lab import runs
+from lab import calibrators, runs
 from ui.context import LabContext
 
 Catalogue = Callable[[Path], list[Any]]  # the runs directory → names, or (label, name), to offer (lab.runs)
@@ -88,3 +88,30 @@ def export(ctx: LabContext, filename: str, write: Callable[[Path], Any]) -> dict
     target.parent.mkdir(parents=True, exist_ok=True)
     write(target)
     return gr.update(value=str(target), visible=True)
+
+
+NO_CALIBRATOR = ("none: the run as it reported", "")
+
+
+def calibrator_choices(root: Path) -> list[tuple[str, str]]:
+    """"none", then every saved calibrator (:func:`lab.runs.calibrator_choices`), newest first."""
+    return [NO_CALIBRATOR, *runs.calibrator_choices(root)]
+
+
+def calibrator_picker(ctx: LabContext, **kwargs: Any) -> gr.Dropdown:
+    """A dropdown of the saved calibrators (fitted in the Recalibration workbench), following the
+    runs directory; "none" until the user picks one."""
+    picker, _ = run_picker(ctx, "Apply a saved calibrator (fitted in the Recalibration workbench)",
+                           catalogue=calibrator_choices, pick_newest=False, **kwargs)
+    return picker
+
+
+def picked_calibrator(ctx: LabContext, name: Any) -> Optional[calibrators.Calibrator]:
+    """The calibrator a picker names, loaded; None for "none". A name leading outside the runs
+    directory, or to no calibrator, is a ValueError the page shows."""
+    if not name:
+        return None
+    directory = runs.calibrator_dir(ctx.runs, name)
+    if directory is None:
+        raise ValueError(f"No saved calibrator called {name!r}: pick one from the list.")
+    return calibrators.load(directory)

@@ -7,6 +7,7 @@ import html
 CSS = """
 .lab-error { color: #b00020; background: #fdecea; border-radius: 6px; padding: 8px 12px; }
 .lab-ok { color: #1b5e20; background: #e8f5e9; border-radius: 6px; padding: 8px 12px; }
+.lab-note { color: #5d4037; background: #fff8e1; border-radius: 6px; padding: 8px 12px; }
 """
 
 
@@ -16,3 +17,8 @@ def error(message: str) -> str:
 
 def ok(message: str) -> str:
     return f"<div class='lab-ok'>✅ {html.escape(message)}</div>"
+
+
+def note(message: str) -> str:
+    """A caution that does not stop anything (a small sample, an optimistic figure)."""
+    return f"<div class='lab-note'>ℹ️ {html.escape(message)}</div>"

@@ -126,11 +126,16 @@ def _count_row(summary: dict, cols: int) -> tuple[int, int]:
 
 
 def _stats_text(summary: dict, bins: Sequence[dict], cols: int = 1) -> str:
-    """ECE, n and Trust (one a line in narrow plots, to keep the box off the bars); equal-mass bins
+    """ECE with its bootstrap interval when the summary has one, n and Trust (where the summary has
+    it; one a line in narrow plots, to keep the box off the bars); equal-mass bins
     hold (nearly) equal counts, so those are said here once instead of above each bar, where
     narrow bars' counts would run into each other."""
     sep = "<br>" if cols >= 4 else " · "
-    parts = f"ECE {_pct(summary.get('ece'))}", f"n={summary.get('n', '–')}", f"Trust {_pct(summary.get('trust'))}"
+    low, high = summary.get("ece_ci_low"), summary.get("ece_ci_high")
+    interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None and high is not None else ""
+    parts = [f"ECE {_pct(summary.get('ece'))}{interval}", f"n={summary.get('n', '–')}"]
+    if summary.get("trust") is not None:
+        parts.append(f"Trust {_pct(summary.get('trust'))}")
     text = sep.join(parts)
     if summary.get("strategy") == "mass" and bins:
         low, high = min(b["count"] for b in bins), max(b["count"] for b in bins)
@@ -431,4 +436,78 @@ def positionwise_figure(tables: Sequence[tuple[str, pd.DataFrame]]) -> go.Figure
     fig.update_layout(barmode="group", scattermode="group", xaxis_title="rank at the answer position",
                       yaxis_title="probability / fraction",
                       yaxis_range=[0, 1.05], legend_tracegroupgap=14)
+    return fig
+
+
+# ---------------------------------------------------------------- selective prediction
+@_never_raises
+def selective_figure(curves: Sequence[dict[str, Any]], threshold: Optional[float] = None) -> go.Figure:
+    """Accuracy–coverage (left) and risk–coverage (right) of one or more runs.
+
+    Each curve: ``label``, ``coverage`` and ``risk`` (:func:`lab.selective.risk_coverage`), and
+    ``at_threshold`` (coverage, selective accuracy) where the page's threshold cuts it, marked on
+    the left plot. The shaded area under a risk curve is its AURC (in the legend).
+    """
+    if not curves:
+        return _message_figure(NO_DATA)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("accuracy of the answered questions", "risk (error rate) of the answered"))
+    palette = qualitative.Plotly
+    for i, curve in enumerate(curves):
+        colour, label = palette[i % len(palette)], curve["label"]
+        group = {"legendgroup": f"run {i}"}
+        coverage, risk = list(curve["coverage"]), list(curve["risk"])
+        fig.add_trace(go.Scatter(x=coverage, y=[1 - r for r in risk], mode="lines", line={"color": colour},
+                                 name=wrap_label(label, 70, 2), hovertemplate="coverage %{x:.1%}: accuracy %{y:.1%}"
+                                 f"<extra>{label}</extra>", **group), row=1, col=1)
+        fig.add_trace(go.Scatter(x=coverage, y=risk, mode="lines", line={"color": colour}, fill="tozeroy",
+                                 opacity=0.3, name=f"AURC {curve['aurc']:.3f}", showlegend=True,
+                                 hovertemplate=f"coverage %{{x:.1%}}: risk %{{y:.1%}}<extra>{label}</extra>",
+                                 **group), row=1, col=2)
+        point = curve.get("at_threshold")
+        if point and point[1] is not None:
+            fig.add_trace(go.Scatter(x=[point[0]], y=[point[1]], mode="markers", showlegend=False,
+                                     marker={"size": 12, "symbol": "circle-open", "line": {"width": 3}, "color": colour},
+                                     hovertemplate="threshold: coverage %{x:.1%}, accuracy %{y:.1%}"
+                                                   f"<extra>{label}</extra>", **group), row=1, col=1)
+    fig.update_xaxes(range=[0, 1.02], title_text="coverage (share of questions answered)", tickformat=".0%")
+    fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
+    fig.update_layout(height=470, margin={"t": 60, "b": 60},
+                      legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom"})
+    if threshold is not None:
+        fig.add_annotation(text=f"threshold {threshold:.2f}", x=0, y=1.0, xref="x domain", yref="y domain",
+                           xanchor="left", yanchor="top", showarrow=False, font={"color": DIAGONAL})
+    fig.update_layout(legend_title_text="", margin={"b": 120})
+    return fig
+
+
+@_never_raises
+def robustness_figure(runs: Sequence[tuple[str, pd.DataFrame, float]]) -> go.Figure:
+    """ECE against the number of bins, per run (``label``, :func:`lab.analysis.ece_robustness`'s
+    table, smECE): equal-width as a line in its bootstrap band, equal-mass dashed, smooth ECE dotted
+    (it has no bins, so it is flat). Where the lines part, the binning, not the model, sets the ECE."""
+    drawn = [(label, df, smooth) for label, df, smooth in runs or [] if df is not None and not df.empty]
+    if not drawn:
+        return _message_figure(NO_DATA)
+    fig = go.Figure()
+    palette = qualitative.Plotly
+    for i, (label, df, smooth) in enumerate(drawn):
+        colour, group = palette[i % len(palette)], {"legendgroup": f"run {i}",
+                                                    "legendgrouptitle_text": wrap_label(label, 60, 2)}
+        bins = df["bins"].tolist()
+        fig.add_trace(go.Scatter(x=bins + bins[::-1], y=df["width_high"].tolist() + df["width_low"].tolist()[::-1],
+                                 fill="toself", fillcolor=colour, opacity=0.15, line={"width": 0},
+                                 name="equal-width 95% interval", hoverinfo="skip", **group))
+        fig.add_trace(go.Scatter(x=bins, y=df["width"], mode="lines+markers", line={"color": colour},
+                                 name="equal-width bins", hovertemplate="%{x} bins: ECE %{y:.1%}"
+                                 f"<extra>{label}</extra>", **group))
+        fig.add_trace(go.Scatter(x=bins, y=df["mass"], mode="lines", line={"color": colour, "dash": "dash"},
+                                 name="equal-mass bins", hovertemplate="%{x} equal-mass bins: ECE %{y:.1%}"
+                                 f"<extra>{label}</extra>", **group))
+        fig.add_trace(go.Scatter(x=[bins[0], bins[-1]], y=[smooth, smooth], mode="lines",
+                                 line={"color": colour, "dash": "dot"}, name=f"smooth ECE {100 * smooth:.1f}%",
+                                 hovertemplate=f"smooth ECE (no bins) {100 * smooth:.1f}%<extra>{label}</extra>",
+                                 **group))
+    fig.update_layout(xaxis_title="number of bins", yaxis_title="ECE", yaxis_tickformat=".0%", yaxis_rangemode="tozero",
+                      height=470, legend_tracegroupgap=14)
     return fig

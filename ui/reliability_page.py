@@ -1,8 +1,12 @@
-"""Reliability: one run's diagram, or several side by side, and the position-wise top-k view.
+"""Reliability: one run's diagram, or several side by side; the position-wise top-k view; and how
+much the ECE owes to its binning (ECE against 5–30 bins, equal-width and equal-mass, and smECE).
 
 Recomputed from each run's ``predictions.jsonl`` (:mod:`lab.analysis`) as the run reported it,
-so the bins can be changed (equal-width, equal-mass, which end closed) without a model call.
-Runs are named by their labels (:attr:`lab.runs.EvalRun.label`), never by folder.
+so the bins can be changed (equal-width, equal-mass, which end closed) without a model call, and a
+saved calibrator (:mod:`lab.calibrators`) can be applied to every run drawn: marked when it was
+fitted on some of the same questions. Every equal-width ECE carries its bootstrap interval, and a
+run under :data:`lab.analysis.SMALL_N` questions is flagged. Runs are named by their labels
+(:attr:`lab.runs.EvalRun.label`), never by folder.
 """
 from __future__ import annotations
 
@@ -16,26 +20,49 @@ import gradio as gr
 import plotly.graph_objects as go
 from gradio.components.plot import PlotData
 
-from lab import analysis, runs
-from ui.components import AS_EVALUATED, bin_edges, binning, binning_radio, edges_radio, export, run_picker
+from lab import analysis, calibrators, metrics, runs
+from ui.components import (AS_EVALUATED, bin_edges, binning, binning_radio, calibrator_picker, edges_radio, export,
+                           picked_calibrator, run_picker)
 from ui.context import LabContext
-from ui.messages import error
-from ui.plots import positionwise_figure, reliability_figure, side_by_side
+from ui.messages import error, note
+from ui.plots import positionwise_figure, reliability_figure, robustness_figure, side_by_side
 
 MAX_SIDE_BY_SIDE = 6
-VIEWS = ("reliability diagram", "position-wise top-k")
+VIEWS = ("reliability diagram", "position-wise top-k", "ECE vs number of bins")
+BOOT = 1000  # bootstrap replicates of each drawn ECE's interval (≈ 30 ms for 500 questions)
 PNG_SCALE = 3  # the camera button saves the plot as shown at 3× its pixels: sharp in print and slides
 NO_TOP_TOKENS = "No top-token data (only letter scoring keeps the top tokens; cloze runs do not) for: "
 
 
 # ---------------------------------------------------------------- handlers
-def reported_summary(ctx: LabContext, run: runs.EvalRun, n_bins: int, strategy: str,
-                     edges: Optional[str] = AS_EVALUATED) -> dict[str, Any]:
-    """The run's calibration as it reported it (after the temperature it applied, if any), its bins
-    closed as it was evaluated unless ``edges`` (an edges radio's choice) names a convention."""
+def drawn_confidence(ctx: LabContext, run: runs.EvalRun,
+                     calibrator: Optional[calibrators.Calibrator]) -> tuple[Any, Any, list[str]]:
+    """(confidence, correct) of the run as it reported it, or after ``calibrator``; and the cautions
+    to show: a calibrator fitted on some of these questions, a run too small for a steady ECE."""
     pred = ctx.results.predictions(run)
-    return analysis.calibration_summary(analysis.reported_probs(pred), pred.mask, pred.labels, n_bins, strategy,
-                                        bin_edges(edges, pred.bin_edges))
+    probs = analysis.reported_probs(pred)
+    if calibrator is None:
+        choice, conf = metrics.predictions(probs, pred.mask)
+        said = [analysis.small_sample_warning(len(pred.labels))]
+    else:
+        choice, conf = calibrators.apply(calibrator, probs, pred.mask, pred.rows)
+        said = [calibrators.fitted_on_same(calibrator, pred.rows), analysis.small_sample_warning(len(pred.labels))]
+    return conf, choice == pred.labels, [f"{run.label}: {c}" for c in said if c]
+
+
+def reported_summary(ctx: LabContext, run: runs.EvalRun, n_bins: int, strategy: str,
+                     edges: Optional[str] = AS_EVALUATED,
+                     calibrator: Optional[calibrators.Calibrator] = None) -> tuple[dict[str, Any], list[str]]:
+    """The run's calibration as it reported it (after the temperature it applied, if any), or after
+    a saved calibrator, its bins closed as it was evaluated unless ``edges`` (an edges radio's
+    choice) names a convention; with the cautions of :func:`drawn_confidence`."""
+    pred = ctx.results.predictions(run)
+    closed = bin_edges(edges, pred.bin_edges)
+    conf, correct, cautions = drawn_confidence(ctx, run, calibrator)
+    if calibrator is None:  # the whole summary (NLL, Brier, Trust) of the probabilities as reported
+        return analysis.calibration_summary(analysis.reported_probs(pred), pred.mask, pred.labels, n_bins, strategy,
+                                            closed, BOOT), cautions
+    return analysis.confidence_summary(conf, correct, n_bins, strategy, closed, BOOT), cautions
 
 
 def positionwise_view(ctx: LabContext, picked: list[runs.EvalRun]) -> tuple[go.Figure, str]:
@@ -45,21 +72,45 @@ def positionwise_view(ctx: LabContext, picked: list[runs.EvalRun]) -> tuple[go.F
     return positionwise_figure(tables), (NO_TOP_TOKENS + html.escape("; ".join(missing)) + "." if missing else "")
 
 
+def robustness_view(ctx: LabContext, picked: list[runs.EvalRun], edges: Optional[str],
+                    calibrator: Optional[calibrators.Calibrator]) -> tuple[go.Figure, list[str]]:
+    """ECE against the number of bins for every picked run, and the cautions."""
+    drawn, cautions = [], []
+    for run in picked:
+        conf, correct, said = drawn_confidence(ctx, run, calibrator)
+        table, smooth = analysis.ece_robustness(conf, correct, edges=bin_edges(edges, ctx.results.predictions(run).bin_edges))
+        drawn.append((run.label, table, smooth))
+        cautions += said
+    return robustness_figure(drawn), cautions
+
+
+def _cautions(cautions: list[str]) -> str:
+    return "".join(note(c) for c in cautions)
+
+
 def reliability_view(ctx: LabContext, names: Optional[list[str]], bins: Optional[str], view: str,
-                     edges: Optional[str] = AS_EVALUATED):
-    """(figure or None, message) for the picked runs (at most :data:`MAX_SIDE_BY_SIDE`)."""
+                     edges: Optional[str] = AS_EVALUATED, calibrator: Optional[str] = None):
+    """(figure or None, message) for the picked runs (at most :data:`MAX_SIDE_BY_SIDE`), after the
+    saved calibrator named ``calibrator`` when one is picked."""
     n_bins, strategy = binning(bins)
     picked = [r for r in (runs.evaluation(ctx.runs, n) for n in (names or [])[:MAX_SIDE_BY_SIDE]) if r]
     if not picked:
         return None, "Pick one or more evaluation runs."
     try:
+        cal = picked_calibrator(ctx, calibrator)
         if view == VIEWS[1]:
             return positionwise_view(ctx, picked)
-        summaries = [(r.label, reported_summary(ctx, r, n_bins, strategy, edges)) for r in picked]
+        if view == VIEWS[2]:
+            figure, cautions = robustness_view(ctx, picked, edges, cal)
+            return figure, _cautions(cautions)
+        drawn = [(r, reported_summary(ctx, r, n_bins, strategy, edges, cal)) for r in picked]
     except (ValueError, OSError) as e:
         return None, error(str(e))
+    suffix = " · calibrated" if cal else ""
+    summaries = [(r.label + suffix, summary) for r, (summary, _) in drawn]
+    cautions = [c for _, (_, said) in drawn for c in said]
     figure = reliability_figure(summaries[0][1], summaries[0][0]) if len(summaries) == 1 else side_by_side(summaries)
-    return figure, ""
+    return figure, _cautions(cautions)
 
 
 def download_name(ctx: LabContext, names: Optional[list[str]], view: str) -> str:
@@ -88,17 +139,17 @@ def for_browser(figure: Optional[go.Figure], filename: str) -> Optional[PlotData
 
 
 def shown_view(ctx: LabContext, names: Optional[list[str]], bins: Optional[str], view: str,
-               edges: Optional[str] = AS_EVALUATED):
+               edges: Optional[str] = AS_EVALUATED, calibrator: Optional[str] = None):
     """:func:`reliability_view` for the page: the camera button saves a named full-resolution PNG."""
-    figure, message = reliability_view(ctx, names, bins, view, edges)
+    figure, message = reliability_view(ctx, names, bins, view, edges, calibrator)
     return for_browser(figure, download_name(ctx, names, view)), message
 
 
 def export_view(ctx: LabContext, names: Optional[list[str]], bins: Optional[str], view: str,
-                edges: Optional[str] = AS_EVALUATED):
+                edges: Optional[str] = AS_EVALUATED, calibrator: Optional[str] = None):
     """The current figure as a self-contained HTML file to download (hidden when there is none):
     plotly.js is embedded (≈ 5 MB), so it opens offline, and its camera button saves a PNG too."""
-    figure = reliability_view(ctx, names, bins, view, edges)[0]
+    figure = reliability_view(ctx, names, bins, view, edges, calibrator)[0]
     if figure is None:
         return gr.update(visible=False)
     filename = download_name(ctx, names, view)
@@ -114,13 +165,14 @@ def build_reliability(ctx: LabContext) -> None:
         bins = binning_radio()
         edges = edges_radio()
         view = gr.Radio(list(VIEWS), value=VIEWS[0], label="View")
+    calibrator = calibrator_picker(ctx)
     message = gr.HTML()
     plot = gr.Plot(label="Reliability: bars = accuracy per bin, red = over-confident gap, blue = under-confident "
                          "· the camera icon (top right, on hover) saves a full-resolution PNG")
     export_button = gr.Button("Export the plot as HTML (self-contained, opens offline)")
     exported = gr.File(label="Plot (HTML with plotly.js inside; for a PNG use the plot's camera icon)", visible=False)
 
-    inputs = [names, bins, view, edges]
+    inputs = [names, bins, view, edges, calibrator]
     for control in inputs:
         control.change(functools.partial(shown_view, ctx), inputs=inputs, outputs=[plot, message])
     export_button.click(functools.partial(export_view, ctx), inputs=inputs, outputs=exported)

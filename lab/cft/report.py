@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lab.analysis import LEGACY_BIN_EDGES
-from lab.reports import pct, row, write_files
+from lab.reports import SELECTIVE_HEAD, pct, row, selective_cells, write_files
 
 NAMES = {"base": "Base model", "ts": "Temperature scaling", "ls": "Label smoothing", "cft": "CFT"}
 SETS_SKIPPED = ("validation", "winrate")
@@ -37,7 +37,7 @@ def markdown(report: dict[str, Any]) -> str:
     for s in sets:
         first = next(r for r in report["rows"] if r["set"] == s)
         where = "in-domain" if first["in_domain"] else "out-of-domain"
-        head += [f"{first['dataset']} ({where}, n={first['n']}) ECE ↓ [95% CI]", "cw-ECE ↓", "Acc ↑"]
+        head += [f"{first['dataset']} ({where}, n={first['n']}) ECE ↓ [95% CI]", "cw-ECE ↓", "Acc ↑", *SELECTIVE_HEAD]
     head += ["Win rate ↑", "Win rate (per token) ↑"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method, win in report["win_rate"].items():
@@ -45,10 +45,10 @@ def markdown(report: dict[str, Any]) -> str:
         for s in sets:
             r = next((r for r in report["rows"] if r["method"] == method and r["set"] == s), None)
             if r is None:
-                cells += ["–"] * 3
+                cells += ["–"] * (3 + len(SELECTIVE_HEAD))
                 continue
             ci = f" [{pct(r['ece_ci_low'])}, {pct(r['ece_ci_high'])}]" if r.get("ece_ci_low") is not None else ""
-            cells += [f"{pct(r['ece'])}{ci}", pct(r["cw_ece"]), pct(r["accuracy"])]
+            cells += [f"{pct(r['ece'])}{ci}", pct(r["cw_ece"]), pct(r["accuracy"]), *selective_cells(r)]
         cells += [pct(win.get("win_rate")), pct(win.get("win_rate_norm"))]
         lines.append("| " + " | ".join(cells) + " |")
     notes = ["", "All figures in percent. Confidence: softmax over the option letters at the answer position "

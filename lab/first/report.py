@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.reports import ROW_KEYS, pct as _pct, write_files
+from lab.reports import ROW_KEYS, SELECTIVE_HEAD, pct as _pct, selective_cells, write_files
 SWEEP_KEYS = ("form", "objective", "n_bins", "bin_edges", "best", "best_ece", "best_nll", "identity_ece", "widened",
               "on_edge", "records")
 SYMBOL = {"paper": "c", "logit": "T"}  # FIRST Eq. 4 calls its temperature c; the usual one is T
@@ -18,17 +18,17 @@ def markdown(rows: list[dict[str, Any]], sweep: dict[str, Any]) -> str:
     for d in datasets:
         n = next(r["n"] for r in rows if r["dataset"] == d)
         where = "in-domain" if next(r["in_domain"] for r in rows if r["dataset"] == d) else "out-of-domain"
-        head += [f"{d} ({where}, n={n}) ECE ↓ [95% CI]", "Acc ↑", "Trust ↑"]
+        head += [f"{d} ({where}, n={n}) ECE ↓ [95% CI]", "Acc ↑", "Trust ↑", *SELECTIVE_HEAD]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method in dict.fromkeys(r["method"] for r in rows):
         cells = [METHOD_NAMES.get(method, method)]
         for d in datasets:
             r = next((r for r in rows if r["method"] == method and r["dataset"] == d), None)
             if r is None:
-                cells += ["–"] * 3
+                cells += ["–"] * (3 + len(SELECTIVE_HEAD))
                 continue
             ci = f" [{_pct(r['ece_ci_low'])}, {_pct(r['ece_ci_high'])}]" if r.get("ece_ci_low") is not None else ""
-            cells += [f"{_pct(r['ece'])}{ci}", _pct(r["accuracy"]), _pct(r["trust"])]
+            cells += [f"{_pct(r['ece'])}{ci}", _pct(r["accuracy"]), _pct(r["trust"]), *selective_cells(r)]
         lines.append("| " + " | ".join(cells) + " |")
     c = SYMBOL.get(sweep["form"], "c")
     at_one = next((r["ece"] for r in sweep.get("records", []) if abs(r["value"] - 1.0) < 1e-9), None)

@@ -1,0 +1,123 @@
+"""The selective-prediction page, the recalibration workbench and the Reliability page's calibrator
+and ECE-robustness view, through their handlers, on synthetic runs written as evaluations write them."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lab import calibrators, runs, selective
+from lab.evaluate import EvalConfig, write_evaluation
+from ui.app import open_below_threshold
+from ui.context import LabContext
+from ui.recalibration_page import fit_and_apply, save_calibrator
+from ui.reliability_page import VIEWS, reliability_view
+from ui.selective_page import TABLE_COLUMNS, selective_view
+
+
+def _rows(seed: int, n: int, start: int) -> list[dict]:
+    """``n`` over-confident 4-option answers (logits sharpened ×3 against the labels' distribution)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        z = rng.normal(size=4)
+        answer = int(rng.choice(4, p=np.exp(z) / np.exp(z).sum()))
+        probs = np.exp(3 * z) / np.exp(3 * z).sum()
+        pred = int(np.argmax(probs))
+        rows.append({"id": f"q{start + i}", "question": f"question {start + i}", "choices": ["a", "b", "c", "d"],
+                     "answer": answer, "probs": probs.tolist(), "pred": pred, "confidence": float(probs[pred]),
+                     "correct": pred == answer})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    for name, split, seed, n, start in (("val", "validation", 0, 400, 0), ("test", "test", 1, 400, 10_000),
+                                        ("small", "test", 2, 120, 20_000)):
+        write_evaluation(root / name, _rows(seed, n, start), EvalConfig(model="bundled", dataset="obqa", split=split,
+                                                                        bootstrap=50), {"model": "bundled"})
+    return LabContext(root)
+
+
+def test_an_evaluation_stores_every_signal_and_the_selective_metrics(lab):
+    metrics = json.loads((lab.runs / "test" / "metrics.json").read_text())
+    rows = [json.loads(line) for line in (lab.runs / "test" / "predictions.jsonl").read_text().splitlines()]
+    assert set(rows[0]["signals"]) == {"max_prob", "margin", "certainty"}
+    conf = np.array([r["confidence"] for r in rows])
+    right = np.array([r["correct"] for r in rows])
+    assert metrics["aurc"] == pytest.approx(selective.aurc(conf, right))
+    assert metrics["auroc"] == pytest.approx(selective.auroc(conf, right))
+    assert metrics["aurc_ci"][0] < metrics["aurc"] < metrics["aurc_ci"][1]
+    assert set(metrics["signals"]) == {"max_prob", "margin", "certainty"}
+    assert runs.evaluation(lab.runs, "test").aurc == pytest.approx(metrics["aurc"])
+
+
+def test_selective_view_compares_runs_and_lists_what_the_threshold_drops(lab):
+    figure, table, dropped, heading, message = selective_view(lab, ["test", "val"], "max_prob", 0.9)
+    assert list(table.columns) == TABLE_COLUMNS and len(table) == 2 and message == ""
+    rows = [json.loads(line) for line in (lab.runs / "test" / "predictions.jsonl").read_text().splitlines()]
+    conf = np.array([r["confidence"] for r in rows])
+    assert len(dropped) == int((conf < 0.9).sum()) > 0
+    assert dropped["confidence"].is_monotonic_increasing and (dropped["confidence"] <= 0.9).all()  # shown to 3 digits
+    assert table.loc[0, "coverage at threshold"] == pytest.approx((conf >= 0.9).mean(), abs=1e-4)
+    assert f"{len(dropped)} questions" in heading
+    assert len([t for t in figure.data if t.fill == "tozeroy"]) == 2  # one risk curve per run
+
+
+def test_a_signal_a_run_cannot_give_is_said_not_drawn(lab):
+    figure, table, _, _, message = selective_view(lab, ["test"], "full_vocab", 0.5)
+    assert figure is None and table.empty and "letter scoring" in message
+
+
+def test_margin_signal_ranks_too(lab):
+    _, table, _, _, _ = selective_view(lab, ["test"], "margin", 0.2)
+    assert table.loc[0, "signal"] == "margin" and 0.5 < table.loc[0, "AUROC"] <= 1
+
+
+def test_workbench_fits_on_validation_applies_to_test_and_saves(lab):
+    message, figure, table, cal = fit_and_apply(lab, "val", "test", "isotonic", "max_prob", 10)
+    assert "lab-ok" in message and cal is not None and len(figure.data) > 0
+    before, after = (float(table.loc[0, c].split()[0]) for c in ("before", "after"))
+    assert after < before / 2  # the runs are over-confident alike: a held-out fit helps
+    saved = save_calibrator(lab, cal)
+    assert "Saved as calibrators/" in saved
+    (label, name), = runs.calibrator_choices(lab.runs)
+    assert "isotonic regression of top probability" in label
+    figure, note = reliability_view(lab, ["test"], None, VIEWS[0], None, name)
+    assert figure is not None and "optimistic" not in note
+    _, note = reliability_view(lab, ["val"], None, VIEWS[0], None, name)
+    assert "400 of these 400 questions were used to fit" in note  # marked, on the page that shows it
+
+
+def test_workbench_refuses_the_same_questions_in_red(lab):
+    message, figure, table, cal = fit_and_apply(lab, "val", "val", "platt", "max_prob", 10)
+    assert "Refused" in message and "lab-error" in message and figure is None and cal is None
+
+
+def test_workbench_and_pages_refuse_names_outside_the_runs(lab):
+    assert "Pick the run" in fit_and_apply(lab, "../../etc", "test", "platt", "max_prob", 10)[0]
+    _, message = reliability_view(lab, ["test"], None, VIEWS[0], None, "../../etc")
+    assert "No saved calibrator" in message
+
+
+def test_robustness_view_draws_ece_against_bins_and_flags_small_runs(lab):
+    figure, message = reliability_view(lab, ["test", "small"], None, VIEWS[2])
+    names = {t.name for t in figure.data}
+    assert {"equal-width bins", "equal-mass bins"} <= names
+    assert message.count("lab-note") == 1 and "n=120" in message and "Only 120 questions" in message
+
+
+def test_every_drawn_ece_has_its_interval(lab):
+    figure, _ = reliability_view(lab, ["test"], None, VIEWS[0])
+    stats = [a.text for a in figure.layout.annotations if a.text and a.text.startswith("ECE")]
+    assert stats and "[" in stats[0]
+
+
+def test_the_link_opens_case_studies_below_the_threshold(lab):
+    tabs, picker, kind, lo, hi = open_below_threshold(lab, [], [], ["test", "val"], "max_prob", 0.7)
+    assert tabs.selected == "cases" and picker["value"] == "test" and kind["value"] == "all"
+    assert (lo["value"], hi["value"]) == (0, 0.7)
+    assert open_below_threshold(lab, [], [], ["test"], "margin", 0.7)[4]["value"] == 1  # another signal: whole run
+    assert calibrators.METHODS.in_order() == ["temperature", "platt", "isotonic", "histogram"]

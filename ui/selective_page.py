@@ -1,0 +1,143 @@
+"""Selective prediction: when to trust an answer. For runs side by side, the accuracy–coverage and
+risk–coverage curves, AURC, E-AURC and AUROC with bootstrap intervals, accuracy at 50 % and 80 %
+coverage, and a confidence threshold that shows the coverage and selective accuracy it buys and
+exactly which questions it drops (with a link to open them in Case studies).
+
+Everything is recomputed from the stored predictions (:mod:`lab.selective`) with the confidence
+signal the user picks (:mod:`lab.confidence`): the top probability, the margin, 1 − entropy, or
+the full-vocabulary probability of letter-scored runs.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple, Optional
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+
+from lab import analysis, cases, confidence, runs, selective
+from ui.cases_page import COLUMNS as CASE_COLUMNS, shown_cases
+from ui.components import run_picker
+from ui.context import LabContext
+from ui.messages import error, note
+from ui.plots import selective_figure
+
+MAX_RUNS = 6
+BOOT = 200  # bootstrap replicates of the AURC / AUROC intervals (each re-sorts the questions)
+DEFAULT_THRESHOLD = 0.5
+NO_CASES = pd.DataFrame(columns=CASE_COLUMNS)
+INTRO = ("A model that may abstain answers only where its confidence clears a threshold. **Coverage**: the share "
+         "of questions it then answers; **risk**: its error rate on them. **AURC** (↓) is the area under the "
+         "risk–coverage curve, **E-AURC** (↓) what remains of it after the best possible ranking of these "
+         "answers, **AUROC** (↑) the chance that a right answer is more confident than a wrong one (0.5: the "
+         "confidence says nothing). Tied confidences count as the mean over their orders.")
+TABLE_COLUMNS = ["run", "signal", "n", "accuracy", "AURC", "AURC 95% CI", "E-AURC", "AUROC", "AUROC 95% CI",
+                 "acc @ 50% coverage", "acc @ 80% coverage", "coverage at threshold", "accuracy at threshold",
+                 "dropped right", "dropped wrong"]
+
+
+class SelectiveLink(NamedTuple):
+    """What the app wires to Case studies: the button, and the inputs that say what to open."""
+
+    button: gr.Button
+    names: gr.Dropdown
+    signal: gr.Dropdown
+    threshold: gr.Slider
+
+
+def signal_choices() -> list[tuple[str, str]]:
+    return [(confidence.SIGNALS.get(n).title, n) for n in confidence.SIGNALS.in_order()]
+
+
+def _interval(pair: Optional[list[float]]) -> str:
+    return "–" if not pair else f"{pair[0]:.3f}–{pair[1]:.3f}"
+
+
+def _round(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 4)
+
+
+def run_row(label: str, signal: str, conf: np.ndarray, correct: np.ndarray, threshold: float) -> dict[str, Any]:
+    """One row of the table: the run's selective metrics and what ``threshold`` does to it."""
+    s = selective.summary(conf, correct, n_boot=BOOT)
+    cut = selective.select(conf, correct, threshold)
+    return {"run": label, "signal": confidence.SIGNALS.get(signal).title, "n": int(conf.size),
+            "accuracy": _round(float(np.mean(correct))), "AURC": _round(s["aurc"]),
+            "AURC 95% CI": _interval(s.get("aurc_ci")), "E-AURC": _round(s["e_aurc"]), "AUROC": _round(s["auroc"]),
+            "AUROC 95% CI": _interval(s.get("auroc_ci")), "acc @ 50% coverage": _round(s["acc_at_50"]),
+            "acc @ 80% coverage": _round(s["acc_at_80"]), "coverage at threshold": _round(cut["coverage"]),
+            "accuracy at threshold": _round(cut["accuracy"]), "dropped right": cut["dropped_right"],
+            "dropped wrong": cut["dropped_wrong"]}
+
+
+def dropped_questions(pred: analysis.Predictions, conf: np.ndarray, threshold: float) -> pd.DataFrame:
+    """The questions ``threshold`` drops (signal below it), least confident first, as Case studies
+    shows questions; ``confidence`` is the signal's value."""
+    table = cases.case_table(pred).assign(confidence=conf)
+    dropped = table[conf < threshold].sort_values("confidence", kind="stable")
+    return shown_cases(dropped)
+
+
+def selective_view(ctx: LabContext, names: Optional[list[str]], signal: Optional[str], threshold: Any):
+    """(figure, table, dropped questions of the first run, its heading, message) for the picked runs."""
+    empty = pd.DataFrame(columns=TABLE_COLUMNS)
+    picked = [r for r in (runs.evaluation(ctx.runs, n) for n in (names or [])[:MAX_RUNS]) if r]
+    threshold = float(threshold if isinstance(threshold, (int, float)) else DEFAULT_THRESHOLD)
+    signal = signal if signal in confidence.SIGNALS else confidence.DEFAULT
+    if not picked:
+        return None, empty, NO_CASES, "", "Pick one or more evaluation runs."
+    curves, rows, cautions, first = [], [], [], None
+    try:
+        for run in picked:
+            pred = ctx.results.predictions(run)
+            try:
+                conf = confidence.values(signal, analysis.reported_probs(pred), pred.mask, pred.rows)
+            except ValueError as e:
+                cautions.append(f"{run.label}: {e}")
+                continue
+            correct = reported_correct(pred)
+            coverage, risk = selective.risk_coverage(conf, correct)
+            cut = selective.select(conf, correct, threshold)
+            curves.append({"label": run.label, "coverage": coverage, "risk": risk, "aurc": selective.aurc(conf, correct),
+                           "at_threshold": (cut["coverage"], cut["accuracy"])})
+            rows.append(run_row(run.label, signal, conf, correct, threshold))
+            first = first or (run, pred, conf)
+    except (ValueError, OSError) as e:
+        return None, empty, NO_CASES, "", error(str(e))
+    if first is None:
+        return None, empty, NO_CASES, "", "".join(note(c) for c in cautions)
+    run, pred, conf = first
+    dropped = dropped_questions(pred, conf, threshold)
+    heading = (f"**{len(dropped)} questions of {run.label} fall below the threshold {threshold:.2f}** "
+               f"({confidence.SIGNALS.get(signal).title}); least confident first.")
+    return (selective_figure(curves, threshold), pd.DataFrame(rows, columns=TABLE_COLUMNS), dropped, heading,
+            "".join(note(c) for c in cautions))
+
+
+def reported_correct(pred: analysis.Predictions) -> np.ndarray:
+    """Whether each reported answer (the top option of the probabilities as reported) is right."""
+    probs = analysis.reported_probs(pred)
+    return np.where(pred.mask, probs, -np.inf).argmax(axis=1) == pred.labels
+
+
+def build_selective(ctx: LabContext) -> SelectiveLink:
+    gr.Markdown(INTRO)
+    names, _ = run_picker(ctx, "Evaluation runs (several: side by side)", multiselect=True, elem_id="selective-runs")
+    with gr.Row():
+        signal = gr.Dropdown(signal_choices(), value=confidence.DEFAULT, label="Confidence signal",
+                             elem_id="selective-signal")
+        threshold = gr.Slider(0, 1, value=DEFAULT_THRESHOLD, step=0.01, label="Answer only where confidence ≥",
+                              elem_id="selective-threshold")
+    message = gr.HTML()
+    plot = gr.Plot(label="Accuracy and risk against coverage (the ring: where the threshold cuts)")
+    table = gr.Dataframe(interactive=False, label="Selective prediction per run", elem_id="selective-table")
+    heading = gr.Markdown()
+    dropped = gr.Dataframe(interactive=False, wrap=True, max_height=420, label="Dropped questions (first run picked)",
+                           elem_id="selective-dropped")
+    open_cases = gr.Button("Open the first run's questions below the threshold in Case studies", size="sm")
+    inputs = [names, signal, threshold]
+    for control in inputs:  # a dragged threshold redraws once it rests (the last move wins)
+        control.change(functools.partial(selective_view, ctx), inputs=inputs,
+                       outputs=[plot, table, dropped, heading, message], trigger_mode="always_last")
+    return SelectiveLink(open_cases, names, signal, threshold)
