@@ -39,9 +39,9 @@ def newcomer(served_bare, bundled, monkeypatch):
         browser.close()
 
 
-def _shot(page, name: str) -> None:
+def _shot(page, name: str, full_page: bool = False) -> None:
     OUTPUT.mkdir(exist_ok=True)
-    page.screenshot(path=str(OUTPUT / name), full_page=False)
+    page.screenshot(path=str(OUTPUT / name), full_page=full_page)
 
 
 def _box(page, elem_id: str):
@@ -209,3 +209,79 @@ def test_compare_two_models_on_one_question_and_on_a_list(newcomer):
     assert ctx.store.list() == []  # nothing queued: the lane answered
     assert len(list((ctx.runs / "comparisons").iterdir())) == 2
     ctx.lane.stop()
+
+
+def _pick(page, elem_id: str, option: str) -> None:
+    """Pick ``option`` (a regex on its label) in the dropdown ``elem_id``."""
+    _box(page, elem_id).click()
+    page.get_by_role("option", name=re.compile(option)).first.click()
+    page.keyboard.press("Escape")
+
+
+def _selective_runs(root: Path) -> None:
+    """The runs the selective/recalibration walk uses: synthetic ones (tests.test_selective_page),
+    or, with LAB_SCREENSHOT_RUNS set to a folder holding ``val/`` and ``test/`` evaluations (the
+    README's screenshots: the bundled model on OpenBookQA), copies of those."""
+    source = os.environ.get("LAB_SCREENSHOT_RUNS")
+    if source:
+        for name in ("val", "test"):
+            shutil.copytree(Path(source) / name, root / name)
+        return
+    from tests.test_selective_page import RUNS, write_runs
+
+    write_runs(root, RUNS[:2])
+
+
+def test_selective_prediction_and_the_recalibration_workbench(served_bare):
+    """Two runs on the selective page, the threshold moved and the dropped questions listed, then
+    opened in Case studies; the workbench fits on the validation run, applies to the test run and
+    draws before/after, refuses the same questions, saves; Reliability draws ECE against bins."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ctx, url = served_bare
+    _selective_runs(ctx.runs)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.set_default_timeout(30_000)
+        page.goto(url)
+
+        page.get_by_role("tab", name="Selective prediction").click()
+        page.locator("#selective-runs").get_by_text(re.compile("^test · ")).wait_for()  # the newest, picked
+        _pick(page, "selective-runs", "^val · ")
+        table = page.locator("#selective-table")
+        page.wait_for_function("() => document.querySelector('#selective-table').innerText.split('\\n')"
+                               ".filter(l => /^(test|val) · /.test(l)).length === 2")
+        _fill(page, "selective-threshold", "0.8")
+        heading = page.get_by_text(re.compile(r"questions of test · .* fall below the threshold 0\.80"))
+        heading.wait_for()
+        dropped = int(re.search(r"(\d+) questions of", heading.inner_text()).group(1))
+        assert dropped > 0 and page.locator("#selective-dropped [role=row]").count() > 1
+        assert "AURC" in table.inner_text()
+        _shot(page, "09-selective.png", full_page=True)
+        page.get_by_role("button", name=re.compile("in Case studies")).click()
+        page.get_by_text(re.compile(r"of \d+ questions")).first.wait_for()
+        assert page.locator("#cases-table [role=row]").count() > 1
+
+        page.get_by_role("tab", name="Recalibration").click()
+        _pick(page, "recal-fit", "^val · ")
+        _pick(page, "recal-apply", "^test · ")
+        page.locator("#recal-run").click()
+        page.locator("#recal-message").get_by_text(re.compile("applied to test · ")).wait_for()
+        page.locator(".js-plotly-plot >> visible=true").filter(has_text="before").first.wait_for()
+        assert "ECE % [95% CI]" in page.locator("#recal-table").inner_text()
+        page.locator("#recal-run").scroll_into_view_if_needed()
+        page.mouse.wheel(0, 330)
+        _shot(page, "10-recalibration.png")
+        page.locator("#recal-save").click()
+        page.get_by_text(re.compile("Saved as calibrators/")).wait_for()
+        _pick(page, "recal-apply", "^val · ")
+        page.locator("#recal-run").click()
+        page.locator("#recal-message").get_by_text(re.compile("Refused")).wait_for()
+
+        page.get_by_role("tab", name="Reliability").click()
+        page.get_by_text("ECE vs number of bins").click()
+        page.locator(".js-plotly-plot >> visible=true").filter(has_text="number of bins").first.wait_for()
+        page.mouse.wheel(0, 420)
+        _shot(page, "11-ece-bins.png")
+        browser.close()

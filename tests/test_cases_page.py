@@ -121,5 +121,7 @@ def test_headers_have_room_to_stay_on_one_line():
 
 def test_the_page_builds_with_these_table_settings_and_hands_back_its_picker(ctx):
     with gr.Blocks():
-        picker = cases_page.build_cases(ctx)
-    assert isinstance(picker, gr.Dropdown) and picker.label == "Evaluation run"  # a job's page opens runs here
+        controls = cases_page.build_cases(ctx)
+    picker = controls.picker  # a job's page and the selective page open runs here
+    assert isinstance(picker, gr.Dropdown) and picker.label == "Evaluation run"
+    assert controls.hi.maximum == 1 and controls.kind.value == cases_page.DEFAULT_KIND

@@ -31,13 +31,20 @@ def _rows(seed: int, n: int, start: int) -> list[dict]:
     return rows
 
 
+RUNS = (("val", "validation", 0, 400, 0), ("test", "test", 1, 400, 10_000), ("small", "test", 2, 120, 20_000))
+
+
+def write_runs(root, which=RUNS) -> None:
+    """A validation and a test run of one over-confident model on distinct questions, and a small run."""
+    for name, split, seed, n, start in which:
+        write_evaluation(root / name, _rows(seed, n, start), EvalConfig(model="bundled", dataset="obqa", split=split,
+                                                                        bootstrap=50), {"model": "bundled"})
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    for name, split, seed, n, start in (("val", "validation", 0, 400, 0), ("test", "test", 1, 400, 10_000),
-                                        ("small", "test", 2, 120, 20_000)):
-        write_evaluation(root / name, _rows(seed, n, start), EvalConfig(model="bundled", dataset="obqa", split=split,
-                                                                        bootstrap=50), {"model": "bundled"})
+    write_runs(root)
     return LabContext(root)
 
 

@@ -67,13 +67,15 @@ def follow_catalogue(ctx: LabContext, catalogue: Catalogue, multiselect: bool, p
 
 def run_picker(ctx: LabContext, label: str, multiselect: bool = False,
                catalogue: Catalogue = runs.evaluation_choices, elem_id: Optional[str] = None,
-               pick_newest: bool = True) -> tuple[gr.Dropdown, gr.Timer]:
+               pick_newest: bool = True, value: Any = None) -> tuple[gr.Dropdown, gr.Timer]:
     """A dropdown of what ``catalogue`` lists, following it live: filled when the page opens (with
     the newest entry picked, unless ``pick_newest`` is False) and polled while its page is
-    visible (the app activates a page's timers when its tab is selected). The page resolves the
-    picked name on the server (:func:`lab.runs.resolve`)."""
-    picker = gr.Dropdown([], value=[] if multiselect else None, multiselect=multiselect, label=label,
-                         elem_id=elem_id)
+    visible (the app activates a page's timers when its tab is selected). ``value``: what it holds
+    before the page opens (then listed at once), e.g. a "none" entry. The page resolves the picked
+    name on the server (:func:`lab.runs.resolve`)."""
+    start = ([] if multiselect else None) if value is None else value
+    picker = gr.Dropdown(catalogue(ctx.runs) if value is not None else [], value=start, multiselect=multiselect,
+                         label=label, elem_id=elem_id)
     seen = gr.State(None)
     timer = gr.Timer(PICKER_POLL_S, active=False)
     follow = functools.partial(follow_catalogue, ctx, catalogue, multiselect, pick_newest)
@@ -102,7 +104,7 @@ def calibrator_picker(ctx: LabContext, **kwargs: Any) -> gr.Dropdown:
     """A dropdown of the saved calibrators (fitted in the Recalibration workbench), following the
     runs directory; "none" until the user picks one."""
     picker, _ = run_picker(ctx, "Apply a saved calibrator (fitted in the Recalibration workbench)",
-                           catalogue=calibrator_choices, pick_newest=False, **kwargs)
+                           catalogue=calibrator_choices, pick_newest=False, value=NO_CALIBRATOR[1], **kwargs)
     return picker
 
 

@@ -475,8 +475,8 @@ def selective_figure(curves: Sequence[dict[str, Any]], threshold: Optional[float
     fig.update_layout(height=470, margin={"t": 60, "b": 60},
                       legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom"})
     if threshold is not None:
-        fig.add_annotation(text=f"threshold {threshold:.2f}", x=0, y=1.0, xref="x domain", yref="y domain",
-                           xanchor="left", yanchor="top", showarrow=False, font={"color": DIAGONAL})
+        fig.add_annotation(text=f"ring: threshold {threshold:.2f}", x=1, y=0, xref="x domain", yref="y domain",
+                           xanchor="right", yanchor="bottom", showarrow=False, font={"color": DIAGONAL})
     fig.update_layout(legend_title_text="", margin={"b": 120})
     return fig
 

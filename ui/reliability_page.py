@@ -168,6 +168,7 @@ def build_reliability(ctx: LabContext) -> None:
     calibrator = calibrator_picker(ctx)
     message = gr.HTML()
     plot = gr.Plot(label="Reliability: bars = accuracy per bin, red = over-confident gap, blue = under-confident "
+                         "· ECE vs bins: where the lines part, the binning sets the ECE "
                          "· the camera icon (top right, on hover) saves a full-resolution PNG")
     export_button = gr.Button("Export the plot as HTML (self-contained, opens offline)")
     exported = gr.File(label="Plot (HTML with plotly.js inside; for a PNG use the plot's camera icon)", visible=False)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from lab import analysis, cases, confidence, runs, selective
-from ui.cases_page import COLUMNS as CASE_COLUMNS, shown_cases
+from ui.cases_page import COLUMN_WIDTHS, COLUMNS as CASE_COLUMNS, MAX_CHARS, shown_cases
 from ui.components import run_picker
 from ui.context import LabContext
 from ui.messages import error, note
@@ -131,10 +131,12 @@ def build_selective(ctx: LabContext) -> SelectiveLink:
                               elem_id="selective-threshold")
     message = gr.HTML()
     plot = gr.Plot(label="Accuracy and risk against coverage (the ring: where the threshold cuts)")
-    table = gr.Dataframe(interactive=False, label="Selective prediction per run", elem_id="selective-table")
+    table = gr.Dataframe(interactive=False, wrap=True, label="Selective prediction per run", elem_id="selective-table",
+                         column_widths=["300px"] + ["110px"] * (len(TABLE_COLUMNS) - 1), pinned_columns=1)
     heading = gr.Markdown()
     dropped = gr.Dataframe(interactive=False, wrap=True, max_height=420, label="Dropped questions (first run picked)",
-                           elem_id="selective-dropped")
+                           elem_id="selective-dropped", column_widths=COLUMN_WIDTHS, max_chars=MAX_CHARS,
+                           pinned_columns=4)
     open_cases = gr.Button("Open the first run's questions below the threshold in Case studies", size="sm")
     inputs = [names, signal, threshold]
     for control in inputs:  # a dragged threshold redraws once it rests (the last move wins)
