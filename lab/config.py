@@ -29,12 +29,13 @@ C = TypeVar("C", bound="ConfigMixin")
 #   files       files, folders or globs (no split)
 #   dir         an existing directory (an adapter)
 #   temperature a positive number, or a temperature.json / a folder holding one
+#   calibrator  a calibrator.json / a folder holding one (lab.calibrators)
 #   model       'bundled', a local model directory or a Hugging Face hub id
 # The other roles never name a file:
 #   name        a name looked up in a registry (`registry`) or matched by `pattern`
 #   text        free text shown or scored, never opened
-Role = Literal["data_files", "files", "dir", "temperature", "model", "name", "text"]
-PATH_ROLES = ("data_files", "files", "dir", "temperature", "model")
+Role = Literal["data_files", "files", "dir", "temperature", "calibrator", "model", "name", "text"]
+PATH_ROLES = ("data_files", "files", "dir", "temperature", "calibrator", "model")
 MAX_TEXT = 4096  # characters of a text value, unless the field says otherwise
 MAX_ITEMS = 256  # entries of a list, unless the field says otherwise
 

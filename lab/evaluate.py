@@ -6,7 +6,9 @@ metrics were computed from, so any number can be recomputed without the model).
 
 With a ``temperature`` (a number, a ``temperature.json`` or a directory holding one) the metrics
 are those of the temperature-scaled probabilities; each row keeps the unscaled ones in
-``raw_probs``.
+``raw_probs``. With a ``calibrator`` (a ``calibrator.json`` the recalibration workbench saved, fitted
+on another run) each row also gets its ``calibrated_confidence`` and ``metrics.json`` a ``calibrated``
+block scoring it, beside the uncalibrated metrics, with how many of these questions it was fitted on.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from typing import Any, Callable, ContextManager, Literal, Optional
 import numpy as np
 import yaml
 
-from lab import confidence, metrics, selective
+from lab import calibrators, confidence, metrics, selective
 from lab.config import ConfigMixin, doc, redeclare
 from lab.limits import MAX_BATCH
 from lab.files import write_atomic
@@ -55,9 +57,14 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
     temperature: Optional[str] = field(default=None, metadata=doc(
         "scale probabilities by T: a number, a temperature.json or its directory", role="temperature"))
+    calibrator: Optional[str] = field(default=None, metadata=doc(
+        "also report a saved recalibration (fitted on another run): a calibrator.json or its directory",
+        role="calibrator"))
 
     def __post_init__(self) -> None:
         load_temperature(self.temperature)  # a bad number or a missing file fails at submit time
+        if self.calibrator is not None:
+            calibrators.load(Path(self.calibrator))  # ... and so does a damaged calibrator.json
         if self.template is None:
             self.template = default_template(self.dataset, self.scoring)
         kind = get_template(self.template).kind
@@ -229,10 +236,32 @@ def selective_metrics(rows: list[dict[str, Any]], n_boot: int, seed: int) -> dic
     return {**selective.summary(top, correct, n_boot=n_boot, seed=seed), "signals": per_signal}
 
 
+def apply_calibrator(rows: list[dict[str, Any]], cal: calibrators.Calibrator,
+                     cfg: EvalConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Copies of ``rows`` with their ``calibrated_confidence``, and the ``calibrated`` block of the
+    metrics: the calibrated confidence scored as the workbench scores it, what the calibrator is, and
+    how many of these questions it was fitted on. Such overlap is recorded, not refused: the run is
+    already paid for, and the warning travels with its numbers.
+
+    A calibrator whose signal these rows cannot give (full-vocabulary on a cloze run) leaves the rows
+    as they are and the block says why, rather than losing the evaluation at its last step."""
+    probs, mask = metrics.padded([r["probs"] for r in rows])
+    try:
+        pred, conf = calibrators.apply(cal, probs, mask, rows)
+    except ValueError as e:
+        return rows, {"calibrator": cal.describe(), "error": str(e)}
+    correct = pred == np.array([r["answer"] for r in rows])
+    report = calibrators.confidence_report(conf, correct, cfg.bins, cfg.bin_edges, cfg.bootstrap or 1, cfg.seed)
+    block = {**report, "calibrator": cal.describe(), "overlap": calibrators.overlap(cal, rows),
+             "warning": calibrators.fitted_on_same(cal, rows)}
+    return [{**r, "calibrated_confidence": float(c)} for r, c in zip(rows, conf)], block
+
+
 def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, info: dict[str, Any]) -> dict[str, Any]:
     """Write ``predictions.jsonl`` and ``metrics.json``; the metrics are always recomputed from ``rows``.
 
-    Each row gains ``signals``: every confidence signal it can give (:func:`lab.confidence.row_signals`).
+    Each row gains ``signals``: every confidence signal it can give (:func:`lab.confidence.row_signals`);
+    with ``cfg.calibrator``, its calibrated confidence too (:func:`apply_calibrator`).
     """
     out.mkdir(parents=True, exist_ok=True)
     rows = [{**r, "signals": confidence.row_signals(r["probs"], r)} for r in rows]
@@ -241,6 +270,8 @@ def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, inf
         "dataset": cfg.dataset, "split": cfg.split, **info, **compute_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed, cfg.bin_edges),
         **selective_metrics(rows, min(cfg.bootstrap, SELECTIVE_BOOT), cfg.seed),
     }
+    if cfg.calibrator is not None:
+        rows, result["calibrated"] = apply_calibrator(rows, calibrators.load(Path(cfg.calibrator)), cfg)
     write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     write_atomic(out / METRICS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result
@@ -253,5 +284,6 @@ def _run_job(cfg: EvalConfig, ctx) -> dict[str, Any]:
 register(JobKind(
     "evaluate", "accuracy and calibration of a model on a dataset", EvalConfig, _run_job,
     outputs=(METRICS_FILE, PREDICTIONS_FILE),
-    key_fields=("model", "adapter", "dataset", "data_files", "split", "limit", "scoring", "template", "temperature"),
+    key_fields=("model", "adapter", "dataset", "data_files", "split", "limit", "scoring", "template", "temperature",
+                "calibrator"),
 ))

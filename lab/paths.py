@@ -1,8 +1,8 @@
 """Every file a job config names, resolved to concrete files and checked before the job is queued.
 
 The fields that name files are found from the config classes' own declarations (a field whose
-role is ``data_files``, ``files``, ``dir``, ``temperature`` or ``model``, in nested entries too),
-never from a list of key names kept here. Each value is turned into concrete, realpath-resolved
+role is ``data_files``, ``files``, ``dir``, ``temperature``, ``calibrator`` or ``model``, in nested
+entries too), never from a list of key names kept here. Each value is turned into concrete, realpath-resolved
 files: ``~`` expanded, a glob expanded and *every match* checked, a folder listed and every file
 in it checked, ``SPLIT=PATH`` kept with its split, ``..`` and symlinks followed to where they
 lead. With ``roots`` (a config from a browser) every one of them must lie inside a root, and a
@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Optional
 from lab.config import PATH_ROLES, ConfigError, validate, walk
 from lab.data import DATASETS, DataError, samples, with_sample
 from lab.data.loaders import list_folder, split_entry
-from lab.layout import TEMPERATURE_FILE
+from lab.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
 
 MAX_FILES = 10_000  # files one config may resolve to (a glob over a huge tree is refused, not walked)
 MAX_TREE = 10_000  # entries of a model or adapter folder checked for symlinks leading out
@@ -219,6 +219,20 @@ def _temperature(field: str, value: Any, holder: dict[str, Any], owner: type, po
                       "temperature lab's Save button writes one)")
 
 
+def _calibrator(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
+    """An existing calibrator.json, or a folder holding one, as the file's resolved path: a job then
+    reads exactly the file that was checked, even if a folder gains another later."""
+    real = _real(value)
+    policy.check(field, real, value)
+    if real.is_dir():
+        real = _real(str(real / CALIBRATOR_FILE))
+        policy.check(field, real, value)
+    if real.is_file():
+        return str(real)
+    raise ConfigError(f"{field}: expected a {CALIBRATOR_FILE} (file or folder), but there is none at {real}. "
+                      "Fit one in the Recalibration workbench and save it")
+
+
 def looks_like_path(value: str) -> bool:
     return value.startswith(("/", ".", "~")) or os.path.lexists(value)
 
@@ -250,7 +264,7 @@ def _check_hub_model(field: str, name: str) -> None:
 
 
 RESOLVERS: dict[str, Callable[..., Any]] = {"data_files": _data_files, "files": _files, "dir": _dir,
-                                            "temperature": _temperature, "model": _model}
+                                            "temperature": _temperature, "calibrator": _calibrator, "model": _model}
 assert set(RESOLVERS) == set(PATH_ROLES)
 
 

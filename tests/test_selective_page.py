@@ -3,11 +3,12 @@ and ECE-robustness view, through their handlers, on synthetic runs written as ev
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
-from lab import calibrators, runs, selective
+from lab import analysis, calibrators, metrics, runs, selective
 from lab.evaluate import EvalConfig, write_evaluation
 from ui.app import open_below_threshold
 from ui.context import LabContext
@@ -128,3 +129,15 @@ def test_the_link_opens_case_studies_below_the_threshold(lab):
     assert (lo["value"], hi["value"]) == (0, 0.7)
     assert open_below_threshold(lab, [], [], ["test"], "margin", 0.7)[4]["value"] == 1  # another signal: whole run
     assert calibrators.METHODS.in_order() == ["temperature", "platt", "isotonic", "histogram"]
+
+
+def test_the_temperature_lab_gives_the_interval_and_says_its_optima_flatter(lab):
+    from ui.temperature_page import temperature_view
+
+    _, text, _ = temperature_view(lab, "test", 2.0, "logit", "")
+    shown = [float(x) for x in re.search(r"\[95% CI ([\d.]+)–([\d.]+)%\]", text).groups()]
+    pred = lab.results.predictions(runs.evaluation(lab.runs, "test"))
+    choice, conf = metrics.predictions(analysis.recalibrate(pred, 2.0), pred.mask)
+    expected = metrics.ece_bootstrap(conf, choice == pred.labels, 10, 1000, 0.95, 0, pred.bin_edges)
+    assert shown == pytest.approx([100 * e for e in expected], abs=0.051)  # to the one decimal shown
+    assert "fitted on these same questions" in text

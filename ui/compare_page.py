@@ -5,6 +5,10 @@ queue that keeps them loaded: the first compare starts it and loads the models, 
 them, and none waits for a training job. The web server never loads torch. Every comparison is
 kept under ``runs/comparisons/`` and listed in History, across server restarts; a ``compare`` job
 (``python -m jobs submit``) writes the same ``compare.json`` and is listed there too.
+
+A saved calibrator (the Recalibration workbench's) can be applied to every model's option
+probabilities: the answers table gains a "calibrated confidence" column, recomputed from the
+comparison shown, so picking another calibrator never asks the models again.
 """
 from __future__ import annotations
 
@@ -15,15 +19,16 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import gradio as gr
+import pandas as pd
 
 from jobs.lane import LaneError
-from lab import runs
+from lab import calibrators, metrics, runs
 from lab.compare import MAX_MODELS, format_questions, history_dir, parse_questions, read_result
 from lab.errors import USER_ERRORS
 from lab.kinds import parse_config
 from lab.layout import TEMPERATURE_FILE
 from lab.weights import size_text
-from ui.components import export, run_picker
+from ui.components import NO_CALIBRATOR, calibrator_choices, export, picked_calibrator, run_picker
 from ui.context import LabContext
 from ui.job_results import compare_answers, compare_figure
 from ui.messages import error, ok
@@ -38,6 +43,7 @@ QUESTIONS_HELP = ("One question per block, blocks separated by a blank line: the
                   "its options one per line below (none: a free-text answer). Put * before the right option "
                   "to have it marked.")
 NOT_RUNNING = "Inference lane: not running (the next compare starts it)."
+CALIBRATED = "calibrated confidence"  # the answers table's column when a calibrator is picked
 
 
 # ---------------------------------------------------------------- handlers
@@ -81,12 +87,70 @@ def question_choices(result: dict[str, Any]) -> list[tuple[str, int]]:
     return [(f"{i + 1}. {q['question'][:80]}", i) for i, q in enumerate(result["questions"])]
 
 
+def _export_table(ctx: LabContext, table: pd.DataFrame, name: str) -> dict[str, Any]:
+    return export(ctx, f"compare-{Path(name).name}.csv", lambda path: table.to_csv(path, index=False))
+
+
 def shown(ctx: LabContext, result: dict[str, Any], name: str) -> tuple[Any, ...]:
     """(question picker, plot, table, CSV download) for a comparison."""
     table = compare_answers(result)
-    csv = export(ctx, f"compare-{Path(name).name}.csv", lambda path: table.to_csv(path, index=False))
     return (gr.update(choices=question_choices(result), value=0, visible=len(result["questions"]) > 1),
-            compare_figure(result, 0), table, csv)
+            compare_figure(result, 0), table, _export_table(ctx, table, name))
+
+
+def calibrated_confidences(result: dict[str, Any], cal: calibrators.Calibrator) -> list[Optional[float]]:
+    """The calibrated confidence of every row of the answers table, in its order (question by
+    question, each model: :func:`lab.compare.rows`), None for a free-text question. Each row's
+    own question and options go with its probabilities, so a calibrator whose signal a comparison
+    cannot give (full-vocabulary) raises ValueError, as it would on a cloze run."""
+    cells: list[Optional[int]] = []
+    probs, rows = [], []
+    for q, item in enumerate(result["questions"]):
+        for model in result["results"]:
+            if not item["options"]:
+                cells.append(None)
+                continue
+            cells.append(len(probs))
+            probs.append(model["answers"][q]["probs"])
+            rows.append({"question": item["question"], "choices": item["options"]})
+    if not probs:
+        return cells
+    _, conf = calibrators.apply(cal, *metrics.padded(probs), rows)
+    return [None if i is None else round(float(conf[i]), 4) for i in cells]
+
+
+def with_calibrated(table: pd.DataFrame, result: dict[str, Any],
+                    cal: calibrators.Calibrator) -> tuple[pd.DataFrame, str]:
+    """The answers table with its "calibrated confidence" column beside the confidence, and what to
+    say of it: that some questions are ones the calibrator was fitted on, or why it cannot apply."""
+    if "confidence" not in table:
+        return table, error("No question has options: there is no confidence to calibrate.")
+    try:
+        column = calibrated_confidences(result, cal)
+    except ValueError as e:
+        return table, error(f"{cal.describe()} cannot be applied here: {e}")
+    table.insert(table.columns.get_loc("confidence") + 1, CALIBRATED, column)
+    asked = [{"question": q["question"], "choices": q["options"]} for q in result["questions"] if q["options"]]
+    warning = calibrators.fitted_on_same(cal, asked)
+    return table, error(warning) if warning else ok(f"Calibrated by {cal.describe()}.")
+
+
+def calibrated_answers(ctx: LabContext, result: Optional[dict[str, Any]], calibrator: Any,
+                       name: Any) -> tuple[Any, Any, str]:
+    """(table, CSV download, note) of the comparison shown, with the picked calibrator's column
+    (none: the table as the models answered); redrawn from ``result``, the models not asked again."""
+    if not result:
+        return gr.skip(), gr.skip(), ""
+    table, note = compare_answers(result), ""
+    try:
+        cal = picked_calibrator(ctx, calibrator)
+    except (OSError, ValueError) as e:
+        note = error(str(e))
+    else:
+        if cal is not None:
+            table, note = with_calibrated(table, result, cal)
+    csv = _export_table(ctx, table, name) if isinstance(name, str) and name else gr.skip()
+    return table, csv, note
 
 
 def lane_status(ctx: LabContext) -> str:
@@ -207,6 +271,9 @@ def build_compare(ctx: LabContext) -> gr.Dropdown:
     message = gr.HTML(elem_id="compare-message")
     question = gr.Dropdown([], label="Question drawn", visible=False, elem_id="compare-drawn")
     plot = gr.Plot(label="Option probabilities")
+    calibrator, _ = run_picker(ctx, "Calibrator (applied to every model's confidence)", catalogue=calibrator_choices,
+                               elem_id="compare-calibrator", pick_newest=False, value=NO_CALIBRATOR[1])
+    calibrated_note = gr.HTML(elem_id="compare-calibrated-note")
     answers = gr.Dataframe(label="Answers: one row per question and model", interactive=False, wrap=True,
                            elem_id="compare-answers")
     csv = gr.File(label="CSV", visible=False)
@@ -215,11 +282,17 @@ def build_compare(ctx: LabContext) -> gr.Dropdown:
                                         catalogue=runs.comparison_choices, elem_id="compare-history", pick_newest=False)
     status = gr.Markdown(NOT_RUNNING)
 
+    # the table as the models answered, then with the picked calibrator's column (from the result kept)
+    recalibrate = {"fn": functools.partial(calibrated_answers, ctx), "inputs": [result, calibrator, history],
+                   "outputs": [answers, csv, calibrated_note]}
     run.click(functools.partial(run_compare, ctx), inputs=[questions, *models, *temps],
-              outputs=[message, question, plot, answers, csv, result, history, status], concurrency_limit=None)
+              outputs=[message, question, plot, answers, csv, result, history, status],
+              concurrency_limit=None).then(**recalibrate)
     question.change(pick_question, inputs=[result, question], outputs=plot)
     history.input(functools.partial(reopen, ctx), inputs=history,
-                  outputs=[questions, message, question, plot, answers, csv, result, *models, *temps])
+                  outputs=[questions, message, question, plot, answers, csv, result, *models, *temps]
+                  ).then(**recalibrate)
+    calibrator.change(**recalibrate)
     upload.upload(functools.partial(load_file, ctx), inputs=upload, outputs=[questions, message])
     rescan_button.click(functools.partial(rescan, ctx), outputs=models)
     return history

@@ -45,7 +45,11 @@ BOX_DIGITS = 6  # ... and of the T the box shows (an optimum is dialled exactly:
 LIMITS = (1e-6, 1e6)  # a typed T outside is refused: rows are one-hot or uniform long before, and floats overflow
 START = (0.1, 10.0)  # the slider's range before a run is drawn: the logit sweep's default grid
 GO_TO = {"ece": "Go to lowest ECE", "nll": "Go to lowest NLL"}
+BOOT = 1000  # bootstrap replicates of the drawn ECE's interval: ≈ 30 ms for 500 questions, per move
 NOTE_STYLE = "background:#fff8e1;border-radius:6px;padding:4px 8px;margin-top:4px"
+# The sweep picks its optima on the questions it then scores them on: say so where they are shown.
+SAME_QUESTIONS = ("fitted on these same questions — optimistic; for an honest figure, fit on a validation run in "
+                  "the Recalibration workbench and apply it to this run")
 
 
 class PageView(NamedTuple):
@@ -155,13 +159,23 @@ def _baseline(run: EvalRun, form: str) -> str:
 
 
 def _optima_text(sweep: analysis.Sweep, form: str) -> str:
-    """The sweep's optima, and right below them, the note that the sweep widened to find them."""
+    """The sweep's optima, labelled as fitted on the questions they are scored on (their ECE and NLL
+    flatter the temperature), and right below them, the note that the sweep widened to find them."""
     symbol = SYMBOL[form]
     # lab.analysis words its note with T for both forms: the paper form's parameter is c
     note = sweep.widened.replace("T = ", f"{symbol} = ")
     widened = f"<div id='sweep-widened' style='{NOTE_STYLE}'>↔ {html.escape(note)}</div>" if note else ""
     return (f"<div id='temperature-optima'>lowest ECE at {symbol} = {sweep.best_ece:.3g}, "
-            f"lowest NLL at {symbol} = {sweep.best_nll:.3g}{widened}</div>")
+            f"lowest NLL at {symbol} = {sweep.best_nll:.3g}"
+            f"<div id='optima-same-questions' style='{NOTE_STYLE}'>⚠ {SAME_QUESTIONS}</div>{widened}</div>")
+
+
+def _interval(summary: dict) -> str:
+    """`` [95% CI 4.1–9.8%]`` after an ECE that has its bootstrap interval (equal-width bins), else ""."""
+    low, high = summary.get("ece_ci_low"), summary.get("ece_ci_high")
+    if low is None or high is None:
+        return ""
+    return f" <span id='ece-interval'>[95% CI {100 * low:.1f}–{100 * high:.1f}%]</span>"
 
 
 def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, sweep: analysis.Sweep) -> str:
@@ -169,7 +183,8 @@ def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, 
     binned = f"{summary['n_bins']} equal-{'mass' if summary['strategy'] == 'mass' else 'width'} bins"
     return (f"<div id='temperature-metrics'>{SYMBOL[form]} = <b>{t:.{SHOWN_DIGITS}g}</b> "
             f"({form} form, {FORMULA[form]}) · "
-            f"ECE <b id='ece-value'>{100 * summary['ece']:.2f}%</b> ({baseline}: {100 * base['ece']:.2f}%) · "
+            f"ECE <b id='ece-value'>{100 * summary['ece']:.2f}%</b>{_interval(summary)} "
+            f"({baseline}: {100 * base['ece']:.2f}%) · "
             f"NLL {summary['nll']:.4f} ({BASELINE[form]}: {base['nll']:.4f}) · "
             f"accuracy {100 * summary['accuracy']:.1f}% · n = {summary['n']} · {binned}, "
             f"bins {summary['bin_edges']}-closed</div>{_optima_text(sweep, form)}")
@@ -221,7 +236,7 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
         pred = ctx.results.predictions(run)
         closed = bin_edges(edges, pred.bin_edges)
         summary = analysis.calibration_summary(analysis.recalibrate(pred, t, form), pred.mask, pred.labels,
-                                               n_bins, strategy, closed)
+                                               n_bins, strategy, closed, BOOT)
         base = analysis.calibration_summary(pred.probs, pred.mask, pred.labels, n_bins, strategy, closed)
         sweep = ctx.results.sweep(run, form, n_bins, closed)
     except (ValueError, OSError) as e:
