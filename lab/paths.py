@@ -207,12 +207,9 @@ def _temperature(field: str, value: Any, holder: dict[str, Any], owner: type, po
         raise ConfigError(expected) from None
     if not policy.allows(real) and not _names_a_path(value):
         raise ConfigError(expected)
-    policy.check(field, real, value)
-    if real.is_dir():
-        real = _real(str(real / TEMPERATURE_FILE))
-        policy.check(field, real, value)
-    if real.is_file():
-        return str(real)
+    found = _saved_file(field, real, value, policy, TEMPERATURE_FILE)
+    if found:
+        return found
     if not _names_a_path(value):
         raise ConfigError(expected)
     raise ConfigError(f"{expected}: there is none at {real}. Fit one first (the CFT job's ts/ folder or the "
@@ -222,15 +219,25 @@ def _temperature(field: str, value: Any, holder: dict[str, Any], owner: type, po
 def _calibrator(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
     """An existing calibrator.json, or a folder holding one, as the file's resolved path: a job then
     reads exactly the file that was checked, even if a folder gains another later."""
-    real = _real(value)
-    policy.check(field, real, value)
+    expected = f"{field}: expected a {CALIBRATOR_FILE} (file or folder)"
+    try:
+        real = _real(value)
+    except OSError:  # a relative value, and the server's working folder is gone: nothing to find it in
+        raise ConfigError(f"{expected}, got {value!r}") from None
+    found = _saved_file(field, real, value, policy, CALIBRATOR_FILE)
+    if found:
+        return found
+    raise ConfigError(f"{expected}, but there is none at {real}. Fit one in the Recalibration workbench and save it")
+
+
+def _saved_file(field: str, real: Path, given: str, policy: Policy, name: str) -> Optional[str]:
+    """A saved artefact (``name``, e.g. temperature.json) at ``real`` or in the folder ``real``, as its
+    resolved path, inside the roots; None when there is none."""
+    policy.check(field, real, given)
     if real.is_dir():
-        real = _real(str(real / CALIBRATOR_FILE))
-        policy.check(field, real, value)
-    if real.is_file():
-        return str(real)
-    raise ConfigError(f"{field}: expected a {CALIBRATOR_FILE} (file or folder), but there is none at {real}. "
-                      "Fit one in the Recalibration workbench and save it")
+        real = _real(str(real / name))
+        policy.check(field, real, given)
+    return str(real) if real.is_file() else None
 
 
 def looks_like_path(value: str) -> bool:
