@@ -6,7 +6,9 @@ ECE and MCE come from Guo et al.'s definition written out as a loop over bins
 ``(m−1)/M < c ≤ m/M`` for runs binned that way (``bin_edges: right``, the default) and from
 torchmetrics for left-closed runs (``bin_edges: left``, and runs written before the field
 existed); Brier and NLL from their textbook formulas, accuracy from the predictions themselves;
-none of lab.metrics is used. Exits 1 when any figure differs by more than 1e-6. torchmetrics puts
+AUROC from scikit-learn's ``roc_auc_score`` and AURC as the mean error rate of the k most confident
+answers by a plain sort (compared only when no two confidences tie: with ties ours is the mean over
+their orders); none of lab.metrics or lab.selective is used. Exits 1 when any figure differs by more than 1e-6. torchmetrics puts
 a confidence of exactly 1.0 in a bin of its own (our last bin is closed), so on a left-closed run
 ECE/MCE are compared only when none occur. Needs the test extras (requirements-test.txt).
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from sklearn.metrics import roc_auc_score
 from torchmetrics.functional.classification import multiclass_calibration_error
 
 TOLERANCE = 1e-6
@@ -54,6 +57,12 @@ def independent_metrics(rows: list[dict], n_bins: int, bin_edges: str) -> dict[s
         found["ece"] = float(multiclass_calibration_error(**tm, norm="l1"))
         found["mce"] = float(multiclass_calibration_error(**tm, norm="max"))
     found["trust"] = found["accuracy"] - found.get("ece", float("nan"))
+    conf, right = probs.max(1), probs.argmax(1) == y
+    if 0 < right.sum() < len(right):
+        found["auroc"] = float(roc_auc_score(right, conf))
+    if len(np.unique(conf)) == len(conf):
+        ranked = right[np.argsort(-conf)]
+        found["aurc"] = float(np.mean([1 - ranked[:k].mean() for k in range(1, len(ranked) + 1)]))
     return found
 
 
@@ -65,7 +74,7 @@ def check(run: Path) -> bool:
     print(f"{run}: n={metrics['n']} (predictions: {len(rows)}), {metrics['n_bins']} bins, {edges}-closed")
     print(f"{'metric':<10}{'metrics.json':>16}{'independent':>16}{'|diff|':>12}")
     for key, value in independent_metrics(rows, metrics["n_bins"], edges).items():
-        if np.isnan(value):
+        if np.isnan(value) or key not in metrics:  # a run written before AURC/AUROC were recorded
             continue
         diff = abs(metrics[key] - value)
         ok &= diff <= TOLERANCE

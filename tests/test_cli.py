@@ -37,6 +37,7 @@ def test_evaluate_writes_metrics_that_match_an_independent_recomputation(tmp_pat
                               capture_output=True, text=True)
     assert tampered.returncode == 1 and "DISAGREE" in tampered.stdout
     assert "right-closed" in check.stdout  # ECE and MCE checked by Guo's bins written out as loops
+    assert ("auroc" in check.stdout) == (metrics["auroc"] is not None)  # ... and AUROC by scikit-learn
     metrics["brier"] -= 1e-4
     metrics["ece"] += 1e-4
     (out / "metrics.json").write_text(json.dumps(metrics))
