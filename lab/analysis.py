@@ -40,8 +40,8 @@ SWEEP_BOUNDS: dict[str, tuple[float, float]] = {"logit": (T_MIN, T_MAX), "paper"
 LEGACY_BIN_EDGES = "left"  # what a metrics.json without "bin_edges" was binned with (before the choice existed)
 TOPK_COLUMNS = ["rank", "mean_prob", "answer_in_topk"]
 RESULTS_COLUMNS = ["run", "folder", "model", "dataset", "split", "scoring", "domain", "n", "ECE", "ECE low", "ECE high",
-                   "accuracy", "Trust", "cw-ECE", "AURC", "AUROC"]
-ROUNDED = {"ECE": 4, "ECE low": 4, "ECE high": 4, "accuracy": 4, "Trust": 4, "cw-ECE": 4, "AURC": 4, "AUROC": 4}
+                   "accuracy", "Trust", "cw-ECE", "AURC", "AUROC", "oracle accuracy", "oracle ECE"]
+ROUNDED = {column: 4 for column in RESULTS_COLUMNS[8:]}
 DOMAIN = {True: "in", False: "out", None: ""}
 ROBUSTNESS_BINS = tuple(range(5, 31))  # the bin counts the ECE-robustness plot tries
 SMALL_N = 300  # below this many questions an ECE is flagged (HELM's floor for reporting calibration)
@@ -134,6 +134,15 @@ def load_predictions(path: Path) -> Predictions:
     except ValueError as e:
         raise ValueError(f"{file.parent}: metrics.json: {e}") from None
     return Predictions(probs, mask, labels, rows, file, None if dataset is None else str(dataset), edges)
+
+
+def oracle_probs(pred: Predictions) -> Optional[np.ndarray]:
+    """The questions' true answer distributions (n, K) when every row carries one (``meta.true_probs``,
+    the controlled task of :mod:`lab.data.synthetic`), else None."""
+    truths = [row.get("meta", {}).get("true_probs") if isinstance(row.get("meta"), dict) else None for row in pred.rows]
+    if any(not isinstance(t, list) or len(t) != int(m.sum()) for t, m in zip(truths, pred.mask)):
+        return None
+    return metrics.padded(truths)[0]
 
 
 def reported_probs(pred: Predictions) -> np.ndarray:
@@ -293,13 +302,14 @@ def results_table(root: Path) -> pd.DataFrame:
     run by its label and folder, how it was scored, its ECE with the bootstrap interval
     (``ECE low``/``ECE high``; empty for a run evaluated without a bootstrap), and how well its top
     probability ranks right above wrong answers (AURC, lower is better; AUROC, higher is better;
-    empty for a run evaluated before they were recorded)."""
+    empty for a run evaluated before they were recorded); on data with known true distributions
+    (the controlled task), the Bayes predictor's accuracy and ECE on the same questions."""
     records = [
         {"run": r.label, "folder": r.name, "model": r.model, "dataset": r.dataset, "split": r.split,
          "scoring": f"{r.scoring} ({r.template})" if r.scoring and r.template else r.scoring,
          "domain": DOMAIN[r.in_domain], "n": r.n, "ECE": r.ece, "ECE low": r.ece_ci[0] if r.ece_ci else None,
          "ECE high": r.ece_ci[1] if r.ece_ci else None, "accuracy": r.accuracy, "Trust": r.trust, "cw-ECE": r.cw_ece,
-         "AURC": r.aurc, "AUROC": r.auroc}
+         "AURC": r.aurc, "AUROC": r.auroc, "oracle accuracy": r.oracle_accuracy, "oracle ECE": r.oracle_ece}
         for r in find_evaluations(root)
     ]
     return pd.DataFrame(records, columns=RESULTS_COLUMNS).round(ROUNDED)

@@ -13,13 +13,14 @@ import numpy as np
 import pandas as pd
 
 from lab import metrics
-from lab.analysis import Predictions, load_predictions, reported_probs
+from lab.analysis import Predictions, load_predictions, oracle_probs, reported_probs
 from lab.templates import option_letter
 
 CaseKind = Literal["all", "overconfident_wrong", "correct", "wrong"]
 CASE_KINDS: tuple[str, ...] = ("all", "overconfident_wrong", "correct", "wrong")
 CASE_COLUMNS = ["id", "dataset", "question", "options", "answer", "prediction", "confidence", "correct",
                 "overconfident_wrong"]
+ORACLE_COLUMN = "true P(prediction)"
 SAME_QUESTION_COLUMNS = ["run", "answer", "prediction", "confidence", "correct", "probs"]
 # name → (columns, ascending): the orders a case table can be shown in, the first the default
 SORT_ORDERS: dict[str, tuple[list[str], Any]] = {
@@ -48,6 +49,9 @@ def case_table(pred: Predictions, probs: Optional[np.ndarray] = None) -> pd.Data
     ``probs`` (n, K): the probabilities to show, e.g. :func:`lab.analysis.recalibrate` at the
     slider's temperature; default the ones the run reported. ``overconfident_wrong`` is the
     confidence put on a wrong answer (0 for a right one): the sort key of :func:`filter_cases`.
+    Questions with a known true distribution (the controlled task) add :data:`ORACLE_COLUMN`: the
+    true probability that the predicted option is the stated answer, the confidence a calibrated
+    model would give that prediction.
     """
     probs = reported_probs(pred) if probs is None else np.asarray(probs, dtype=np.float64)
     if probs.shape != pred.mask.shape:
@@ -65,7 +69,11 @@ def case_table(pred: Predictions, probs: Optional[np.ndarray] = None) -> pd.Data
         "correct": correct,
         "overconfident_wrong": np.where(correct, 0.0, conf),
     })
-    return table[CASE_COLUMNS]
+    truth = oracle_probs(pred)
+    if truth is None:
+        return table[CASE_COLUMNS]
+    table[ORACLE_COLUMN] = truth[np.arange(len(choice)), choice]
+    return table[CASE_COLUMNS + [ORACLE_COLUMN]]
 
 
 def _scope(df: pd.DataFrame, dataset: Optional[str]) -> pd.DataFrame:

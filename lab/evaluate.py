@@ -28,7 +28,7 @@ from lab.limits import MAX_BATCH
 from lab.files import write_atomic
 from lab.kinds import JobKind, register
 from lab.layout import CONFIG_FILE, METRICS_FILE, PREDICTIONS_FILE
-from lab.data import load_records
+from lab.data import load_records, synthetic
 from lab.data.record import MCQRecord
 from lab.temperature import load_temperature, scale
 from lab.sections import AdaptedModel, DataSection, EvalSection, PromptSection, RunSection
@@ -257,11 +257,24 @@ def apply_calibrator(rows: list[dict[str, Any]], cal: calibrators.Calibrator,
     return [{**r, "calibrated_confidence": float(c)} for r, c in zip(rows, conf)], block
 
 
+def oracle_metrics(rows: list[dict[str, Any]], n_bins: int, edges: str) -> Optional[dict[str, Any]]:
+    """For questions that carry their true answer distribution (``meta.true_probs``: the controlled
+    task, :mod:`lab.data.synthetic`), the Bayes predictor's accuracy, ECE, NLL and Brier on them, and
+    under ``expected`` its accuracy and ECE in closed form; None for any other data."""
+    truths = [r.get("meta", {}).get("true_probs") if isinstance(r.get("meta"), dict) else None for r in rows]
+    if not rows or any(t is None for t in truths):
+        return None
+    labels = [r["answer"] for r in rows]
+    return {**synthetic.oracle(truths, labels, n_bins, edges), "expected": synthetic.expected_oracle(truths, n_bins, edges)}
+
+
 def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, info: dict[str, Any]) -> dict[str, Any]:
     """Write ``predictions.jsonl`` and ``metrics.json``; the metrics are always recomputed from ``rows``.
 
     Each row gains ``signals``: every confidence signal it can give (:func:`lab.confidence.row_signals`);
-    with ``cfg.calibrator``, its calibrated confidence too (:func:`apply_calibrator`).
+    with ``cfg.calibrator``, its calibrated confidence too (:func:`apply_calibrator`). Questions with
+    a known true distribution add the Bayes predictor's figures (:func:`oracle_metrics`) and
+    ``ece_gap_to_oracle``.
     """
     out.mkdir(parents=True, exist_ok=True)
     rows = [{**r, "signals": confidence.row_signals(r["probs"], r)} for r in rows]
@@ -270,6 +283,9 @@ def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, inf
         "dataset": cfg.dataset, "split": cfg.split, **info, **compute_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed, cfg.bin_edges),
         **selective_metrics(rows, min(cfg.bootstrap, SELECTIVE_BOOT), cfg.seed),
     }
+    oracle = oracle_metrics(rows, cfg.bins, cfg.bin_edges)
+    if oracle is not None:
+        result.update(oracle=oracle, ece_gap_to_oracle=result["ece"] - oracle["ece"])
     if cfg.calibrator is not None:
         rows, result["calibrated"] = apply_calibrator(rows, calibrators.load(Path(cfg.calibrator)), cfg)
     write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

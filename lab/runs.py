@@ -70,6 +70,8 @@ class EvalRun:
     title: Optional[str] = None  # the name the user gave it (label.txt), if any
     aurc: Optional[float] = None  # selective prediction with the top probability (lab.selective); None in
     auroc: Optional[float] = None  # ... runs evaluated before it was recorded
+    oracle_accuracy: Optional[float] = None  # the Bayes predictor's, on data with known true distributions
+    oracle_ece: Optional[float] = None  # ... (lab.data.synthetic); None for any other data
 
     @property
     def label(self) -> str:
@@ -210,6 +212,7 @@ def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
         return None
     n = finite_or_none(data.get("n"))
     low, high = finite_or_none(data.get("ece_ci_low")), finite_or_none(data.get("ece_ci_high"))
+    oracle = data.get("oracle") if isinstance(data.get("oracle"), dict) else {}
     run = EvalRun(
         path=directory, name=name, model=_text(data.get("model")), dataset=_text(data.get("dataset")),
         split=_text(data.get("split")), n=None if n is None else int(n),
@@ -221,6 +224,7 @@ def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
         adapter=_text(data.get("adapter")), template=_text(data.get("template")),
         ece_ci=(low, high) if low is not None and high is not None else None, created=mtime,
         title=read_label(directory), aurc=finite_or_none(data.get("aurc")), auroc=finite_or_none(data.get("auroc")),
+        oracle_accuracy=finite_or_none(oracle.get("accuracy")), oracle_ece=finite_or_none(oracle.get("ece")),
     )
     return mtime, run
 

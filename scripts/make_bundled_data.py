@@ -1,4 +1,5 @@
-"""Regenerate the dataset samples bundled in ``lab/data/bundled/`` from the originals in ../shared/data.
+"""Regenerate the dataset samples bundled in ``lab/data/bundled/`` from the originals in ../shared/data
+(and the controlled task's splits, which are generated: :mod:`lab.data.synthetic`).
 
     python scripts/make_bundled_data.py [--source ../shared/data] [--check]
 
@@ -22,6 +23,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from lab.data.synthetic import write_splits  # noqa: E402
+
 TARGET = REPO / "lab" / "data" / "bundled"
 SEED = 0
 
@@ -86,6 +91,7 @@ def build(source: Path, target: Path) -> None:
     pairs.parent.mkdir(parents=True, exist_ok=True)
     pairs.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preference_pairs(source / PAIRS_SOURCE)),
                      encoding="utf-8")
+    write_splits(target / "synthetic")  # generated, not sampled: the controlled task (lab.data.synthetic)
 
 
 def _differences(made: Path, bundled: Path) -> list[str]:

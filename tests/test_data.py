@@ -277,7 +277,7 @@ def test_unknown_dataset_lists_valid_names():
 
 def test_dataset_names():
     assert dataset_names() == ["arc_challenge", "arc_easy", "boolq", "csqa", "custom", "medmcqa", "mmlu",
-                               "obqa"]
+                               "obqa", "synthetic"]
 
 
 # ---------------------------------------------------------------- paths

@@ -324,7 +324,8 @@ def test_results_table_and_csv(tmp_path):
     write_eval(tmp_path / "2" / "eval" / "first-csqa", rows, mtime=2000, dataset="csqa", n=100, in_domain=True)
     df = results_table(tmp_path)
     assert list(df.columns) == ["run", "folder", "model", "dataset", "split", "scoring", "domain", "n", "ECE",
-                                "ECE low", "ECE high", "accuracy", "Trust", "cw-ECE", "AURC", "AUROC"]
+                                "ECE low", "ECE high", "accuracy", "Trust", "cw-ECE", "AURC", "AUROC", "oracle accuracy",
+                                "oracle ECE"]
     assert df["domain"].tolist() == ["in", ""]  # a plain evaluation belongs to no pipeline
     assert df["folder"].tolist() == ["2/eval/first-csqa", "1"]
     assert df["run"].str.startswith("2 · eval/first-csqa · ").tolist() == [True, False]  # named for what it is

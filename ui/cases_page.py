@@ -41,9 +41,12 @@ def three_digits(value: float) -> float:
 
 
 def shown_cases(table: pd.DataFrame) -> pd.DataFrame:
-    """A case table as the page shows it: :data:`COLUMNS` in that order, confidences to 3 digits."""
-    shown = table.reindex(columns=COLUMNS)
-    shown["confidence"] = shown["confidence"].map(three_digits)
+    """A case table as the page shows it: :data:`COLUMNS` in that order, confidences to 3 digits,
+    and last, for the controlled task, the true probability of each prediction (the oracle's)."""
+    oracle = [cases.ORACLE_COLUMN] if cases.ORACLE_COLUMN in table else []
+    shown = table.reindex(columns=COLUMNS + oracle)
+    for column in ["confidence", *oracle]:
+        shown[column] = shown[column].map(three_digits)
     return shown
 
 

@@ -4,7 +4,8 @@ much the ECE owes to its binning (ECE against 5–30 bins, equal-width and equal
 Recomputed from each run's ``predictions.jsonl`` (:mod:`lab.analysis`) as the run reported it,
 so the bins can be changed (equal-width, equal-mass, which end closed) without a model call, and a
 saved calibrator (:mod:`lab.calibrators`) can be applied to every run drawn: marked when it was
-fitted on some of the same questions. Every equal-width ECE carries its bootstrap interval, and a
+fitted on some of the same questions. A run of the controlled task (:mod:`lab.data.synthetic`) is
+drawn beside the Bayes predictor on its questions. Every equal-width ECE carries its bootstrap interval, and a
 run under :data:`lab.analysis.SMALL_N` questions is flagged. Runs are named by their labels
 (:attr:`lab.runs.EvalRun.label`), never by folder.
 """
@@ -65,6 +66,18 @@ def reported_summary(ctx: LabContext, run: runs.EvalRun, n_bins: int, strategy: 
     return analysis.confidence_summary(conf, correct, n_bins, strategy, closed, BOOT), cautions
 
 
+def oracle_summary(ctx: LabContext, run: runs.EvalRun, n_bins: int, strategy: str,
+                   edges: Optional[str] = AS_EVALUATED) -> Optional[dict[str, Any]]:
+    """The Bayes predictor's calibration on the run's questions when they carry their true answer
+    distribution (the controlled task), binned as the run is drawn; None for any other data."""
+    pred = ctx.results.predictions(run)
+    truth = analysis.oracle_probs(pred)
+    if truth is None:
+        return None
+    return analysis.calibration_summary(truth, pred.mask, pred.labels, n_bins, strategy,
+                                        bin_edges(edges, pred.bin_edges), BOOT)
+
+
 def positionwise_view(ctx: LabContext, picked: list[runs.EvalRun]) -> tuple[go.Figure, str]:
     """Every picked run's position-wise top-k, and a note naming the runs that have none to draw."""
     tables = [(r.label, analysis.positionwise_topk(ctx.results.predictions(r))) for r in picked]
@@ -107,7 +120,13 @@ def reliability_view(ctx: LabContext, names: Optional[list[str]], bins: Optional
     except (ValueError, OSError) as e:
         return None, error(str(e))
     suffix = " · calibrated" if cal else ""
-    summaries = [(r.label + suffix, summary) for r, (summary, _) in drawn]
+    summaries = []
+    for run, (summary, _) in drawn:  # a run of the controlled task is followed by the oracle on its questions
+        summaries.append((run.label + suffix, summary))
+        oracle = oracle_summary(ctx, run, n_bins, strategy, edges)
+        if oracle is not None:
+            summaries.append((f"oracle (true distribution) · {run.label}", oracle))
+    summaries = summaries[:MAX_SIDE_BY_SIDE]
     cautions = [c for _, (_, said) in drawn for c in said]
     figure = reliability_figure(summaries[0][1], summaries[0][0]) if len(summaries) == 1 else side_by_side(summaries)
     return figure, _cautions(cautions)

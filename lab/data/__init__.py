@@ -3,9 +3,9 @@
 ``load_records("arc_challenge", "test", ["data/arc/test.jsonl"])`` reads a dataset's original
 files; ``["bundled"]`` the sample that ships with the package; without files it reads the Hugging
 Face hub copy. Every dataset becomes a list of :class:`MCQRecord`. Importing this package
-registers the built-in datasets and ``custom``.
+registers the built-in datasets, ``custom`` and ``synthetic`` (the controlled task).
 """
-from . import builtin, custom  # noqa: F401  (they register themselves in DATASETS)
+from . import builtin, custom, synthetic  # noqa: F401  (they register themselves in DATASETS)
 from .loaders import DATASETS, DatasetSpec, LoadResult, dataset_names, load_records, with_sample
 from .record import DataError, MCQRecord, RowProblem
 from .split import carve

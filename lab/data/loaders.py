@@ -44,10 +44,11 @@ class DatasetSpec:
     subject_of_file: Callable[[Path], str] | None = None
     # The sample shipped in lab/data/bundled/ (``data_files: [bundled]``): (split, file or folder there).
     bundled: tuple[tuple[str, str], ...] = ()
+    extra_splits: tuple[str, ...] = ()  # splits of its own beyond train/validation/test (synthetic's shifted)
     own_splits: tuple[str, ...] = field(init=False)  # alias names this dataset keeps as real splits
 
     def __post_init__(self) -> None:
-        own = tuple(name for name in ("dev", "val") if name in self.hub_splits)
+        own = tuple(name for name in ("dev", "val") if name in self.hub_splits) + self.extra_splits
         object.__setattr__(self, "own_splits", own)
 
 

@@ -1,0 +1,172 @@
+"""A controlled task whose true answer distribution is known: calibration with a ground truth.
+
+Each question asks which colour a named object looks in a given light: "In bright light, which
+colour does the kettle look?" with the options red, green, blue, gold (in that order). A fixed,
+seeded rule maps every object to its colour (learnable: a few dozen objects), and the *stated*
+answer is the rule's with probability q, else one of the other colours at random. q depends on a
+feature the question shows, the light: bright (q = 0.95 by default) or dim (q = 0.6). So every
+record carries its true answer distribution (``meta["true_probs"]``: q on the rule's colour,
+(1 − q)/(K − 1) on each other), and the Bayes-optimal model — the rule, with confidence q — has a
+known accuracy and a population ECE of 0. A model that learns the rule and reads the light is
+calibrated; one that memorises the noisy labels of dim-light questions becomes over-confident: the
+tuning-induced mis-calibration of the FIRST and CFT papers, on a task a CPU trains in minutes.
+
+:func:`generate` writes the task's splits as JSON Lines in the ``custom`` format (question,
+choices, answer, id, and the true distribution and the light as extra fields, kept in ``MCQRecord.meta``); the
+``synthetic`` dataset reads them, and ``data_files: [bundled]`` the copy that ships in
+``lab/data/bundled/synthetic/`` (made by ``scripts/make_synthetic_data.py``). ``shifted`` is the
+out-of-domain variant: the same rule under other noise levels. :func:`oracle` scores the Bayes
+predictor on a sample, and :func:`expected_oracle` gives its accuracy and binned ECE in closed form.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from .custom import custom_row
+from .loaders import DatasetSpec, register
+from .record import MCQRecord
+from .rows import BadRow, read_json
+
+COLOURS = ("red", "green", "blue", "gold", "grey", "pink")
+OBJECTS = ("kettle", "lantern", "saddle", "anchor", "violin", "teapot", "compass", "ladder", "bucket", "helmet",
+           "barrel", "candle", "mirror", "basket", "hammer", "pillow", "wagon", "trumpet", "button", "feather",
+           "ribbon", "marble", "thimble", "whistle", "spoon", "kite", "drum", "bell", "scarf", "glove", "shovel",
+           "bottle")
+IN_DOMAIN = (("bright", 0.95), ("dim", 0.6))  # light → how often the stated answer is the rule's
+SHIFTED = (("bright", 0.8), ("dim", 0.45))  # the out-of-domain variant: same rule, other noise
+SIZES = {"train": 2000, "validation": 500, "test": 1000, "shifted": 1000}
+SPLIT_SEEDS = {"train": 1, "validation": 2, "test": 3, "shifted": 4}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One controlled task: the rule (``seed``, ``n_options``, ``n_objects``) and the noise per light."""
+
+    seed: int = 0
+    n_options: int = 4
+    n_objects: int = len(OBJECTS)
+    levels: tuple[tuple[str, float], ...] = IN_DOMAIN
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.n_options <= len(COLOURS):
+            raise ValueError(f"n_options must be 2..{len(COLOURS)}, got {self.n_options}")
+        if not 1 <= self.n_objects <= len(OBJECTS):
+            raise ValueError(f"n_objects must be 1..{len(OBJECTS)}, got {self.n_objects}")
+        for name, q in self.levels:
+            if not 1 / self.n_options <= q <= 1:
+                raise ValueError(f"light {name!r}: q = {q} must lie in [1/K, 1] so the rule's answer stays likeliest")
+
+    def rule(self) -> dict[str, int]:
+        """Object → the index of its colour: a seeded assignment, every colour used about equally."""
+        rng = np.random.default_rng([self.seed, 0])
+        objects = list(OBJECTS[: self.n_objects])
+        colours = rng.permutation(np.arange(self.n_objects) % self.n_options)
+        return {obj: int(c) for obj, c in zip(objects, colours)}
+
+    def true_probs(self, colour: int, q: float) -> list[float]:
+        """The answer distribution of a question whose rule colour is ``colour`` and noise ``q``."""
+        probs = [(1 - q) / (self.n_options - 1)] * self.n_options
+        probs[colour] = q
+        return probs
+
+
+def question_text(obj: str, light: str) -> str:
+    return f"In {light} light, which colour does the {obj} look?"
+
+
+def generate(task: Task, n: int, split_seed: int, split: str = "test") -> list[dict[str, Any]]:
+    """``n`` questions (custom-format rows): object and light drawn uniformly, the stated answer drawn
+    from the true distribution, which each row keeps with its light and the rule's answer."""
+    rng = np.random.default_rng([task.seed, split_seed])
+    rule, objects = task.rule(), list(task.rule())
+    rows = []
+    for i in range(n):
+        obj = objects[rng.integers(len(objects))]
+        light, q = task.levels[rng.integers(len(task.levels))]
+        truth = task.true_probs(rule[obj], q)
+        rows.append({"id": f"{split}-{i}", "question": question_text(obj, light),
+                     "choices": list(COLOURS[: task.n_options]), "answer": int(rng.choice(task.n_options, p=truth)),
+                     "true_probs": [round(p, 6) for p in truth], "light": light})
+    return rows
+
+
+def write_splits(out: Path, task: Task = Task(), sizes: Optional[dict[str, int]] = None) -> list[Path]:
+    """The task's train/validation/test splits and its shifted test split as ``<split>.jsonl`` in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for split, n in (sizes or SIZES).items():
+        variant = Task(task.seed, task.n_options, task.n_objects, SHIFTED) if split == "shifted" else task
+        target = out / f"{split}.jsonl"
+        target.write_text("".join(json.dumps(r) + "\n" for r in generate(variant, n, SPLIT_SEEDS[split], split)),
+                          encoding="utf-8")
+        written.append(target)
+    return written
+
+
+# ---------------------------------------------------------------- the Bayes predictor
+def oracle(true_probs: Any, labels: Any, n_bins: int = 10, edges: str = "right") -> dict[str, float]:
+    """How the Bayes-optimal predictor (argmax and max of the true distribution) does on a sample:
+    its accuracy, binned ECE, NLL and Brier against the stated answers."""
+    from lab import metrics
+
+    probs, mask = metrics.padded(true_probs)
+    labels = np.asarray(labels)
+    pred, conf = metrics.predictions(probs, mask)
+    correct = pred == labels
+    return {"accuracy": float(correct.mean()), "ece": metrics.ece(conf, correct, n_bins, edges=edges),
+            "nll": metrics.nll(probs, labels), "brier": metrics.brier(probs, labels, mask)}
+
+
+def expected_oracle(true_probs: Any, n_bins: int = 10, edges: str = "right") -> dict[str, float]:
+    """The Bayes predictor's expected accuracy and expected binned ECE over the label noise, for these
+    questions, in closed form: in each bin, the number of right answers is a sum of independent
+    Bernoulli(q_i) (Poisson binomial, computed exactly), and ECE's bin term is E|S − Σ q_i| / n.
+    Its population ECE is 0: what remains is the binned estimator's upward bias at this n."""
+    from lab import metrics
+
+    probs, mask = metrics.padded(true_probs)
+    conf = metrics.predictions(probs, mask)[1]
+    bins = metrics.bin_indices(conf, n_bins, edges=edges)
+    expected_ece = 0.0
+    for b in np.unique(bins):
+        q = conf[bins == b]
+        pmf = _poisson_binomial(q)
+        expected_ece += float(np.abs(np.arange(q.size + 1) - q.sum()) @ pmf)
+    return {"accuracy": float(conf.mean()), "ece": expected_ece / conf.size, "population_ece": 0.0}
+
+
+def _poisson_binomial(q: Sequence[float]) -> np.ndarray:
+    """P(S = s), s = 0..n, for S a sum of independent Bernoulli(q_i): one convolution per trial."""
+    pmf = np.array([1.0])
+    for p in q:
+        pmf = np.convolve(pmf, [1 - p, p])
+    return pmf
+
+
+def synthetic_row(row: Any, default_id: str) -> MCQRecord:
+    """A custom-format row whose ``true_probs`` is a distribution over its options (checked: the
+    oracle's numbers are only as good as it)."""
+    record = custom_row(row, default_id)
+    truth = record.meta.get("true_probs")
+    if (not isinstance(truth, list) or len(truth) != len(record.choices)
+            or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1 for p in truth)
+            or abs(sum(truth) - 1) > 1e-4):
+        raise BadRow(f"'true_probs' must be {len(record.choices)} probabilities summing to 1, got {truth!r}")
+    return replace(record, source="synthetic")
+
+
+register(DatasetSpec(
+    name="synthetic",
+    description="a controlled task with known true confidence: object → colour by a fixed rule, answers "
+                "noisy by the light (bright q = 0.95, dim 0.6); splits train, validation, test, shifted",
+    hub_path=None, hub_config=None, hub_splits={},
+    local_format=("JSON Lines written by scripts/make_synthetic_data.py: question, choices, answer, id, "
+                  "true_probs, light"),
+    read_file=partial(read_json, convert=synthetic_row), from_hub=None,
+    bundled=tuple((split, f"synthetic/{split}.jsonl") for split in SIZES), extra_splits=("shifted",)))
