@@ -1,7 +1,7 @@
 """A controlled task whose true answer distribution is known: calibration with a ground truth.
 
-Each question asks which colour a named object looks in a given light: "In bright light, which
-colour does the kettle look?" with the options red, green, blue, gold (in that order). A fixed,
+Each question asks which colour a named object looks in a given light: "Card 48213. In bright light,
+which colour does the kettle look?" with the options red, green, blue, gold (in that order). A fixed,
 seeded rule maps every object to its colour (learnable: a few dozen objects), and the *stated*
 answer is the rule's with probability q, else one of the other colours at random. q depends on a
 feature the question shows, the light: bright (q = 0.95 by default) or dim (q = 0.6). So every
@@ -10,6 +10,9 @@ record carries its true answer distribution (``meta["true_probs"]``: q on the ru
 known accuracy and a population ECE of 0. A model that learns the rule and reads the light is
 calibrated; one that memorises the noisy labels of dim-light questions becomes over-confident: the
 tuning-induced mis-calibration of the FIRST and CFT papers, on a task a CPU trains in minutes.
+The card number carries no information; it makes every question a text of its own, as in a real
+dataset, so that a model *can* memorise each noisy label (without it, the 64 distinct questions
+would average their labels back to q, and fine-tuning could not over-fit them).
 
 :func:`generate` writes the task's splits as JSON Lines in the ``custom`` format (question,
 choices, answer, id, and the true distribution and the light as extra fields, kept in ``MCQRecord.meta``); the
@@ -76,8 +79,8 @@ class Task:
         return probs
 
 
-def question_text(obj: str, light: str) -> str:
-    return f"In {light} light, which colour does the {obj} look?"
+def question_text(obj: str, light: str, card: int) -> str:
+    return f"Card {card}. In {light} light, which colour does the {obj} look?"
 
 
 def generate(task: Task, n: int, split_seed: int, split: str = "test") -> list[dict[str, Any]]:
@@ -90,7 +93,8 @@ def generate(task: Task, n: int, split_seed: int, split: str = "test") -> list[d
         obj = objects[rng.integers(len(objects))]
         light, q = task.levels[rng.integers(len(task.levels))]
         truth = task.true_probs(rule[obj], q)
-        rows.append({"id": f"{split}-{i}", "question": question_text(obj, light),
+        card = int(rng.integers(10_000, 100_000))
+        rows.append({"id": f"{split}-{i}", "question": question_text(obj, light, card),
                      "choices": list(COLOURS[: task.n_options]), "answer": int(rng.choice(task.n_options, p=truth)),
                      "true_probs": [round(p, 6) for p in truth], "light": light})
     return rows
