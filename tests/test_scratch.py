@@ -1,0 +1,47 @@
+"""A model created from a config (lab.scratch) is an ordinary model directory: the lab loads it,
+renders every template with its tokenizer and scores with it like any other."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lab.data import load_records
+from lab.models import load_model
+from lab.scoring import score_cloze, score_letter
+from lab.scratch import ScratchConfig, create
+from lab.templates import get_template
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    records = load_records("synthetic", "train", ["bundled"], limit=200).records
+    return create(tmp_path_factory.mktemp("model") / "scratch", records, ScratchConfig(vocab_size=600, hidden=32,
+                                                                                         intermediate=64))
+
+
+def test_the_model_loads_and_scores_like_any_other(scratch):
+    loaded = load_model(str(scratch), device="cpu")
+    assert len(loaded.tokenizer) <= 600 and loaded.model.config.num_hidden_layers == 2
+    test = load_records("synthetic", "test", ["bundled"], limit=4).records
+    for name, scorer in (("first", score_letter), ("cft_chat", score_letter), ("cloze_plain", score_cloze)):
+        prompts = [get_template(name).render(r, loaded.tokenizer) for r in test]
+        scores = scorer(loaded.model, loaded.tokenizer, prompts)
+        assert all(s.probs.shape == (4,) and np.isclose(s.probs.sum(), 1) for s in scores), name
+
+
+def test_the_tokenizer_keeps_the_option_letters_whole_and_the_chat_template(scratch):
+    tok = load_model(str(scratch), device="cpu").tokenizer
+    letters = [tok.encode(f" {c}", add_special_tokens=False) for c in "ABCD"]
+    assert all(len(ids) == 1 for ids in letters) and len({ids[0] for ids in letters}) == 4
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat.endswith("<|im_start|>assistant\n")
+
+
+def test_creation_is_seeded(scratch, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    records = load_records("synthetic", "train", ["bundled"], limit=200).records
+    again = create(tmp_path / "again", records, ScratchConfig(vocab_size=600, hidden=32, intermediate=64))
+    one, two = load_file(scratch / "model.safetensors"), load_file(again / "model.safetensors")
+    assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
