@@ -19,12 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import analysis, calibrators, confidence, selective  # noqa: E402
+from lab import analysis, calibrators, confidence, metrics, selective  # noqa: E402
 
 
 def _evaluate(split: str, out: Path) -> Path:
@@ -78,7 +77,7 @@ def main() -> None:
     lines += ["", "Selective prediction on the test run, per confidence signal:", "",
               "| Signal | AURC ↓ [95% CI] | E-AURC ↓ | AUROC ↑ [95% CI] | accuracy at 50 % coverage | at 80 % | all |",
               "|---|---|---|---|---|---|---|"]
-    correct = np.where(t.mask, tp, -np.inf).argmax(axis=1) == t.labels
+    correct = metrics.predictions(tp, t.mask)[0] == t.labels
     for name in confidence.available(tp, t.mask, t.rows):
         conf = confidence.values(name, tp, t.mask, t.rows)
         s = selective.summary(conf, correct, n_boot=1000)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from lab import metrics
 from lab.first.recalibration import temperature_paper
+from lab.data.synthetic import true_distributions
 from lab.layout import PREDICTIONS_FILE
 from lab.metric_checks import BinEdges, check_edges
 from lab.metrics import finite_or_none
@@ -139,8 +140,8 @@ def load_predictions(path: Path) -> Predictions:
 def oracle_probs(pred: Predictions) -> Optional[np.ndarray]:
     """The questions' true answer distributions (n, K) when every row carries one (``meta.true_probs``,
     the controlled task of :mod:`lab.data.synthetic`), else None."""
-    truths = [row.get("meta", {}).get("true_probs") if isinstance(row.get("meta"), dict) else None for row in pred.rows]
-    if any(not isinstance(t, list) or len(t) != int(m.sum()) for t, m in zip(truths, pred.mask)):
+    truths = true_distributions(pred.rows)
+    if truths is None or any(len(t) != int(m.sum()) for t, m in zip(truths, pred.mask)):
         return None
     return metrics.padded(truths)[0]
 

@@ -170,7 +170,7 @@ METHODS.add("histogram", Method("histogram binning", _fit_histogram, _apply_hist
 
 
 def _correct(probs: np.ndarray, mask: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    return (np.where(mask, probs, -np.inf).argmax(axis=1) == labels).astype(np.float64)
+    return (metrics.predictions(probs, mask)[0] == labels).astype(np.float64)
 
 
 # ---------------------------------------------------------------- fit, apply, score
@@ -197,7 +197,7 @@ def apply(cal: Calibrator, probs: Any, mask: Any, rows: Sequence[dict[str, Any]]
         probs = spec.apply(cal.params, probs, mask, np.empty(0))
         return metrics.predictions(probs, mask)
     s = confidence.values(cal.signal, probs, mask, rows)
-    pred = np.where(mask, probs, -np.inf).argmax(axis=1)
+    pred = metrics.predictions(probs, mask)[0]
     return pred, np.clip(spec.apply(cal.params, probs, mask, s), 0.0, 1.0)
 
 
@@ -239,7 +239,7 @@ def before_after(cal: Calibrator, probs: Any, mask: Any, labels: Any, rows: Sequ
     questions shared with the fit set. Raises :class:`SameQuestions` (see :func:`check_held_out`)."""
     shared = check_held_out(cal, rows)
     probs, mask, labels = _arrays(probs, mask, labels)
-    pred = np.where(mask, probs, -np.inf).argmax(axis=1)
+    pred = metrics.predictions(probs, mask)[0]
     signal = confidence.DEFAULT if METHODS.get(cal.method).multiclass else cal.signal
     before = np.clip(confidence.values(signal, probs, mask, rows), 0.0, 1.0)
     after_pred, after = apply(cal, probs, mask, rows)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from lab import metrics
 from lab.registry import Registry
 
 DEFAULT = "max_prob"
@@ -67,7 +68,7 @@ def _certainty(probs: np.ndarray, mask: np.ndarray, rows: Sequence[dict[str, Any
 def _full_vocab(probs: np.ndarray, mask: np.ndarray, rows: Sequence[dict[str, Any]]) -> Optional[np.ndarray]:
     if not all("option_vocab_probs" in row for row in rows):
         return None
-    pred = np.where(mask, probs, -np.inf).argmax(axis=1)
+    pred = metrics.predictions(probs, mask)[0]
     return np.array([float(row["option_vocab_probs"][k]) for row, k in zip(rows, pred)])
 
 
@@ -96,25 +97,23 @@ def values(name: str, probs: np.ndarray, mask: np.ndarray, rows: Sequence[dict[s
     raise ValueError(f"This run has no {signal.title} confidence: it needs {signal.needs}.")
 
 
-def available(probs: np.ndarray, mask: np.ndarray, rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The names of the signals this run can give, in registration order."""
-    out = []
+def all_values(probs: np.ndarray, mask: np.ndarray, rows: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Every signal this run can give (:func:`values`), by name, in registration order."""
+    out = {}
     for name in SIGNALS.in_order():
         try:
-            values(name, probs, mask, rows)
+            out[name] = values(name, probs, mask, rows)
         except ValueError:
             continue
-        out.append(name)
     return out
+
+
+def available(probs: np.ndarray, mask: np.ndarray, rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The names of the signals this run can give, in registration order."""
+    return list(all_values(probs, mask, rows))
 
 
 def row_signals(probs: Sequence[float], row: dict[str, Any]) -> dict[str, float]:
     """Every signal one prediction row can give, for storing in it (``row["signals"]``)."""
     p = np.asarray(probs, dtype=np.float64)[None, :]
-    mask = np.ones(p.shape, dtype=bool)
-    out = {}
-    for name in SIGNALS.in_order():
-        value = SIGNALS.get(name).compute(p, mask, [row])
-        if value is not None:
-            out[name] = float(value[0])
-    return out
+    return {name: float(v[0]) for name, v in all_values(p, np.ones(p.shape, dtype=bool), [row]).items()}

@@ -229,11 +229,11 @@ def selective_metrics(rows: list[dict[str, Any]], n_boot: int, seed: int) -> dic
     coverage of the top probability (with bootstrap intervals when ``n_boot`` > 0), and under
     ``signals`` the same for every confidence signal the rows can give (:mod:`lab.confidence`)."""
     probs, mask = metrics.padded([np.asarray(r["probs"]) for r in rows])
-    correct = np.array([r["answer"] for r in rows]) == np.where(mask, probs, -np.inf).argmax(axis=1)
-    per_signal = {name: selective.summary(confidence.values(name, probs, mask, rows), correct)
-                  for name in confidence.available(probs, mask, rows)}
-    top = confidence.values(confidence.DEFAULT, probs, mask, rows)
-    return {**selective.summary(top, correct, n_boot=n_boot, seed=seed), "signals": per_signal}
+    correct = np.array([r["answer"] for r in rows]) == metrics.predictions(probs, mask)[0]
+    signals = confidence.all_values(probs, mask, rows)
+    per_signal = {name: selective.summary(conf, correct) for name, conf in signals.items()}
+    top = selective.summary(signals[confidence.DEFAULT], correct, n_boot=n_boot, seed=seed)
+    return {**top, "signals": per_signal}
 
 
 def apply_calibrator(rows: list[dict[str, Any]], cal: calibrators.Calibrator,
@@ -261,8 +261,8 @@ def oracle_metrics(rows: list[dict[str, Any]], n_bins: int, edges: str) -> Optio
     """For questions that carry their true answer distribution (``meta.true_probs``: the controlled
     task, :mod:`lab.data.synthetic`), the Bayes predictor's accuracy, ECE, NLL and Brier on them, and
     under ``expected`` its accuracy and ECE in closed form; None for any other data."""
-    truths = [r.get("meta", {}).get("true_probs") if isinstance(r.get("meta"), dict) else None for r in rows]
-    if not rows or any(t is None for t in truths):
+    truths = synthetic.true_distributions(rows)
+    if truths is None:
         return None
     labels = [r["answer"] for r in rows]
     return {**synthetic.oracle(truths, labels, n_bins, edges), "expected": synthetic.expected_oracle(truths, n_bins, edges)}

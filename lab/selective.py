@@ -73,7 +73,12 @@ def aurc(conf: Any, correct: Any) -> float:
     >>> round(aurc([0.9, 0.8, 0.7, 0.6, 0.5], [1, 0, 1, 1, 0]), 6)
     0.296667
     """
-    return float(np.mean(risk_coverage(conf, correct)[1]))
+    return _area(expected_errors(conf, correct))
+
+
+def _area(errors: np.ndarray) -> float:
+    """AURC from :func:`expected_errors`' counts: the mean of errors_k / k."""
+    return float(np.mean(errors / np.arange(1, errors.size + 1)))
 
 
 def oracle_aurc(correct: Any) -> float:
@@ -122,7 +127,11 @@ def accuracy_at_coverage(conf: Any, correct: Any, coverage: float) -> float:
     """Expected accuracy on the ⌈coverage·n⌉ most confident questions (ties in random order)."""
     if not (isinstance(coverage, (int, float)) and 0 < coverage <= 1):
         raise ValueError(f"Expected `coverage` in (0, 1], but got {coverage!r}")
-    errors = expected_errors(conf, correct)
+    return _accuracy_at(expected_errors(conf, correct), coverage)
+
+
+def _accuracy_at(errors: np.ndarray, coverage: float) -> float:
+    """Accuracy at ``coverage`` from :func:`expected_errors`' counts."""
     k = max(1, math.ceil(round(coverage * errors.size, 9)))
     return float(1.0 - errors[k - 1] / k)
 
@@ -166,9 +175,11 @@ def summary(conf: Any, correct: Any, coverages: Sequence[float] = COVERAGES, n_b
             seed: int = 0) -> dict[str, Any]:
     """AURC, E-AURC, AUROC and accuracy at each coverage (``acc_at_50`` …), JSON-ready; with
     ``n_boot`` > 0 also the bootstrap intervals ``aurc_ci`` and ``auroc_ci`` (``[low, high]``)."""
-    out: dict[str, Any] = {"aurc": aurc(conf, correct), "e_aurc": e_aurc(conf, correct), "auroc": auroc(conf, correct)}
+    errors = expected_errors(conf, correct)  # one sort serves the area and every coverage
+    area = _area(errors)
+    out: dict[str, Any] = {"aurc": area, "e_aurc": area - oracle_aurc(correct), "auroc": auroc(conf, correct)}
     for c in coverages:
-        out[f"acc_at_{round(100 * c)}"] = accuracy_at_coverage(conf, correct, c)
+        out[f"acc_at_{round(100 * c)}"] = _accuracy_at(errors, c)
     if n_boot > 0:
         for key, stat in (("aurc", aurc), ("auroc", auroc)):
             interval = bootstrap(stat, conf, correct, n_boot, seed=seed)

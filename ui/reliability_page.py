@@ -42,13 +42,16 @@ def drawn_confidence(ctx: LabContext, run: runs.EvalRun,
     to show: a calibrator fitted on some of these questions, a run too small for a steady ECE."""
     pred = ctx.results.predictions(run)
     probs = analysis.reported_probs(pred)
-    if calibrator is None:
-        choice, conf = metrics.predictions(probs, pred.mask)
-        said = [analysis.small_sample_warning(len(pred.labels))]
-    else:
-        choice, conf = calibrators.apply(calibrator, probs, pred.mask, pred.rows)
-        said = [calibrators.fitted_on_same(calibrator, pred.rows), analysis.small_sample_warning(len(pred.labels))]
-    return conf, choice == pred.labels, [f"{run.label}: {c}" for c in said if c]
+    choice, conf = (metrics.predictions(probs, pred.mask) if calibrator is None
+                    else calibrators.apply(calibrator, probs, pred.mask, pred.rows))
+    return conf, choice == pred.labels, cautions_of(run, pred, calibrator)
+
+
+def cautions_of(run: runs.EvalRun, pred: analysis.Predictions,
+                calibrator: Optional[calibrators.Calibrator]) -> list[str]:
+    """What to say beside a drawn run: a calibrator fitted on some of its questions, too few questions."""
+    said = [calibrators.fitted_on_same(calibrator, pred.rows), analysis.small_sample_warning(len(pred.labels))]
+    return [f"{run.label}: {c}" for c in said if c]
 
 
 def reported_summary(ctx: LabContext, run: runs.EvalRun, n_bins: int, strategy: str,
@@ -59,10 +62,10 @@ def reported_summary(ctx: LabContext, run: runs.EvalRun, n_bins: int, strategy: 
     choice) names a convention; with the cautions of :func:`drawn_confidence`."""
     pred = ctx.results.predictions(run)
     closed = bin_edges(edges, pred.bin_edges)
-    conf, correct, cautions = drawn_confidence(ctx, run, calibrator)
     if calibrator is None:  # the whole summary (NLL, Brier, Trust) of the probabilities as reported
-        return analysis.calibration_summary(analysis.reported_probs(pred), pred.mask, pred.labels, n_bins, strategy,
-                                            closed, BOOT), cautions
+        return (analysis.calibration_summary(analysis.reported_probs(pred), pred.mask, pred.labels, n_bins, strategy,
+                                             closed, BOOT), cautions_of(run, pred, None))
+    conf, correct, cautions = drawn_confidence(ctx, run, calibrator)
     return analysis.confidence_summary(conf, correct, n_bins, strategy, closed, BOOT), cautions
 
 
@@ -97,7 +100,7 @@ def robustness_view(ctx: LabContext, picked: list[runs.EvalRun], edges: Optional
     return robustness_figure(drawn), cautions
 
 
-def _cautions(cautions: list[str]) -> str:
+def _notes(cautions: list[str]) -> str:
     return "".join(note(c) for c in cautions)
 
 
@@ -115,7 +118,7 @@ def reliability_view(ctx: LabContext, names: Optional[list[str]], bins: Optional
             return positionwise_view(ctx, picked)
         if view == VIEWS[2]:
             figure, cautions = robustness_view(ctx, picked, edges, cal)
-            return figure, _cautions(cautions)
+            return figure, _notes(cautions)
         drawn = [(r, reported_summary(ctx, r, n_bins, strategy, edges, cal)) for r in picked]
     except (ValueError, OSError) as e:
         return None, error(str(e))
@@ -129,7 +132,7 @@ def reliability_view(ctx: LabContext, names: Optional[list[str]], bins: Optional
     summaries = summaries[:MAX_SIDE_BY_SIDE]
     cautions = [c for _, (_, said) in drawn for c in said]
     figure = reliability_figure(summaries[0][1], summaries[0][0]) if len(summaries) == 1 else side_by_side(summaries)
-    return figure, _cautions(cautions)
+    return figure, _notes(cautions)
 
 
 def download_name(ctx: LabContext, names: Optional[list[str]], view: str) -> str:

@@ -16,7 +16,7 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
-from lab import analysis, cases, confidence, runs, selective
+from lab import analysis, cases, confidence, metrics, runs, selective
 from ui.cases_page import COLUMN_WIDTHS, COLUMNS as CASE_COLUMNS, MAX_CHARS, shown_cases
 from ui.components import run_picker
 from ui.context import LabContext
@@ -58,11 +58,10 @@ def _round(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 4)
 
 
-def run_row(label: str, signal: str, conf: np.ndarray, correct: np.ndarray, threshold: float) -> dict[str, Any]:
-    """One row of the table: the run's selective metrics and what ``threshold`` does to it."""
-    s = selective.summary(conf, correct, n_boot=BOOT)
-    cut = selective.select(conf, correct, threshold)
-    return {"run": label, "signal": confidence.SIGNALS.get(signal).title, "n": int(conf.size),
+def run_row(label: str, signal: str, correct: np.ndarray, s: dict[str, Any], cut: dict[str, Any]) -> dict[str, Any]:
+    """One row of the table: the run's selective metrics (``s``, :func:`lab.selective.summary`) and
+    what the threshold does to it (``cut``, :func:`lab.selective.select`)."""
+    return {"run": label, "signal": confidence.SIGNALS.get(signal).title, "n": int(correct.size),
             "accuracy": _round(float(np.mean(correct))), "AURC": _round(s["aurc"]),
             "AURC 95% CI": _interval(s.get("aurc_ci")), "E-AURC": _round(s["e_aurc"]), "AUROC": _round(s["auroc"]),
             "AUROC 95% CI": _interval(s.get("auroc_ci")), "acc @ 50% coverage": _round(s["acc_at_50"]),
@@ -98,10 +97,10 @@ def selective_view(ctx: LabContext, names: Optional[list[str]], signal: Optional
                 continue
             correct = reported_correct(pred)
             coverage, risk = selective.risk_coverage(conf, correct)
-            cut = selective.select(conf, correct, threshold)
-            curves.append({"label": run.label, "coverage": coverage, "risk": risk, "aurc": selective.aurc(conf, correct),
+            s, cut = selective.summary(conf, correct, n_boot=BOOT), selective.select(conf, correct, threshold)
+            curves.append({"label": run.label, "coverage": coverage, "risk": risk, "aurc": s["aurc"],
                            "at_threshold": (cut["coverage"], cut["accuracy"])})
-            rows.append(run_row(run.label, signal, conf, correct, threshold))
+            rows.append(run_row(run.label, signal, correct, s, cut))
             first = first or (run, pred, conf)
     except (ValueError, OSError) as e:
         return None, empty, NO_CASES, "", error(str(e))
@@ -118,7 +117,7 @@ def selective_view(ctx: LabContext, names: Optional[list[str]], signal: Optional
 def reported_correct(pred: analysis.Predictions) -> np.ndarray:
     """Whether each reported answer (the top option of the probabilities as reported) is right."""
     probs = analysis.reported_probs(pred)
-    return np.where(pred.mask, probs, -np.inf).argmax(axis=1) == pred.labels
+    return metrics.predictions(probs, pred.mask)[0] == pred.labels
 
 
 def build_selective(ctx: LabContext) -> SelectiveLink:

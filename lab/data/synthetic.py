@@ -145,6 +145,15 @@ def expected_oracle(true_probs: Any, n_bins: int = 10, edges: str = "right") -> 
     return {"accuracy": float(conf.mean()), "ece": expected_ece / conf.size, "population_ece": 0.0}
 
 
+def true_distributions(rows: Sequence[dict[str, Any]]) -> Optional[list[list[float]]]:
+    """Every prediction row's true answer distribution (``meta.true_probs``, kept from the record),
+    or None unless all of them carry one: only the controlled task's runs have an oracle."""
+    truths = [row["meta"].get("true_probs") if isinstance(row.get("meta"), dict) else None for row in rows]
+    if not rows or not all(isinstance(t, list) for t in truths):
+        return None
+    return truths
+
+
 def _poisson_binomial(q: Sequence[float]) -> np.ndarray:
     """P(S = s), s = 0..n, for S a sum of independent Bernoulli(q_i): one convolution per trial."""
     pmf = np.array([1.0])
