@@ -99,6 +99,11 @@ def test_workbench_fits_on_validation_applies_to_test_and_saves(lab):
     assert "400 of these 400 questions were used to fit" in note  # marked, on the page that shows it
 
 
+def test_workbench_says_when_the_signal_it_calibrates_is_no_probability(lab):
+    assert "not a probability" in fit_and_apply(lab, "val", "test", "isotonic", "margin", 10)[0]
+    assert "not a probability" not in fit_and_apply(lab, "val", "test", "isotonic", "max_prob", 10)[0]
+
+
 def test_workbench_refuses_the_same_questions_in_red(lab):
     message, figure, table, cal = fit_and_apply(lab, "val", "val", "platt", "max_prob", 10)
     assert "Refused" in message and "lab-error" in message and figure is None and cal is None

@@ -80,8 +80,11 @@ def fit_and_apply(ctx: LabContext, fit_name: Optional[str], apply_name: Optional
     if report["overlap"]:
         message = RED.format(html.escape(f"⚠️ {report['overlap']} of the {report['after']['n']} test questions were "
                                      "used to fit this calibrator: the 'after' figures are optimistic."))
-    small = analysis.small_sample_warning(report["after"]["n"])
-    return message + (note(small) if small else ""), figure, metrics_table(report), cal
+    signal = confidence.SIGNALS.get(report["signal"])
+    cautions = [analysis.small_sample_warning(report["after"]["n"]),
+                "" if signal.probability else f"The {signal.title} is a score, not a probability: the 'before' column "
+                                              "reads it as one, so its ECE says little; 'after' is a probability."]
+    return message + "".join(note(c) for c in cautions if c), figure, metrics_table(report), cal
 
 
 def calibrator_folder(cal: calibrators.Calibrator, now: Optional[float] = None) -> str:
