@@ -411,3 +411,38 @@ class TopKStore:
             if len(self._cache) > self._cache_shards:
                 self._cache.popitem(last=False)
         return self._cache[s]
+
+
+# (sequence index, its ids (T, k), its log-probs (T, k)) → the replacement rows, same shapes
+RowEdit = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def derive_store(source_dir: Path, out_dir: Path, edit: RowEdit, meta: dict) -> dict:
+    """A store over the same sequences as ``source_dir``'s with each sequence's rows replaced by
+    ``edit``'s: e.g. the answer positions set to a known true distribution (an oracle teacher).
+    Same alignment, k, dtypes and shard ranges, so every reader and the students' misalignment
+    check take it as they take an extracted one; ``meta`` (with the source's folder) replaces the
+    source's. The coverage figures stay the source teacher's. Returns the manifest."""
+    source = TopKStore(source_dir)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    settings = {key: source.manifest[key] for key in ("format", "k", "id_dtype", "logprob_dtype", "vocab_size",
+                                                      "coverage_k", "shard_size", "n_sequences", "sequences_sha256")}
+    settings["meta"] = json.loads(json.dumps({**meta, "derived_from": str(source_dir)}))
+    id_dtype, lp_dtype = np.dtype(settings["id_dtype"]), LOGPROB_DTYPES[settings["logprob_dtype"]]
+    coverage, shards = _Coverage(settings["coverage_k"]), {}
+    for entry in source.manifest["shards"]:
+        arrays = dict(_load_shard(source.out_dir, entry))
+        lo, hi = entry["sequences"]
+        offsets = arrays["offsets"]
+        for i in range(hi - lo):
+            a, b = offsets[i], offsets[i + 1]
+            ids, logprobs = edit(lo + i, arrays["ids"][a:b].astype(np.int64), arrays["logprobs"][a:b].astype(np.float32))
+            if ids.shape != (b - a, settings["k"]) or logprobs.shape != ids.shape:
+                raise StoreError(f"derive_store: the edit of sequence {lo + i} returned shapes {ids.shape} and "
+                                 f"{logprobs.shape}, expected {(b - a, settings['k'])}")
+            arrays["ids"][a:b], arrays["logprobs"][a:b] = ids.astype(id_dtype), logprobs.astype(lp_dtype)
+        shards[entry["index"]] = _write_shard(out_dir, entry["index"], lo, hi, arrays)
+        coverage.add(arrays["coverage_sum"], arrays["coverage_min"], arrays["coverage_max"], entry["rows"])
+    return _write_manifest(out_dir, settings, shards, source.manifest["n_shards"], source.manifest["n_rows"],
+                           coverage, id_dtype, lp_dtype)

@@ -24,8 +24,11 @@ from lab.sections import (AdaptedModel, DataSection, Dataset, ModelSection, Pipe
 from lab.temperature import FitObjective
 from lab.train.config import TrainConfig, Tuning, training_section
 
-Student = Literal["finetune", "distill", "distill_ls", "first"]
-STUDENTS: tuple[str, ...] = typing.get_args(Student)
+Student = Literal["finetune", "distill", "distill_ls", "first", "oracle"]
+# The default students; ``oracle`` (distilled from the true answer distribution, where the data carries
+# one: the controlled task) is the upper bound a FIRST student can reach, asked for by name.
+STUDENTS: tuple[str, ...] = ("finetune", "distill", "distill_ls", "first")
+ORACLE = "oracle"
 MAX_GRID = 100  # temperatures in ts_grid: the paper's has 10, the default log grid 21
 # The defaults' sizes: five models trained on a CPU at well under one example a second, so every stage of
 # the pipeline runs on the bundled OpenBookQA sample in about half an hour (examples/first-paper.yaml: all).
@@ -55,7 +58,9 @@ class FirstConfig(ConfigMixin, RunSection, PipelineEvalSection, PromptSection, D
     student: str = redeclare(ModelSection, "model", help="student base model (same tokenizer as the teacher)",
                              trained_by="student_method")
     student_method: Tuning = field(default="full", metadata=doc("student training: full, lora or qlora"))
-    students: list[Student] = field(default_factory=lambda: list(STUDENTS), metadata=doc(f"any of {STUDENTS}"))
+    students: list[Student] = field(default_factory=lambda: list(STUDENTS), metadata=doc(
+        f"any of {typing.get_args(Student)}; oracle: direct distillation from the questions' true answer distribution "
+        "(the synthetic dataset) in place of the teacher's, an upper bound"))
     train_split: str = field(default="train", metadata=doc("training split (or SOURCE:PART)", **SPLIT))
     val_split: str = field(default="validation", metadata=doc("split for the temperature sweep and per-epoch ECE",
                                                               **SPLIT))
@@ -93,7 +98,7 @@ class FirstConfig(ConfigMixin, RunSection, PipelineEvalSection, PromptSection, D
 
     def __post_init__(self) -> None:
         if not self.students:
-            raise ValueError(f"students: must name at least one of {STUDENTS}")
+            raise ValueError(f"students: must name at least one of {typing.get_args(Student)}")
         if self.kd_renormalise and self.kd_tail:
             raise ValueError("`kd_renormalise` and `kd_tail` exclude each other: after renormalising over the "
                              "top-k there is no mass left for a tail bucket")

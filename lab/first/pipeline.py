@@ -6,6 +6,7 @@ stopped (training stages also resume from their last epoch checkpoint).
 
     teacher/          fine-tuned teacher (or none: an existing teacher is used as is)
     topk/             teacher top-k over the training sequences (manifest.json: coverage, storage)
+    topk_oracle/      the same with the true answer distribution at the answer positions (``oracle`` student)
     topk_val/         teacher top-k at the answer position of the validation questions
     sweep.json        the temperature sweep
     students/<name>/  one per student method
@@ -21,18 +22,20 @@ import numpy as np
 import torch
 
 from lab.first import recalibration
+from lab.data import DataError
 from lab.distill.extract import TopKStore, extract_topk, misalignment
 from lab.distill.job import extract_records, tokenizer_name
 from lab.distill.losses import topk_kl_loss
 from lab.distill.trainer import DistillTrainer
 from lab.evaluate import EvalConfig, evaluate
 from lab.events import EventWriter
-from lab.first.config import FirstConfig
+from lab.first.config import ORACLE, FirstConfig
+from lab.first.oracle import missing_truth, write_oracle_store
 from lab.errors import ModelLoadError
 from lab.first.report import sweep_summary, write_report
 from lab.layout import EVAL_DIR, TOPK_DIR
 from lab.stages import stage
-from lab.models import load_model
+from lab.models import load_model, load_tokenizer, resolve_model_path
 from lab.scoring import split_pairs
 from lab.templates import get_template
 from lab.train.data import build_examples, pad_batch
@@ -96,11 +99,26 @@ def _transform(cfg: FirstConfig, method: str, sweep: dict[str, Any]) -> Callable
     Label smoothing keeps each row's mass (Eq. 3 on the raw top-k) unless ``ls_renormalise``; the
     rows reach :func:`topk_kl_loss` as they are, which renormalises them only with ``kd_renormalise``.
     """
-    if method == "distill":
+    if method in ("distill", ORACLE):
         return lambda p: recalibration.direct(p, cfg.direct_delta)
     if method == "distill_ls":
         return lambda p: recalibration.label_smooth(p, cfg.ls_delta, renormalise=cfg.ls_renormalise)
     return lambda p: recalibration.TRANSFORMS[cfg.ts_form](p, sweep["best"])
+
+
+def _train_truths(cfg: FirstConfig) -> list:
+    tcfg = cfg.train_config(cfg.student, cfg.student_method)
+    return [r.meta.get("true_probs") for r in load_split_records(tcfg, cfg.train_split, [], cfg.train_limit)]
+
+
+def _oracle_store(cfg: FirstConfig, topk: Path, out: Path) -> dict[str, Any]:
+    """The teacher's training store with its answer rows set to the questions' true distributions."""
+    tcfg = cfg.train_config(cfg.student, cfg.student_method)
+    tok = load_tokenizer(resolve_model_path(cfg.student), cfg.student)
+    examples = build_examples(load_split_records(tcfg, tcfg.split, [], tcfg.limit), tcfg.template, tok,
+                              tcfg.completion_only, tcfg.max_length)
+    manifest = write_oracle_store(topk / "train", out / "train", examples, _train_truths(cfg))
+    return {"n_sequences": manifest["n_sequences"]}
 
 
 def _distill(cfg: FirstConfig, method: str, sweep: dict[str, Any], topk_dir: Path, out: Path, events: EventWriter,
@@ -146,6 +164,8 @@ def _evaluations(cfg: FirstConfig) -> list[dict[str, Any]]:
 
 
 def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
+    if ORACLE in cfg.students and (problem := missing_truth(_train_truths(cfg))):
+        raise DataError(problem)  # before an hour of teacher training, not after
     teacher = stage(out / "teacher", events, "teacher", lambda: _teacher(cfg, out / "teacher", events, should_stop),
                     collective=True)
     topk = out / TOPK_DIR
@@ -157,6 +177,10 @@ def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Cal
         if method == "finetune":
             work = lambda t=target: finetune(cfg.train_config(cfg.student, cfg.student_method), t, events, should_stop,
                                              stage="student:finetune")
+        elif method == ORACLE:
+            oracle_topk = out / f"{TOPK_DIR}_{ORACLE}"
+            stage(oracle_topk, events, "oracle store", lambda: _oracle_store(cfg, topk, oracle_topk))
+            work = lambda t=target, d=oracle_topk: _distill(cfg, ORACLE, sweep, d, t, events, should_stop)
         else:
             work = lambda m=method, t=target: _distill(cfg, m, sweep, topk, t, events, should_stop)
         models[method] = stage(target, events, f"student:{method}", work, collective=True)

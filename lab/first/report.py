@@ -9,7 +9,8 @@ SWEEP_KEYS = ("form", "objective", "n_bins", "bin_edges", "best", "best_ece", "b
               "on_edge", "records")
 SYMBOL = {"paper": "c", "logit": "T"}  # FIRST Eq. 4 calls its temperature c; the usual one is T
 METHOD_NAMES = {"teacher": "Teacher", "finetune": "Fine-tune", "distill": "Distill (direct)",
-                "distill_ls": "Distill + label smoothing", "first": "FIRST (temperature scaling)"}
+                "distill_ls": "Distill + label smoothing", "first": "FIRST (temperature scaling)",
+                "oracle": "Oracle distill (true distribution; upper bound)"}
 
 
 def markdown(rows: list[dict[str, Any]], sweep: dict[str, Any]) -> str:
