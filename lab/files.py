@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -25,3 +27,24 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 def cache_dir() -> Path:
     """Where converted models live: ``$CALIBRATION_LAB_CACHE`` or ``~/.cache/calibration-lab``."""
     return Path(os.environ.get("CALIBRATION_LAB_CACHE", Path.home() / ".cache" / "calibration-lab"))
+
+
+def make_folder_once(target: Path, make: Callable[[Path], None], marker: str = "config.json") -> Path:
+    """``target``, made by ``make`` unless it holds ``marker`` already. ``make`` writes into a
+    temporary folder beside it, renamed into place: an interrupted or concurrent first use never
+    leaves or sees half a folder (when two race, the loser's copy is dropped: it is the same)."""
+    target = Path(target)
+    if (target / marker).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        make(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / marker).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

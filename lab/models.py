@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -21,8 +18,9 @@ from typing import Callable, Optional
 import torch
 
 from lab.errors import ModelLoadError
+from lab.files import make_folder_once
 from lab.hub import hub_reachable
-from lab.weights import BUNDLED, bundled_target
+from lab.weights import BUNDLED, SCRATCH, bundled_target
 
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
@@ -54,7 +52,8 @@ def bundled_model_dir() -> Path:
     """Return the safetensors directory of the bundled model, converting the GGUF once.
 
     The conversion writes into a temporary directory beside the target and renames it into
-    place, so an interrupted or concurrent conversion never leaves a half-written model.
+    place (:func:`lab.files.make_folder_once`), so an interrupted or concurrent conversion never
+    leaves a half-written model.
     """
     target = bundled_target()
     if bundled_converted():
@@ -63,31 +62,28 @@ def bundled_model_dir() -> Path:
 
     gguf = _bundled_gguf()
     log.warning("Converting the bundled model from %s (once; about 30 s)", gguf.name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
+
+    def convert(folder: Path) -> None:
         kwargs = {"gguf_file": gguf.name}
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
         quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kwargs)
         config = AutoConfig.from_pretrained(gguf.parent, **kwargs)
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         plain.load_state_dict(quantised.state_dict())
-        plain.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished first: its copy is as good as ours
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        plain.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+
+    return make_folder_once(target, convert)
 
 
 def resolve_model_path(name: str) -> str:
-    """Map a user's model name to what ``from_pretrained`` takes: ``bundled``, a local dir or a hub id."""
+    """Map a user's model name to what ``from_pretrained`` takes: ``bundled``, ``scratch``, a local dir or a hub id."""
     if name == BUNDLED:
         return str(bundled_model_dir())
+    if name == SCRATCH:
+        from lab.scratch import default_model
+
+        return str(default_model())
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path)

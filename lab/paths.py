@@ -35,6 +35,7 @@ from lab.config import PATH_ROLES, ConfigError, validate, walk
 from lab.data import DATASETS, DataError, samples, with_sample
 from lab.data.loaders import list_folder, split_entry
 from lab.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
+from lab.weights import NAMED_MODELS
 
 MAX_FILES = 10_000  # files one config may resolve to (a glob over a huge tree is refused, not walked)
 MAX_TREE = 10_000  # entries of a model or adapter folder checked for symlinks leading out
@@ -42,7 +43,6 @@ DATA_EXTENSIONS = (".jsonl", ".json", ".csv")
 PAIR_EXTENSIONS = (".jsonl", ".json")
 # A Hugging Face repo id: org/name or name, letters, digits, "-", "_", "." (no "..", no "--").
 HUB_ID = re.compile(r"(?!.*(\.\.|--))[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
-BUNDLED = "bundled"
 
 
 class PathNotAllowed(ConfigError):
@@ -245,12 +245,12 @@ def looks_like_path(value: str) -> bool:
 
 
 def _model(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
-    if value == BUNDLED:
+    if value in NAMED_MODELS:
         return value
     if looks_like_path(value):
         return _folder(field, value, policy, "a model folder")
     if not HUB_ID.fullmatch(value):
-        raise ConfigError(f"{field}: {value!r} is neither 'bundled', a model folder, nor a Hugging Face hub id "
+        raise ConfigError(f"{field}: {value!r} is neither 'bundled', 'scratch', a model folder, nor a Hugging Face hub id "
                           "(org/name)")
     _check_hub_model(field, value)
     return value

@@ -7,7 +7,8 @@ architecture a few layers deep. Its tokenizer is a byte-level BPE trained on the
 chat template, so every template, scorer and trainer applies unchanged; with ~1,000 tokens instead
 of the bundled 49,152, the output layer no longer dominates a step (it did, 50 to 1). Both are saved
 with ``save_pretrained``: an ordinary model directory that ``model: PATH`` loads like any other,
-fine-tunes, distils into and evaluates.
+fine-tunes, distils into and evaluates. The model name ``scratch`` is the default one, created on
+first use (:func:`default_model`) from the bundled controlled task's training prompts.
 """
 from __future__ import annotations
 
@@ -82,6 +83,19 @@ def create(out: Path, records: Iterable[MCQRecord], cfg: ScratchConfig = Scratch
     LlamaForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def default_model() -> Path:
+    """The ``scratch`` model, created once (seeded: every machine makes the same one) in the cache. It
+    is written beside its place and renamed into it, so a concurrent first use never sees half a model."""
+    from lab.data import load_records
+    from lab.files import make_folder_once
+    from lab.weights import scratch_target
+
+    def make(folder: Path) -> None:
+        create(folder, load_records("synthetic", "train", ["bundled"]).records)
+
+    return make_folder_once(scratch_target(), make)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -46,7 +46,9 @@ DATA_FILES_HELP = ("local files, folders or globs: PATH or SPLIT=PATH; 'bundled'
 
 @dataclass
 class ModelSection:
-    model: str = field(default=DEFAULT_MODEL, metadata=doc("'bundled', a local directory or a hub id", role="model"))
+    model: str = field(default=DEFAULT_MODEL, metadata=doc(
+        "'bundled', 'scratch' (a small random-weight model for the synthetic task), a local directory or a hub id",
+        role="model"))
 
 
 @dataclass

@@ -15,6 +15,10 @@ from lab.files import cache_dir
 
 BUNDLED = "bundled"
 BUNDLED_DIRNAME = "SmolLM2-135M-Instruct"
+# A small random-weight model for the controlled task (lab.scratch), made on first use.
+SCRATCH = "scratch"
+SCRATCH_DIRNAME = "scratch-synthetic"
+NAMED_MODELS = (BUNDLED, SCRATCH)  # the names a model field takes besides a folder or a hub id
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024**3
 
@@ -29,9 +33,15 @@ def bundled_target() -> Path:
     return cache_dir() / "models" / BUNDLED_DIRNAME
 
 
+def scratch_target() -> Path:
+    """Where the ``scratch`` model lives (created on its first use)."""
+    return cache_dir() / "models" / SCRATCH_DIRNAME
+
+
 def local_model_dir(model: str) -> Optional[Path]:
     """The directory ``model`` names (``bundled``: its converted copy), or None: not (yet) on disk."""
-    path = bundled_target() if model == BUNDLED else Path(model).expanduser()
+    named = {BUNDLED: bundled_target, SCRATCH: scratch_target}
+    path = named[model]() if model in named else Path(model).expanduser()
     return path if path.is_dir() else None
 
 

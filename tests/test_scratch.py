@@ -45,3 +45,21 @@ def test_creation_is_seeded(scratch, tmp_path):
     again = create(tmp_path / "again", records, ScratchConfig(vocab_size=600, hidden=32, intermediate=64))
     one, two = load_file(scratch / "model.safetensors"), load_file(again / "model.safetensors")
     assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
+
+
+def test_the_name_scratch_is_a_model_made_once_on_first_use(monkeypatch, tmp_path):
+    from lab import scratch as module
+    from lab.kinds import parse_config
+    from lab.models import resolve_model_path
+    from lab.weights import local_model_dir
+
+    made = []
+    monkeypatch.setattr("lab.weights.scratch_target", lambda: tmp_path / "cache" / "scratch-synthetic")
+    monkeypatch.setattr(module, "create", lambda out, records, cfg=None: made.append(len(records)) or
+                        (out / "config.json").write_text("{}"))
+    assert local_model_dir("scratch") is None  # not made yet: the pre-flight knows
+    first, again = resolve_model_path("scratch"), resolve_model_path("scratch")
+    assert first == again == str(tmp_path / "cache" / "scratch-synthetic") and made == [2000]
+    assert local_model_dir("scratch") == tmp_path / "cache" / "scratch-synthetic"
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")]  # no half-made folder left
+    assert parse_config({"kind": "evaluate", "model": "scratch", "dataset": "synthetic"})[1].model == "scratch"

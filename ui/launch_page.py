@@ -18,6 +18,7 @@ from lab import kinds
 from lab.data import DataError, dataset_names
 from lab.errors import USER_ERRORS
 from lab.templates import template_names
+from lab.weights import NAMED_MODELS
 from ui import forms
 from ui.context import LabContext
 from ui.messages import error, ok
@@ -92,7 +93,7 @@ def _widget(kind: str, field: forms.Field, value: Any) -> gr.components.Componen
         return gr.Dropdown([""] + template_names(), value=value or "", label=label, info=info,
                            allow_custom_value=True, elem_id=elem_id)
     if field.role == "model":
-        return gr.Dropdown(["bundled"], value=value, label=label, info=info + " (type a hub id or a path)",
+        return gr.Dropdown(list(NAMED_MODELS), value=value, label=label, info=info + " (type a hub id or a path)",
                            allow_custom_value=True, elem_id=elem_id)
     if field.widget == "choice":
         return gr.Dropdown(list(field.choices), value=value, label=label, info=info, elem_id=elem_id)

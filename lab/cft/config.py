@@ -18,7 +18,7 @@ from lab.config import ConfigMixin, doc, redeclare, with_defaults
 from lab.kinds import JobKind, register
 from lab.layout import EVAL_DIR, FITTED_TEMPERATURE_DIR, REPORT_JSON, REPORT_MD
 from lab.limits import MAX_ROWS, MAX_TOKENS
-from lab.sections import BUNDLED, DataSection, ModelSection, PipelineEvalSection, RunSection
+from lab.sections import BUNDLED, DataSection, ModelSection, PipelineEvalSection, PromptSection, RunSection
 from lab.temperature import FitObjective
 from lab.train.config import Loss, TrainConfig, training_section
 
@@ -60,6 +60,8 @@ class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
                                                            ge=1, le=MAX_ROWS))
     ood: list[dict[str, Any]] = field(default_factory=lambda: [dict(e) for e in DEFAULT_OOD], metadata=doc(
         "out-of-domain evaluations [{dataset, data_files, subject, split, limit}]", entries=Source, max_items=32))
+    template: str = redeclare(PromptSection, "template", default="cft_chat", help=(
+        "letter template of every row's training and evaluation (cft_chat: the paper's prompt)"))
     methods: list[Row] = field(default_factory=lambda: list(ROWS), metadata=doc(
         f"rows besides the base model: any of {ROWS}"))
     lambdas: list[float] = field(default_factory=lambda: [0.4, 1.0, 1.8], metadata=doc(
@@ -96,7 +98,7 @@ class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
         """The fine-tuning settings of one trained row (no limit or validation split: the pipeline hands
         each row the carved pool)."""
         return TrainConfig.from_dict({
-            **self.training, "model": self.model, "dataset": self.in_domain[0]["dataset"], "template": "cft_chat",
+            **self.training, "model": self.model, "dataset": self.in_domain[0]["dataset"], "template": self.template,
             "limit": None, "val_split": None, "objective": objective, "completion_only": completion_only,
             "label_smoothing": self.label_smoothing, "seed": self.seed, "device": self.device, "dtype": self.dtype,
             "bins": self.bins, "bin_edges": self.bin_edges, **overrides,

@@ -33,7 +33,6 @@ from lab.stages import stage
 from lab.temperature import FitObjective, fit_temperature, save_temperature
 from lab.train.config import TrainConfig
 
-TEMPLATE = "cft_chat"
 IN_DOMAIN = "in_domain"
 VALIDATION = "validation"
 TS_OBJECTIVES: tuple[FitObjective, ...] = ("ece", "nll")  # both fitted and reported; cfg.ts_objective picks the row's
@@ -67,7 +66,7 @@ def load_pool(cfg: CftConfig) -> dict[str, list[MCQRecord]]:
 def _eval_config(cfg: CftConfig, trained: dict[str, Any], dataset: str) -> EvalConfig:
     return EvalConfig.from_dict({
         "model": trained["model"], "adapter": trained["adapter"], "dataset": dataset, "scoring": "letter",
-        "template": TEMPLATE, "bins": cfg.bins, "bin_edges": cfg.bin_edges, "batch_size": cfg.eval_batch_size,
+        "template": cfg.template, "bins": cfg.bins, "bin_edges": cfg.bin_edges, "batch_size": cfg.eval_batch_size,
         "device": cfg.device, "dtype": cfg.dtype, "bootstrap": cfg.bootstrap, "seed": cfg.seed})
 
 

@@ -52,7 +52,7 @@ def markdown(report: dict[str, Any]) -> str:
         cells += [pct(win.get("win_rate")), pct(win.get("win_rate_norm"))]
         lines.append("| " + " | ".join(cells) + " |")
     notes = ["", "All figures in percent. Confidence: softmax over the option letters at the answer position "
-             "(cft_chat prompt). Win rate: share of preference pairs where the model gives the chosen response a "
+             f"({report['config']['template']} prompt). Win rate: share of preference pairs where the model gives the chosen response a "
              f"higher log-probability than the rejected one (n = {next(iter(report['win_rate'].values())).get('n')}, "
              "responses cut to the configured token budget); temperature scaling leaves it unchanged."]
     if report.get("temperature"):

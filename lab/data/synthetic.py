@@ -24,6 +24,7 @@ predictor on a sample, and :func:`expected_oracle` gives its accuracy and binned
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -100,14 +101,20 @@ def generate(task: Task, n: int, split_seed: int, split: str = "test") -> list[d
     return rows
 
 
+def split_seed(split: str) -> int:
+    """The seed of a split's questions: fixed for the shipped splits, the name's CRC-32 for any other."""
+    return SPLIT_SEEDS.get(split, zlib.crc32(split.encode()))
+
+
 def write_splits(out: Path, task: Task = Task(), sizes: Optional[dict[str, int]] = None) -> list[Path]:
-    """The task's train/validation/test splits and its shifted test split as ``<split>.jsonl`` in ``out``."""
+    """The task's splits as ``<split>.jsonl`` in ``out``: train/validation/test and the shifted test
+    split by default, or the names and sizes in ``sizes`` (``shifted``: the shifted noise levels)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for split, n in (sizes or SIZES).items():
         variant = Task(task.seed, task.n_options, task.n_objects, SHIFTED) if split == "shifted" else task
         target = out / f"{split}.jsonl"
-        target.write_text("".join(json.dumps(r) + "\n" for r in generate(variant, n, SPLIT_SEEDS[split], split)),
+        target.write_text("".join(json.dumps(r) + "\n" for r in generate(variant, n, split_seed(split), split)),
                           encoding="utf-8")
         written.append(target)
     return written
