@@ -221,7 +221,8 @@ def _pick(page, elem_id: str, option: str) -> None:
 def _selective_runs(root: Path) -> None:
     """The runs the selective/recalibration walk uses: synthetic ones (tests.test_selective_page),
     or, with LAB_SCREENSHOT_RUNS set to a folder holding ``val/`` and ``test/`` evaluations (the
-    README's screenshots: the bundled model on OpenBookQA), copies of those."""
+    README's screenshots: the bundled model on OpenBookQA; the controlled task's base and
+    over-trained models for 12-reliability-both.png), copies of those."""
     source = os.environ.get("LAB_SCREENSHOT_RUNS")
     if source:
         for name in ("val", "test"):
@@ -283,4 +284,10 @@ def test_selective_prediction_and_the_recalibration_workbench(served_bare):
         page.locator(".js-plotly-plot >> visible=true").filter(has_text="number of bins").first.wait_for()
         page.mouse.wheel(0, 420)
         _shot(page, "11-ece-bins.png")
+        # Both runs' diagrams; a run of the controlled task is followed by the oracle's on its questions.
+        page.get_by_text("reliability diagram").click()
+        _pick(page, "reliability-runs", "^val · ")
+        page.locator(".js-plotly-plot >> visible=true").filter(has_text="val · ").filter(
+            has_text="test · ").first.wait_for()
+        _shot(page, "12-reliability-both.png")
         browser.close()

@@ -63,9 +63,15 @@ def scratch(tmp_path_factory):
 def test_the_oracle_student_learns_from_the_true_distribution(scratch, tmp_path):
     cfg = FirstConfig(teacher=scratch, finetune_teacher=False, student=scratch, dataset="synthetic",
                       data_files=["bundled"], students=["oracle"], train_limit=12, val_limit=6, test_limit=8,
-                      training={"epochs": 1, "batch_size": 4, "learning_rate": 1e-3}, bootstrap=0)
+                      training={"epochs": 1, "batch_size": 4, "learning_rate": 1e-3}, bootstrap=0,
+                      ood=[{"dataset": "synthetic", "data_files": ["bundled"], "split": "shifted", "limit": 8}])
     report = run_first(cfg, tmp_path, EventWriter(tmp_path / "events.jsonl"), lambda: False)
-    assert [r["method"] for r in report["rows"]] == ["teacher", "oracle"]
+    # The shifted split of the same dataset is a set of its own, evaluated and reported apart.
+    assert [(r["method"], r["set"], r["split"], r["in_domain"]) for r in report["rows"]] == [
+        ("teacher", "synthetic", "test", True), ("teacher", "synthetic/shifted", "shifted", False),
+        ("oracle", "synthetic", "test", True), ("oracle", "synthetic/shifted", "shifted", False)]
+    assert {p.name for p in (tmp_path / "eval").iterdir()} == {"teacher-synthetic", "teacher-synthetic-shifted",
+                                                              "oracle-synthetic", "oracle-synthetic-shifted"}
     store = TopKStore(tmp_path / "topk_oracle" / "train")
     manifest = json.loads((tmp_path / "topk" / "train" / "manifest.json").read_text())
     assert store.manifest["sequences_sha256"] == manifest["sequences_sha256"]
@@ -82,7 +88,8 @@ def test_the_oracle_student_learns_from_the_true_distribution(scratch, tmp_path)
         assert sorted(answer[0][:4].tolist()) == sorted(example["option_ids"])
         np.testing.assert_allclose([answer[1][list(answer[0]).index(o)] for o in example["option_ids"]], truth,
                                    rtol=1e-3)
-    assert "Oracle distill" in (tmp_path / "report.md").read_text()
+    md = (tmp_path / "report.md").read_text()
+    assert "Oracle distill" in md and "synthetic/shifted (out-of-domain, n=8)" in md
 
 
 def test_the_oracle_student_is_refused_on_questions_without_a_true_distribution(scratch, tmp_path):

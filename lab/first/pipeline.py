@@ -157,10 +157,20 @@ def _distill(cfg: FirstConfig, method: str, sweep: dict[str, Any], topk_dir: Pat
                         should_stop, val, collate, kd_loss=kd_loss)
 
 
-def _evaluations(cfg: FirstConfig) -> list[dict[str, Any]]:
-    """In-domain test first, then each out-of-domain dataset."""
-    return [{"dataset": cfg.dataset, "data_files": cfg.data_files, "subject": cfg.subject, "split": cfg.test_split,
-             "limit": cfg.test_limit}, *cfg.ood]
+def _evaluations(cfg: FirstConfig) -> list[tuple[str, dict[str, Any]]]:
+    """(set name, spec): the in-domain test first, then each out-of-domain set, named by its dataset
+    or, where that name is taken (the controlled task's shifted split of the same dataset), dataset/split."""
+    specs = [{"dataset": cfg.dataset, "data_files": cfg.data_files, "subject": cfg.subject, "split": cfg.test_split,
+              "limit": cfg.test_limit}, *cfg.ood]
+    named: list[tuple[str, dict[str, Any]]] = []
+    for spec in specs:
+        name = spec["dataset"]
+        if any(name == taken for taken, _ in named):
+            name = f"{spec['dataset']}/{spec.get('split')}"
+        if any(name == taken for taken, _ in named):
+            name = f"{name}#{len(named)}"
+        named.append((name, spec))
+    return named
 
 
 def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
@@ -186,16 +196,16 @@ def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Cal
         models[method] = stage(target, events, f"student:{method}", work, collective=True)
     rows = []
     for name, trained in models.items():
-        for spec in _evaluations(cfg):
+        for index, (set_name, spec) in enumerate(_evaluations(cfg)):
             template = spec.get("template") or (cfg.template if spec["dataset"] == cfg.dataset else None)
             ecfg = EvalConfig.from_dict({
                 **spec, "model": trained["model"], "adapter": trained["adapter"], "scoring": "letter",
                 "template": template, "bins": cfg.bins, "bin_edges": cfg.bin_edges, "batch_size": cfg.eval_batch_size,
                 "device": cfg.device, "dtype": cfg.dtype, "bootstrap": cfg.bootstrap, "seed": cfg.seed})
-            directory = out / EVAL_DIR / f"{name}-{spec['dataset']}"
-            metrics = stage(directory, events, f"evaluate {name} on {spec['dataset']}",
-                             lambda e=ecfg, d=directory, i=spec["dataset"] == cfg.dataset:
+            directory = out / EVAL_DIR / f"{name}-{set_name.replace('/', '-').replace('#', '-')}"
+            metrics = stage(directory, events, f"evaluate {name} on {set_name}",
+                             lambda e=ecfg, d=directory, i=index == 0:
                              evaluate(e, d, log=lambda m: events.emit("log", message=m), in_domain=i))
-            rows.append({**metrics, "method": name, "in_domain": spec["dataset"] == cfg.dataset,
+            rows.append({**metrics, "method": name, "set": set_name, "in_domain": index == 0,
                          "temperature": sweep["best"] if name == "first" else None})
     return write_report(out, cfg, rows, sweep)

@@ -14,17 +14,17 @@ METHOD_NAMES = {"teacher": "Teacher", "finetune": "Fine-tune", "distill": "Disti
 
 
 def markdown(rows: list[dict[str, Any]], sweep: dict[str, Any]) -> str:
-    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    sets = list(dict.fromkeys(_set(r) for r in rows))
     head = ["Method"]
-    for d in datasets:
-        n = next(r["n"] for r in rows if r["dataset"] == d)
-        where = "in-domain" if next(r["in_domain"] for r in rows if r["dataset"] == d) else "out-of-domain"
-        head += [f"{d} ({where}, n={n}) ECE ↓ [95% CI]", "Acc ↑", "Trust ↑", *SELECTIVE_HEAD]
+    for s in sets:
+        first = next(r for r in rows if _set(r) == s)
+        where = "in-domain" if first["in_domain"] else "out-of-domain"
+        head += [f"{s} ({where}, n={first['n']}) ECE ↓ [95% CI]", "Acc ↑", "Trust ↑", *SELECTIVE_HEAD]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method in dict.fromkeys(r["method"] for r in rows):
         cells = [METHOD_NAMES.get(method, method)]
-        for d in datasets:
-            r = next((r for r in rows if r["method"] == method and r["dataset"] == d), None)
+        for s in sets:
+            r = next((r for r in rows if r["method"] == method and _set(r) == s), None)
             if r is None:
                 cells += ["–"] * (3 + len(SELECTIVE_HEAD))
                 continue
@@ -54,7 +54,12 @@ def sweep_summary(sweep: dict[str, Any]) -> str:
     return " ".join(said)
 
 
+def _set(row: dict[str, Any]) -> str:
+    """The evaluation set a row belongs to (reports written before sets were named: its dataset)."""
+    return row.get("set") or row["dataset"]
+
+
 def write_report(out: Path, cfg, rows: list[dict[str, Any]], sweep: dict[str, Any]) -> dict[str, Any]:
-    report = {"rows": [{k: r.get(k) for k in ROW_KEYS} for r in rows],
+    report = {"rows": [{k: r.get(k) for k in (*ROW_KEYS, "set")} for r in rows],
               "sweep": {k: sweep.get(k) for k in SWEEP_KEYS}, "config": cfg.to_dict()}
     return write_files(out, report, markdown(report["rows"], sweep))
