@@ -124,7 +124,7 @@ def _run_job(cfg: FirstConfig, ctx) -> dict[str, Any]:
 
 register(JobKind(
     "first", "FIRST: teacher, top-k extraction, temperature sweep, four students, report", FirstConfig, _run_job,
-    outputs=("teacher/", f"{TOPK_DIR}/", "sweep/", "students/<name>/", f"{EVAL_DIR}/<model>-<dataset>/", REPORT_JSON,
+    outputs=("teacher/", f"{TOPK_DIR}/", "sweep/", "students/<name>/", f"{EVAL_DIR}/<model>-<set>/", REPORT_JSON,
              REPORT_MD),
     key_fields=("teacher", "student", "teacher_method", "student_method", "dataset", "data_files", "train_limit",
                 "test_limit", "training", "k"),

@@ -10,7 +10,8 @@ stopped (training stages also resume from their last epoch checkpoint).
     topk_val/         teacher top-k at the answer position of the validation questions
     sweep.json        the temperature sweep
     students/<name>/  one per student method
-    eval/<model>-<dataset>/   metrics.json and predictions.jsonl per model and dataset
+    eval/<model>-<set>/       metrics.json and predictions.jsonl per model and evaluation set (the dataset,
+                              or dataset-split for a second split of the same dataset)
     report.json, report.md
 """
 from __future__ import annotations
