@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "lab" / "data" / "bundled" / "synthetic")
     parser.add_argument("--seed", type=int, default=0, help="seed of the rule and of every split")
     parser.add_argument("--options", type=int, default=4, help="colours to choose from (2–6)")
-    parser.add_argument("--objects", type=int, default=len(OBJECTS), help=f"objects in the rule (1–{len(OBJECTS)})")
+    parser.add_argument("--objects", type=int, default=Task().n_objects, help=f"objects in the rule (1–{len(OBJECTS)})")
     args = parser.parse_args()
     for path in write_splits(args.out, Task(args.seed, args.options, args.objects)):
         print(path)

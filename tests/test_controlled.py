@@ -33,7 +33,7 @@ def _finetune(model: Path, train: str, limit: int, validation: str, epochs: int,
 
 def test_many_epochs_on_noisy_labels_raise_ece_against_the_oracle(tmp_path):
     data = tmp_path / "task"
-    write_splits(data, Task(n_objects=8), sizes={"pretrain": 600, "train": 100, "validation": 500})
+    write_splits(data, Task(), sizes={"pretrain": 600, "train": 100, "validation": 500})
     pretrain, train = f"train={data / 'pretrain.jsonl'}", f"train={data / 'train.jsonl'}"
     validation = f"validation={data / 'validation.jsonl'}"
     scratch = create(tmp_path / "scratch", load_records("synthetic", "train", [pretrain]).records)

@@ -2,7 +2,7 @@
 
 Each question asks which colour a named object looks in a given light: "Card 48213. In bright light,
 which colour does the kettle look?" with the options red, green, blue, gold (in that order). A fixed,
-seeded rule maps every object to its colour (learnable: a few dozen objects), and the *stated*
+seeded rule maps every object to its colour (learnable: 8 objects by default), and the *stated*
 answer is the rule's with probability q, else one of the other colours at random. q depends on a
 feature the question shows, the light: bright (q = 0.95 by default) or dim (q = 0.6). So every
 record carries its true answer distribution (``meta["true_probs"]``: q on the rule's colour,
@@ -54,7 +54,9 @@ class Task:
 
     seed: int = 0
     n_options: int = 4
-    n_objects: int = len(OBJECTS)
+    # 8 objects: the small scratch model learns their rule in 2-3 epochs of 600 questions (with 32 it
+    # sat at chance for 6 epochs first), leaving the rest of a CPU run to the effects under study.
+    n_objects: int = 8
     levels: tuple[tuple[str, float], ...] = IN_DOMAIN
 
     def __post_init__(self) -> None:

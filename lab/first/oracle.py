@@ -25,7 +25,8 @@ def oracle_rows(ids: np.ndarray, logprobs: np.ndarray, answer_pos: int, option_i
     ids, logprobs = ids.copy(), logprobs.copy()
     k = ids.shape[1]
     order = np.argsort(-np.asarray(truth, dtype=np.float64), kind="stable")[:k]
-    others = [i for i in ids[answer_pos] if i not in set(option_ids)]
+    options = set(option_ids)
+    others = [i for i in ids[answer_pos] if i not in options]
     ids[answer_pos, : len(order)] = [option_ids[j] for j in order]
     logprobs[answer_pos, : len(order)] = np.log(np.asarray(truth, dtype=np.float64)[order])
     ids[answer_pos, len(order):] = others[: k - len(order)]
