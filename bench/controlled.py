@@ -153,6 +153,7 @@ def main() -> int:
     first = preset("first-controlled")
     first_run = job(out, "e2-first", {
         **first, **common, "teacher": str(base / MODEL_DIR), "student": str(base / MODEL_DIR),
+        "teacher_epochs": EPOCHS, "training": {**first["training"], "epochs": EPOCHS},
         "data_files": [files["train"], files["validation"], files["test"]], "train_limit": None, "val_limit": None,
         "test_limit": None, "ood": [{"dataset": "synthetic", "data_files": [files["shifted"]], "split": "shifted"}]})
 
@@ -209,9 +210,8 @@ def render(out: Path, evaluations: dict, tuned: dict[str, Path], first_run: Path
     for name, label in (("base", "base (3 epochs on its own questions)"), ("full", f"full fine-tune, {EPOCHS} epochs"),
                         ("lora", f"LoRA fine-tune, {EPOCHS} epochs")):
         lines.append(eval_row(label, evaluations[name, "test"], evaluations[name, "shifted"]))
-    first = preset("first-controlled")
-    lines += ["", "## 2. FIRST", "", f"Teacher: the base fine-tuned {first['teacher_epochs']} epochs on the 100 train "
-              f"questions; every student starts from the base and trains {first['training']['epochs']} epochs on them.",
+    lines += ["", "## 2. FIRST", "", f"Teacher: the base fine-tuned {EPOCHS} epochs on the 100 train "
+              f"questions; every student starts from the base and trains {EPOCHS} epochs on them.",
               "",
               (first_run / "report.md").read_text().split("\n", 2)[2].strip(), "",
               "## 3. CFT / RCFT from the over-confident model", "",
