@@ -72,7 +72,7 @@ def test_every_field_declares_what_it_is(cls):
     mappings have a schema. A new path field cannot be added without the resolver seeing it."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        spec, (shape, base) = spec_of(f), _kind_of(hints[f.name])
+        spec, (_, base) = spec_of(f), _kind_of(hints[f.name])
         where = f"{cls.__name__}.{f.name}"
         if base is str:
             assert spec.role in (*PATH_ROLES, "name", "text"), f"{where} takes text but declares no role"
