@@ -17,7 +17,7 @@ stopped (training stages also resume from their last epoch checkpoint).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -107,7 +107,8 @@ def _transform(cfg: FirstConfig, method: str, sweep: dict[str, Any]) -> Callable
     return lambda p: recalibration.TRANSFORMS[cfg.ts_form](p, sweep["best"])
 
 
-def _train_truths(cfg: FirstConfig) -> list:
+def _train_truths(cfg: FirstConfig) -> list[Optional[list[float]]]:
+    """Each training question's true answer distribution, or None where it has none."""
     tcfg = cfg.train_config(cfg.student, cfg.student_method)
     return [r.meta.get("true_probs") for r in load_split_records(tcfg, cfg.train_split, [], cfg.train_limit)]
 
