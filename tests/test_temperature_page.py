@@ -91,6 +91,15 @@ def test_the_slider_spans_the_widened_sweep_and_says_it_is_log_scaled(far):
     assert "c = 1" in paper["label"]
 
 
+def test_a_run_under_300_questions_is_flagged_as_the_other_pages_flag_it(far):
+    small = page.pick_run(far, NAME, "logit", BINS).text  # 50 questions
+    assert "id='temperature-small-sample'" in small and "Only 50 questions: below 300" in small
+
+
+def test_a_run_of_300_questions_is_not_flagged(spread):
+    assert "temperature-small-sample" not in page.pick_run(spread, NAME, "logit", BINS).text
+
+
 def test_the_widening_is_said_next_to_the_optimum(far):
     text = page.pick_run(far, NAME, "logit", BINS).text
     optima = text.split("id='temperature-optima'>")[1]

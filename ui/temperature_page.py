@@ -187,7 +187,13 @@ def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, 
             f"({baseline}: {100 * base['ece']:.2f}%) · "
             f"NLL {summary['nll']:.4f} ({BASELINE[form]}: {base['nll']:.4f}) · "
             f"accuracy {100 * summary['accuracy']:.1f}% · n = {summary['n']} · {binned}, "
-            f"bins {summary['bin_edges']}-closed</div>{_optima_text(sweep, form)}")
+            f"bins {summary['bin_edges']}-closed</div>{_small_sample(summary['n'])}{_optima_text(sweep, form)}")
+
+
+def _small_sample(n: int) -> str:
+    """The note the Reliability page and the workbench give a run under :data:`lab.analysis.SMALL_N` questions."""
+    said = analysis.small_sample_warning(n)
+    return f"<div id='temperature-small-sample' style='{NOTE_STYLE}'>⚠ {html.escape(said)}</div>" if said else ""
 
 
 def _sweep_plot(sweep: analysis.Sweep, t: float, form: str) -> go.Figure:
