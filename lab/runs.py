@@ -21,6 +21,7 @@ catalogue looks. No gradio here: the pages, the API and :mod:`lab.analysis` shar
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -431,8 +432,15 @@ def calibrator_choices(root: Path) -> list[tuple[str, str]]:
     choices = []
     for name, directory in scan(root).calibrators.items():
         try:
-            label = calibrators.load(directory).describe()
+            label = _calibrator_label(directory, (directory / CALIBRATOR_FILE).stat().st_mtime_ns)
         except (OSError, ValueError):
             label = f"{name} (unreadable)"
         choices.append((label, name))
     return choices
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrator_label(directory: Path, mtime_ns: int) -> str:
+    """A calibrator's description, read once per version of its file: the pickers that list them
+    follow the runs directory every few seconds."""
+    return calibrators.load(directory).describe()

@@ -93,6 +93,10 @@ def test_workbench_fits_on_validation_applies_to_test_and_saves(lab):
     assert "Saved as calibrators/" in saved
     (label, name), = runs.calibrator_choices(lab.runs)
     assert "isotonic regression of top probability" in label
+    loads = []
+    with pytest.MonkeyPatch.context() as patch:  # a poll lists the saved calibrators without re-reading them
+        patch.setattr(runs.calibrators, "load", lambda d: loads.append(d))
+        assert runs.calibrator_choices(lab.runs) == [(label, name)] and not loads
     figure, note = reliability_view(lab, ["test"], None, VIEWS[0], None, name)
     assert figure is not None and "optimistic" not in note
     _, note = reliability_view(lab, ["val"], None, VIEWS[0], None, name)
