@@ -250,8 +250,8 @@ def _model(field: str, value: str, holder: dict[str, Any], owner: type, policy: 
     if looks_like_path(value):
         return _folder(field, value, policy, "a model folder")
     if not HUB_ID.fullmatch(value):
-        raise ConfigError(f"{field}: {value!r} is neither 'bundled', 'scratch', a model folder, nor a Hugging Face hub id "
-                          "(org/name)")
+        raise ConfigError(f"{field}: {value!r} is neither {', '.join(map(repr, NAMED_MODELS))}, a model folder, nor a "
+                          "Hugging Face hub id (org/name)")
     _check_hub_model(field, value)
     return value
 

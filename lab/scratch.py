@@ -46,14 +46,11 @@ def task_corpus(records: Iterable[MCQRecord], tokenizer) -> Iterator[str]:
             yield prompt.text + " ".join(prompt.target(i) for i in range(len(prompt.options)))
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int, like: str = LIKE):
-    """A byte-level BPE trained on ``corpus``, with ``like``'s special tokens and chat template."""
+def train_tokenizer(corpus: Iterable[str], vocab_size: int, base):
+    """A byte-level BPE trained on ``corpus``, with the ``base`` tokenizer's special tokens and chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from lab.models import load_tokenizer, resolve_model_path
-
-    base = load_tokenizer(resolve_model_path(like), like)
     specials = list(dict.fromkeys(base.all_special_tokens))
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -72,7 +69,8 @@ def create(out: Path, records: Iterable[MCQRecord], cfg: ScratchConfig = Scratch
 
     from lab.models import load_tokenizer, resolve_model_path
 
-    tok = train_tokenizer(task_corpus(records, load_tokenizer(resolve_model_path(LIKE), LIKE)), cfg.vocab_size)
+    base = load_tokenizer(resolve_model_path(LIKE), LIKE)  # renders the prompts, then lends its special tokens
+    tok = train_tokenizer(task_corpus(records, base), cfg.vocab_size, base)
     torch.manual_seed(cfg.seed)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
                          num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,

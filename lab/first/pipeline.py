@@ -110,16 +110,16 @@ def _transform(cfg: FirstConfig, method: str, sweep: dict[str, Any]) -> Callable
 def _train_truths(cfg: FirstConfig) -> list[Optional[list[float]]]:
     """Each training question's true answer distribution, or None where it has none."""
     tcfg = cfg.train_config(cfg.student, cfg.student_method)
-    return [r.meta.get("true_probs") for r in load_split_records(tcfg, cfg.train_split, [], cfg.train_limit)]
+    return [r.meta.get("true_probs") for r in load_split_records(tcfg, tcfg.split, [], tcfg.limit)]
 
 
 def _oracle_store(cfg: FirstConfig, topk: Path, out: Path) -> dict[str, Any]:
     """The teacher's training store with its answer rows set to the questions' true distributions."""
     tcfg = cfg.train_config(cfg.student, cfg.student_method)
     tok = load_tokenizer(resolve_model_path(cfg.student), cfg.student)
-    examples = build_examples(load_split_records(tcfg, tcfg.split, [], tcfg.limit), tcfg.template, tok,
-                              tcfg.completion_only, tcfg.max_length)
-    manifest = write_oracle_store(topk / "train", out / "train", examples, _train_truths(cfg))
+    records = load_split_records(tcfg, tcfg.split, [], tcfg.limit)
+    examples = build_examples(records, tcfg.template, tok, tcfg.completion_only, tcfg.max_length)
+    manifest = write_oracle_store(topk / "train", out / "train", examples, [r.meta["true_probs"] for r in records])
     return {"n_sequences": manifest["n_sequences"]}
 
 
