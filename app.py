@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from jobs.scheduler import Scheduler, start_in_background
+from jobs.store import StoreError
 from ui.app import build
 from ui.context import LabContext, LaneOptions
 from ui.messages import CSS
@@ -75,6 +76,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()),
                      LaneOptions(args.lane_device, args.lane_memory, args.lane_idle), executor=args.executor)
     ctx.exports.mkdir(parents=True, exist_ok=True)
+    try:
+        ctx.store  # opened now: a store SQLite cannot read stops the server with what to do, not a traceback
+    except StoreError as e:
+        sys.exit(f"error: {e}")
     stop = threading.Event()
     start_in_background(Scheduler(ctx.store, cpu_slots=args.cpu_slots), stop)
     try:

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from lab.events import EVENTS_FILE, read_events
 from jobs import failures
 from jobs.scheduler import Scheduler, cancel, start_in_background
-from jobs.store import JobStore
+from jobs.store import JobStore, StoreError
 from lab.config import ConfigError
 from lab.yamlio import load_yaml
 
@@ -175,7 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    store = JobStore(args.root)
+    try:
+        store = JobStore(args.root)
+    except StoreError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         return args.fn(store, args)
     except (KeyError, ValueError) as e:

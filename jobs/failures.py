@@ -12,9 +12,12 @@ from lab.layout import LOG_FILE
 TAIL_LINES = 40
 TAIL_BYTES = 64 * 1024  # what a tail reads at most: 40 lines of a log, with room to spare
 
+DISK_FULL_BYTES = 1 << 20  # less free than this where a job writes: nothing it writes can be trusted to land
+DISK_FULL = "disk full: free space where the runs folder lives, then resume the job"
 DISTRIBUTED = "distributed launch failed: check that every GPU is visible and the processes can reach each other"
 # (pattern in the log, summary); the first match wins, so the most specific come first.
 PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"No space left on device|database or disk is full|ENOSPC"), DISK_FULL),
     (re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|DefaultCPUAllocator: can't allocate", re.I),
      "out of memory: lower the batch size or sequence length, use LoRA or bf16, or ask for more GPUs"),
     (re.compile(r"ModelLoadError|is not a local directory|Model directory .* does not exist|adapter_config\.json"),
@@ -39,6 +42,11 @@ def log_tail(run_dir: Optional[str | Path], lines: int = TAIL_LINES) -> str:
     except OSError:  # none yet, or unreadable (a run directory gone wrong): no tail to show
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def disk_full(run_dir: Path, free: int) -> str:
+    """A job that ended unrecorded beside a full disk: the disk, not the job, is the news."""
+    return f"disk full: {free:,} bytes free where {run_dir} lives when the job ended; free space, then resume the job"
 
 
 def _killed(returncode: int) -> str:

@@ -113,8 +113,11 @@ def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int, pa
     node with that node's rank. ``run_dir`` must be on a file system every node and the lab share;
     the job runs from this checkout (``--chdir``) with this Python, so the nodes must see both.
     """
+    # The user's options come first and the lab's own after them: for an option given twice sbatch
+    # takes the last, so nothing a user adds can move the log, the working folder or the resources.
     lines = [
         "#!/bin/bash",
+        *(f"#SBATCH {option}" for option in extra),
         f"#SBATCH --job-name=calibration-lab-{Path(run_dir).name}",
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
@@ -125,7 +128,6 @@ def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int, pa
         f"#SBATCH --chdir={PROJECT_DIR}",
     ]
     lines += [f"#SBATCH --partition={partition}"] * bool(partition) + [f"#SBATCH --account={account}"] * bool(account)
-    lines += [f"#SBATCH {option}" for option in extra]
     # A CPU job sees no GPU, as locally (job_env); a GPU job sees the ones Slurm gave it.
     env = ["export PYTHONUNBUFFERED=1", *([] if gpus_per_node else ["export CUDA_VISIBLE_DEVICES="])]
     head = 'export MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'

@@ -22,7 +22,8 @@ Activations of long sequences and large batches come on top; the warning says so
 from __future__ import annotations
 
 import subprocess
-from typing import Any, Iterator, Optional
+import sys
+from typing import Any, Iterator, Mapping, Optional
 
 from jobs.launch import visible_gpus
 from lab import kinds
@@ -43,6 +44,27 @@ def check_gpu_request(gpus: int, available: Optional[int] = None) -> None:
         raise ConfigError("gpus: this machine has no GPU; set GPUs to 0")
     if gpus > have:
         raise ConfigError(f"gpus: asked for {gpus} GPUs, but this machine has {have}; set GPUs to {have} or fewer")
+
+
+def check_devices(kind: str, values: Mapping[str, Any], gpus: int, here: bool) -> None:
+    """Every ``device`` a config names is one the job will see. The scheduler shows a job only the
+    GPUs it asked for, numbered from 0 (``CUDA_VISIBLE_DEVICES``), and a CPU job none, so
+    ``cuda:3`` on a one-GPU job fails the moment it loads a model; say so at submit instead.
+    ``here``: the job runs on this machine (a browser's), so Apple's ``mps`` can be checked too."""
+    for path, _, holder, key, _ in walk(kinds.get(kind).config, values):
+        device = holder[key]
+        if key != "device" or not isinstance(device, str):
+            continue
+        if device.startswith("cuda"):
+            index = int(device.partition(":")[2] or 0)
+            if gpus == 0:
+                raise ConfigError(f"{path}: {device} needs a GPU, but the job asks for none; ask for a GPU, or set "
+                                  f"{path} to auto or cpu")
+            if index >= gpus:
+                raise ConfigError(f"{path}: the job sees only the {gpus} GPU(s) it asks for, as cuda:0 to "
+                                  f"cuda:{gpus - 1}; got {device}")
+        if device == "mps" and here and sys.platform != "darwin":
+            raise ConfigError(f"{path}: mps is the GPU of Apple's machines; this one runs {sys.platform}: use auto or cpu")
 
 
 def estimate_bytes(n_params: int, dtype: str, method: str) -> float:

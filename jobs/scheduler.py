@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -61,7 +62,14 @@ def _run_dir_reason(e: OSError, run_dir: Path) -> str:
 
 
 def _write_problem(run_dir: Path) -> Optional[str]:
-    """Why a worker could not write its files in ``run_dir`` (its events, a new file), or None if it can."""
+    """Why a worker could not write its files in ``run_dir`` (its events, a new file, any byte at all
+    on a full disk), or None if it can."""
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError as e:
+        return _run_dir_reason(e, run_dir)
+    if free < failures.DISK_FULL_BYTES:
+        return failures.disk_full(run_dir, free)
     try:
         with open(run_dir / EVENTS_FILE, "a", encoding="utf-8"):
             pass

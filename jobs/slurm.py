@@ -10,8 +10,13 @@ the lab share. The result file says how the work ended; Slurm's state says what 
 that could not say (a time limit, a node failure, the out-of-memory killer).
 
 Every option comes from a form, an API call or the command line: each is declared with its
-shape and checked here, and an extra ``#SBATCH`` line must be one ``--option[=value]`` of safe
-characters, since the batch file is a shell script.
+shape and checked here. An extra ``#SBATCH`` line must be one ``--option[=value]`` of safe
+characters, since the batch file is a shell script, and the option must be one of
+:data:`EXTRA_OPTIONS`: resources and scheduling only. An option that names a file or folder
+(``--output``, ``--error``, ``--chdir``, ``--export`` …) would let a browser write or truncate any
+file the server's user can, and one the lab sets itself (``--nodes``, ``--time`` …) would change
+what the lab believes it asked for; values hold no ``/``, so that no allowed option names a path
+either (``--nodelist`` reads a file when its value has one).
 """
 from __future__ import annotations
 
@@ -28,7 +33,19 @@ from lab.layout import CONFIG_FILE
 
 BATCH_FILE = "job.sbatch"
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # a partition or an account
-EXTRA_LINE = re.compile(r"--[a-z][a-z-]{0,40}(=[A-Za-z0-9_.,:/@+%-]{1,120})?")
+EXTRA_LINE = re.compile(r"--(?P<name>[a-z][a-z-]{0,40})(=[A-Za-z0-9_.,:@+%-]{1,120})?")
+# sbatch options a user may add (sbatch(1)): resources and scheduling, none that names a path. Only
+# whole names: sbatch would also take an unambiguous prefix (--out for --output), which is refused.
+EXTRA_OPTIONS = frozenset({
+    "mem", "mem-per-cpu", "mem-per-gpu", "gres", "gpus", "gpus-per-task", "cpus-per-gpu", "gpu-bind", "gpu-freq",
+    "constraint", "prefer", "qos", "reservation", "exclusive", "oversubscribe", "nice", "priority", "exclude",
+    "nodelist", "comment", "mail-type", "mail-user", "begin", "deadline", "signal", "requeue", "no-requeue", "hint",
+    "licenses", "switches", "tmp", "wckey", "distribution", "contiguous", "mincpus", "network", "time-min",
+})
+# What the lab's batch file sets itself (jobs.launch.slurm_script), or this form's own fields.
+LAB_OPTIONS = {"nodes": "nodes", "time": "minutes", "partition": "partition", "account": "account",
+               "gpus-per-node": "gpus_per_node", "cpus-per-task": "processes", "ntasks-per-node": None,
+               "job-name": None, "output": None, "error": None, "open-mode": None, "chdir": None}
 MAX_EXTRA = 20
 MAX_NODES = 1024
 MAX_GPUS_PER_NODE = 64
@@ -93,16 +110,30 @@ def parse_options(values: Any) -> SlurmOptions:
             lines = [value] if isinstance(value, str) else value
             if not isinstance(lines, (list, tuple)) or len(lines) > MAX_EXTRA:
                 raise ConfigError(f"slurm.extra: must be a list of at most {MAX_EXTRA} options like --mem=16G")
-            for line in lines:
-                if not isinstance(line, str) or not EXTRA_LINE.fullmatch(line.strip().removeprefix("#SBATCH").strip()):
-                    raise ConfigError(f"slurm.extra: {line!r} is not one --option or --option=value of letters, "
-                                      "digits and _.,:/@+%-")
-            checked[name] = tuple(line.strip().removeprefix("#SBATCH").strip() for line in lines)
+            checked[name] = tuple(_extra_line(line) for line in lines)
         elif not isinstance(value, str) or not NAME.fullmatch(value):
             raise ConfigError(f"slurm.{name}: must be a name of letters, digits and _.- (at most 64), got {value!r}")
         else:
             checked[name] = value
     return SlurmOptions(**checked)
+
+
+def _extra_line(line: Any) -> str:
+    """One checked extra ``#SBATCH`` option, without its ``#SBATCH`` prefix."""
+    option = line.strip().removeprefix("#SBATCH").strip() if isinstance(line, str) else None
+    match = EXTRA_LINE.fullmatch(option) if option is not None else None
+    if match is None:
+        raise ConfigError(f"slurm.extra: {line!r} is not one --option or --option=value of letters, digits and "
+                          "_.,:@+%-")
+    name = match["name"]
+    if name in LAB_OPTIONS:
+        field_name = LAB_OPTIONS[name]
+        instead = f"set slurm.{field_name} instead" if field_name else "the lab sets it itself"
+        raise ConfigError(f"slurm.extra: --{name} cannot be given here: {instead}")
+    if name not in EXTRA_OPTIONS:
+        raise ConfigError(f"slurm.extra: --{name} is not an option the lab passes on; allowed: "
+                          f"{', '.join('--' + o for o in sorted(EXTRA_OPTIONS))}")
+    return option
 
 
 def batch_file(run_dir: Path, options: SlurmOptions, processes: int) -> str:

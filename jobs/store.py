@@ -4,25 +4,38 @@ Every call opens its own connection, so threads and processes (the app, ``python
 a terminal, a scheduler) share the file safely; writes that must not interleave — claiming
 devices for a job, reordering the queue — run inside ``BEGIN IMMEDIATE`` transactions, which
 SQLite serialises across processes.
+
+The run directories are the record; the table is their index. Each directory holds what its job
+was queued with (``config.yaml``, ``job.json``: resources and the folders it may read), what it did
+(``events.jsonl``) and how it ended (``result.json``), so a store that is lost is rebuilt from them
+on the next open, with every job under its own id (:func:`rebuild`), and a new job never reuses the
+id, or the directory, of one that exists. A store that SQLite cannot read stops whoever opens it
+with a message saying what to do (:class:`StoreError`): it is never silently started afresh.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from jobs.preflight import check_gpu_request
+import psutil
+
+from jobs.preflight import check_devices, check_gpu_request
 from jobs.slurm import parse_options
 from lab.config import ConfigError, check_int
+from lab.events import START, read_events
 from lab.kinds import JobKind, parse_config
-from lab.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
+from lab.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, STOP_FILE
 from lab.yamlio import dump_yaml, load_yaml
 
 DB_FILE = "jobs.db"
@@ -49,7 +62,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished REAL,
     run_dir TEXT,
     error TEXT,                           -- one-line summary when it failed
-    cancel_requested INTEGER NOT NULL DEFAULT 0
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    roots TEXT                            -- JSON list of the folders its files must lie in; NULL: anywhere
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, position);
 CREATE TABLE IF NOT EXISTS heartbeats (   -- one row per scheduler process: when its last tick ended
@@ -63,11 +77,16 @@ CREATE TABLE IF NOT EXISTS heartbeats (   -- one row per scheduler process: when
 
 # Columns added after the first release, with their declaration: an older jobs.db gains them on open.
 ADDED_COLUMNS = {"processes": "INTEGER NOT NULL DEFAULT 1", "executor": "TEXT NOT NULL DEFAULT 'local'",
-                 "slurm": "TEXT", "slurm_id": "TEXT"}
+                 "slurm": "TEXT", "slurm_id": "TEXT", "roots": "TEXT"}
 EXECUTORS = ("local", "slurm")
 MAX_GPUS = 1024
 RESUMABLE = ("failed", "cancelled", "interrupted")  # ended without finishing: its run directory can continue
 MAX_PROCESSES = 256
+RUN_DIR_NAME = re.compile(r"(\d{5,})-([a-z_]+)")  # what submit names a job's run directory: 00042-evaluate
+
+
+class StoreError(RuntimeError):
+    """The job store cannot be opened as it is; the message says what to do."""
 
 
 def check_gpus(value: Any) -> int:
@@ -107,6 +126,7 @@ class Job:
     run_dir: Optional[str]
     error: Optional[str]
     cancel_requested: int
+    roots: Optional[str]
 
     @property
     def config_dict(self) -> dict[str, Any]:
@@ -114,6 +134,11 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def allowed(self) -> Optional[list[Path]]:
+        """The folders its files must lie in (those it was submitted under); None: anywhere."""
+        return None if self.roots is None else [Path(r) for r in json.loads(self.roots)]
 
     def elapsed(self) -> Optional[float]:
         """Seconds it has run: to its end when finished, else to now; None when it has not started."""
@@ -131,20 +156,32 @@ class Heartbeat:
 
 class JobStore:
     def __init__(self, root: Path) -> None:
-        """``root`` holds ``jobs.db`` and one run directory per job."""
+        """``root`` holds ``jobs.db`` and one run directory per job. Raises :class:`StoreError` when
+        ``jobs.db`` is not a database SQLite can read."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / DB_FILE
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
-            have = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
-            for name, declaration in ADDED_COLUMNS.items():
-                if name not in have:
-                    db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
+        try:
+            db = self._connect()
+            try:
+                _create(db)
+            finally:
+                db.close()
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise
+            raise StoreError(f"the job store {self.path} cannot be read ({e}). Move it aside "
+                             f"(mv {self.path} {self.path}.broken) and start again: the lab rebuilds the job list "
+                             f"from the run folders in {self.root}") from None
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        """A connection to the store, rebuilt first from the run directories if the file is gone.
+
+        ``mode=rw``: SQLite would otherwise create an empty file in its place, and every call after
+        would fail on tables that are not there while new jobs took the ids of old ones."""
+        if not self.path.exists():
+            rebuild(self.root, self.path)
+        db = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=30, isolation_level=None)
         db.row_factory = sqlite3.Row
         return db
 
@@ -214,35 +251,58 @@ class JobStore:
             check_gpu_request(gpus)
             if processes > (os.cpu_count() or 1):
                 raise ConfigError(f"processes: this machine has {os.cpu_count()} CPU cores; ask for that many or fewer")
+        check_devices(kind.name, parsed.to_dict(), options.gpus_per_node if options else gpus,
+                      here=roots is not None and executor == "local")
         text = dump_yaml({"kind": kind.name, **parsed.to_dict()})
+        slurm_json = options.to_json() if options else None
+        folders = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]
         now = time.time()
         with self.transaction() as db:
             last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
-            cur = db.execute(
-                "INSERT INTO jobs (kind, config, status, gpus, processes, executor, slurm, position, created) "
-                "VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
-                (kind.name, text, gpus, processes, executor, options.to_json() if options else None, (last or 0) + 1,
-                 now),
-            )
-            job_id = cur.lastrowid
+            job_id = self._next_id(db)
             run_dir = self.root / f"{job_id:05d}-{kind.name}"
-            run_dir.mkdir(parents=True, exist_ok=True)
+            run_dir.mkdir(parents=True)  # new, never an old job's: _next_id is past every directory
             (run_dir / CONFIG_FILE).write_text(text, encoding="utf-8")
-            db.execute("UPDATE jobs SET run_dir = ? WHERE id = ?", (str(run_dir), job_id))
+            job_file = {"gpus": gpus, "processes": processes, "executor": executor,
+                        "slurm": json.loads(slurm_json) if slurm_json else None, "roots": folders}
+            (run_dir / JOB_FILE).write_text(json.dumps(job_file) + "\n", encoding="utf-8")
+            db.execute(
+                "INSERT INTO jobs (id, kind, config, status, gpus, processes, executor, slurm, position, created, "
+                "run_dir, roots) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job_id, kind.name, text, gpus, processes, executor, slurm_json, (last or 0) + 1, now, str(run_dir),
+                 None if folders is None else json.dumps(folders)),
+            )
         return self.get(job_id)
 
-    def clone(self, job_id: int) -> Job:
-        """Run again with the same config and resources."""
+    def _next_id(self, db: sqlite3.Connection) -> int:
+        """An id past every job the table has had and every run directory there is: a directory the
+        table does not know (a store rebuilt, copied runs) is never taken over by a new job."""
+        used = [row[0] or 0 for row in db.execute("SELECT MAX(id) FROM jobs UNION ALL "
+                                                   "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'")]
+        used += [int(m[1]) for m in map(RUN_DIR_NAME.fullmatch, os.listdir(self.root)) if m]
+        return max(used, default=0) + 1
+
+    def clone(self, job_id: int, roots: Optional[Iterable[Path]] = None) -> Job:
+        """Run again with the same config and resources, as a new submit: its files are checked
+        again, inside ``roots`` (a browser's clone) or else the folders the job was submitted under,
+        so a file swapped for a link since then is refused as a fresh submit would refuse it."""
         job = self.get(job_id)
-        return self.submit(job.config_dict, gpus=job.gpus, processes=job.processes, executor=job.executor,
+        return self.submit(job.config_dict, gpus=job.gpus, roots=roots if roots is not None else job.allowed,
+                           processes=job.processes, executor=job.executor,
                            slurm=json.loads(job.slurm) if job.slurm else None)
 
-    def resume(self, job_id: int) -> Job:
+    def resume(self, job_id: int, roots: Optional[Iterable[Path]] = None) -> Job:
         """Queue a job that did not finish again, in its own run directory, at the back of the queue.
 
         The worker then continues from what the directory holds: a training run from its last
         checkpoint with optimizer, scheduler and RNG state, a pipeline from its last finished stage,
-        an extraction from its last complete shard. A clone, by contrast, starts over elsewhere."""
+        an extraction from its last complete shard. A clone, by contrast, starts over elsewhere.
+        Its files are checked again first, as :meth:`clone` checks them (and the worker checks them
+        once more when it opens them)."""
+        job = self.get(job_id)
+        for allowed in (roots, job.allowed):
+            if allowed is not None:
+                parse_config(job.config_dict, allowed)
         with self.transaction() as db:
             row = db.execute("SELECT status, run_dir FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
@@ -305,3 +365,91 @@ class JobStore:
         """Whether some scheduler finished a tick within ``max_age_s`` seconds: else queued jobs wait forever."""
         beat = self.last_beat()
         return beat is not None and time.time() - beat.time <= max_age_s
+
+
+def _create(db: sqlite3.Connection) -> None:
+    """The tables, in WAL mode, with every column a newer lab added."""
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(SCHEMA)
+    have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+    for name, declaration in ADDED_COLUMNS.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
+
+
+def rebuild(root: Path, path: Path) -> None:
+    """Make a lost store again from the run directories in ``root``, each job under its own id.
+
+    Built in a temporary file and renamed into place, so no one opens it half-filled; under a lock,
+    so two processes that find it gone build it once. What a directory says is what the row says:
+    its config and resources; its status from ``result.json``, or ``running`` while the worker its
+    events name is alive, ``interrupted`` when it started and died unrecorded, ``queued`` when it
+    never started."""
+    with open(root / f"{DB_FILE}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return  # another process rebuilt it while this one waited
+        for stale in (f"{DB_FILE}-wal", f"{DB_FILE}-shm"):  # the lost file's journal would be replayed onto the new
+            (root / stale).unlink(missing_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{DB_FILE}-")
+        os.close(fd)
+        try:
+            db = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                _create(db)
+                db.execute("BEGIN")
+                for row in _rows_from_run_dirs(root):
+                    db.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                               tuple(row.values()))
+                db.execute("COMMIT")
+            finally:
+                db.close()
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _rows_from_run_dirs(root: Path) -> Iterator[dict[str, Any]]:
+    for entry in sorted(os.listdir(root)):
+        match = RUN_DIR_NAME.fullmatch(entry)
+        run_dir = root / entry
+        if not match or not (run_dir / CONFIG_FILE).is_file():
+            continue
+        job_id = int(match[1])
+        config = (run_dir / CONFIG_FILE).read_text(encoding="utf-8")
+        try:
+            queued = json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # a run directory from before job.json: a CPU job, files anywhere
+            queued = {}
+        row = {"id": job_id, "kind": match[2], "config": config, "position": float(job_id),
+               "created": (run_dir / CONFIG_FILE).stat().st_mtime, "run_dir": str(run_dir),
+               "gpus": queued.get("gpus", 0), "processes": queued.get("processes", 1),
+               "executor": queued.get("executor", "local"),
+               **{key: None if queued.get(key) is None else json.dumps(queued[key]) for key in ("slurm", "roots")}}
+        row |= _state_of(run_dir)
+        if row["status"] == "running" and not row["gpus"]:
+            row["devices"] = "cpu" if row["processes"] == 1 else f"cpu x{row['processes']}"
+        yield row
+
+
+def _state_of(run_dir: Path) -> dict[str, Any]:
+    """A run directory's status, from its result or, without one, from its worker's life."""
+    try:
+        result = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
+        return {"status": result["status"], "error": result.get("error"),
+                "finished": (run_dir / RESULT_FILE).stat().st_mtime}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    starts = [e for e in read_events(run_dir / EVENTS_FILE)[0] if e.get("stage") == START]
+    if not starts:
+        return {"status": "queued"}
+    start = starts[-1]
+    try:
+        process = psutil.Process(int(start["pid"]))
+        if process.create_time() <= start["time"] + 1 and str(run_dir) in " ".join(process.cmdline()):
+            return {"status": "running", "pid": process.pid, "pid_started": process.create_time(),
+                    "started": start["time"]}
+    except (psutil.Error, KeyError, ValueError, TypeError):
+        pass
+    return {"status": "interrupted", "started": start["time"], "finished": time.time(),
+            "error": "the job store was rebuilt after it was lost, and this job's worker was gone"}

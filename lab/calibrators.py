@@ -39,6 +39,7 @@ from lab.files import write_atomic
 from lab.layout import CALIBRATOR_FILE
 from lab.metric_checks import BinEdges, check_conf_correct, check_labels, check_n_bins, check_probs
 from lab.metrics import finite_or_none
+from lab.reads import PathNotAllowed, read_text
 from lab.registry import Registry
 from lab.temperature import scale
 
@@ -272,7 +273,9 @@ def load(path: Path) -> Calibrator:
     path = Path(path)
     file = path / CALIBRATOR_FILE if path.is_dir() else path
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_text(file, encoding="utf-8"))
+    except PathNotAllowed:
+        raise
     except FileNotFoundError:
         raise FileNotFoundError(f"No calibrator at {file}: fit one in the Recalibration workbench") from None
     except (OSError, ValueError) as e:

@@ -20,6 +20,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator, Literal, Mapping, Optional, TypeVar
 
+from lab.limits import TEMPERATURE_RANGE
 from lab.registry import UnknownNameError
 
 C = TypeVar("C", bound="ConfigMixin")
@@ -56,6 +57,7 @@ class Spec:
     lt: Optional[float] = None
     max_len: int = MAX_TEXT
     max_items: int = MAX_ITEMS
+    min_items: int = 0  # a list that must not be empty (an empty one would fail later, at run time)
     pattern: Optional[str] = None
     registry: Any = None  # a lab.registry.Registry whose names are the valid values
     entries: Optional[type] = None  # the dataclass each mapping of a dict / list-of-dict field follows
@@ -180,8 +182,10 @@ def check_value(path: str, value: Any, hint: Any, spec: Spec) -> Any:
         except ValueError:
             pass
     if spec.role == "temperature" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not (math.isfinite(value) and value > 0):
-            raise _fail(path, f"must be a temperature > 0 (a number, a temperature.json or its folder), got {_show(value)}")
+        low, high = TEMPERATURE_RANGE
+        if not (math.isfinite(value) and low <= value <= high):
+            raise _fail(path, f"must be a temperature from {low:g} to {high:g} (a number, a temperature.json or its "
+                              f"folder), got {_show(value)}")
         return float(value)
     if origin is Literal:
         if not isinstance(value, str) or value not in args:
@@ -204,6 +208,9 @@ def check_value(path: str, value: Any, hint: Any, spec: Spec) -> Any:
             raise _fail(path, f"must be a list, got {_show(value)}")
         if len(value) > spec.max_items:
             raise _fail(path, f"has {len(value):,} entries; the limit is {spec.max_items:,}")
+        if len(value) < spec.min_items:
+            raise _fail(path, f"must have at least {spec.min_items} entr{'y' if spec.min_items == 1 else 'ies'}, "
+                              "or be left unset for the default")
         return [check_value(f"{path}[{i}]", v, args[0], spec) for i, v in enumerate(value)]
     if origin is dict:
         if spec.entries is None:

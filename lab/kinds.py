@@ -105,8 +105,8 @@ def parse_config(values: Any, roots: Optional[Iterable[Path]] = None) -> tuple[J
     return kind, kind.config.from_checked(checked_config(kind.config, values, roots))
 
 
-def load_config(path: Path) -> tuple[JobKind, Any]:
-    return parse_config(load_yaml(Path(path).read_bytes(), str(path)))
+def load_config(path: Path, roots: Optional[Iterable[Path]] = None) -> tuple[JobKind, Any]:
+    return parse_config(load_yaml(Path(path).read_bytes(), str(path)), roots)
 
 
 def config_text(kind: JobKind, cfg: Any) -> str:

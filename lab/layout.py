@@ -2,6 +2,7 @@
 catalogue of runs (:mod:`lab.runs`) and the pages read them, and none of them spells a name.
 
     config.yaml        the resolved config (rerunning it reproduces the run)
+    job.json           what it was queued with: resources, executor, and the folders it may read
     events.jsonl       what the worker reported, one JSON object a line
     log.txt            the worker's stdout and stderr
     result.json        how the worker ended: {"status": …, "error": …}
@@ -22,6 +23,7 @@ catalogue of runs (:mod:`lab.runs`) and the pages read them, and none of them sp
     eval/<model>-<set> a pipeline's evaluations
 """
 CONFIG_FILE = "config.yaml"
+JOB_FILE = "job.json"
 EVENTS_FILE = "events.jsonl"
 LOG_FILE = "log.txt"
 RESULT_FILE = "result.json"

@@ -16,6 +16,9 @@ MAX_EPOCHS = 1000
 MAX_TOKENS = 1 << 20  # a sequence length
 MAX_TOP_K = 1000
 MAX_LORA_RANK = 4096
+# A temperature: past these the scaled rows are as good as one-hot or uniform (the sweeps widen no
+# further), and 1/T stays finite (T = 1e-320 would make every probability NaN).
+TEMPERATURE_RANGE = (1e-3, 1e3)
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 SEED = {"ge": 0, "le": 2**32 - 1}

@@ -20,6 +20,7 @@ import torch
 from lab.errors import ModelLoadError
 from lab.files import make_folder_once
 from lab.hub import hub_reachable
+from lab.reads import check_folder
 from lab.weights import BUNDLED, SCRATCH, bundled_target
 
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -86,6 +87,7 @@ def resolve_model_path(name: str) -> str:
         return str(default_model())
     path = Path(name).expanduser()
     if path.is_dir():
+        check_folder(path)  # a job's model folder, as it is now: no link in it leads out of the job's folders
         return str(path)
     if path.exists():
         raise ModelLoadError(f"Model path {name!r} is a file; pass the directory that holds config.json and the weights.")
@@ -212,6 +214,7 @@ def _attach_adapter(model: torch.nn.Module, adapter: str, merge: bool) -> torch.
     adapter_dir = Path(adapter).expanduser()
     if not (adapter_dir / "adapter_config.json").is_file():
         raise ModelLoadError(f"Adapter {adapter!r} is not a PEFT directory (no adapter_config.json found there).")
+    check_folder(adapter_dir)
     try:
         peft_model = PeftModel.from_pretrained(model, str(adapter_dir))
     except (OSError, ValueError, RuntimeError) as e:

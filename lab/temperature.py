@@ -27,7 +27,9 @@ import numpy as np
 from lab import metrics
 from lab.files import write_atomic
 from lab.layout import TEMPERATURE_FILE
+from lab.limits import TEMPERATURE_RANGE
 from lab.metric_checks import BinEdges
+from lab.reads import read_text
 
 FitObjective = Literal["nll", "ece"]  # what a fitted temperature minimises (here and in lab.first.recalibration)
 PROB_FLOOR = 1e-12  # log(0) guard: an option with probability 0 gets a very low, finite score
@@ -207,10 +209,12 @@ def load_temperature(source: float | int | str | Path | None) -> Optional[float]
         if not path.is_file():
             raise FileNotFoundError(f"No temperature file at {path}: fit one first (the CFT job's ts/ directory "
                                     "or the temperature lab's save button writes it)")
+        text = read_text(path, encoding="utf-8")
         try:
-            value = float(json.loads(path.read_text())["temperature"])
+            value = float(json.loads(text)["temperature"])
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path} is not a temperature file (expected JSON with a 'temperature' number): {e}") from None
-    if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"Expected a positive temperature, but got {value!r}")
+    low, high = TEMPERATURE_RANGE
+    if not (np.isfinite(value) and low <= value <= high):
+        raise ValueError(f"Expected a temperature from {low:g} to {high:g}, but got {value!r}")
     return value

@@ -8,7 +8,10 @@ The worker reports through ``events.jsonl`` and ends by writing ``result.json``
 (``{"status": "succeeded" | "failed" | "cancelled", "error": …}``), so whoever watches the job —
 the scheduler that started it, or one started after a server restart — learns how it ended from
 files rather than from being its parent. It stops cooperatively when ``STOP`` appears in its run
-directory. Exit codes: 0 done, 2 the user's input was refused, 3 out of memory, 130 stopped;
+directory. A job queued from a browser reads files only inside the folders it was submitted
+under (``job.json``): its config is checked against them again here, and each data file again as
+it is opened (:mod:`lab.reads`), since a file can be swapped for a link while the job waits.
+Exit codes: 0 done, 2 the user's input was refused, 3 out of memory, 130 stopped;
 anything else is a bug in the lab and keeps its traceback in the log.
 """
 from __future__ import annotations
@@ -22,11 +25,14 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from lab.config import ConfigError
 from lab.errors import USER_ERRORS, Stopped
 from lab.events import START, EventWriter
 from lab.files import write_atomic
 from lab.kinds import config_text, load_config
-from lab.layout import CONFIG_FILE, EVENTS_FILE, RESULT_FILE, STOP_FILE
+from lab.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, STOP_FILE
+from lab.paths import Policy
+from lab.reads import restricted
 
 PROGRESS_EVERY_S = 1.0  # at most one progress event a second: the UI polls, it need not see every batch
 
@@ -152,6 +158,20 @@ def _write_result(run_dir: Path, status: str, error: Optional[str] = None) -> No
     write_atomic(run_dir / RESULT_FILE, json.dumps({"status": status, "error": error}) + "\n")
 
 
+def allowed_folders(run_dir: Path) -> Optional[list[Path]]:
+    """The folders the job was submitted under (``job.json``), or None: a config run by hand, or a
+    run directory from before the lab kept them, reads anywhere."""
+    try:
+        roots = json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8"))["roots"]
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as e:  # never read anywhere because the record of where is damaged
+        raise ConfigError(f"{run_dir / JOB_FILE} is damaged ({e}); clone the job to run it again") from None
+    if roots is not None and not (isinstance(roots, list) and all(isinstance(r, str) for r in roots)):
+        raise ConfigError(f"{run_dir / JOB_FILE}: roots must be a list of folders; clone the job to run it again")
+    return None if roots is None else [Path(r) for r in roots]
+
+
 def run(config_path: Path, run_dir: Path) -> int:
     """Run a config in ``run_dir``; returns the process exit code (see the module docstring).
 
@@ -164,11 +184,13 @@ def run(config_path: Path, run_dir: Path) -> int:
     ctx.events.emit(START, pid=os.getpid())
     _quiet_progress_bars()
     try:
-        kind, cfg = load_config(config_path)
+        roots = allowed_folders(run_dir)
+        kind, cfg = load_config(config_path, roots)
         resolved = config_text(kind, cfg)
         if not (run_dir / CONFIG_FILE).exists() or (run_dir / CONFIG_FILE).read_text() != resolved:
             (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
-        result = kind.run(cfg, ctx)
+        with restricted(Policy(roots).roots):
+            result = kind.run(cfg, ctx)
     except Stopped as e:
         ctx.events.emit("stopped", message=str(e))
         _write_result(run_dir, "cancelled", f"stopped by request ({e})")

@@ -174,6 +174,49 @@ def test_hostile_slurm_options_are_refused_naming_the_field(tmp_path, options, m
     assert store.list() == []
 
 
+# Options that would write, truncate or move files, or override what the lab set (issue 30, S1).
+PATH_OPTIONS = ["--output=/tmp/outside.txt", "--open-mode=truncate", "--error=/tmp/outside.err", "--chdir=/tmp",
+                "--out=/tmp/outside.txt", "#SBATCH --output=/tmp/x", "--input=/etc/passwd", "--export=ALL",
+                "--nodelist=/etc/hosts", "--exclude=/tmp/nodes", "--nodes=64", "--time=99999", "--job-name=x",
+                "--get-user-env", "--uid=0", "--wrap=id"]
+
+
+@pytest.mark.parametrize("option", PATH_OPTIONS)
+def test_extra_options_that_name_paths_or_override_the_lab_are_refused_everywhere(tmp_path, monkeypatch, capsys,
+                                                                                  option):
+    from jobs.cli import main as jobs_cli
+    from jobs.store import ConfigError, JobStore
+    from ui import forms, launch_page
+    from ui.api import submit_job
+    from ui.context import LabContext
+
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")  # a server with Slurm's tools
+    store = JobStore(tmp_path / "runs")
+    with pytest.raises(ConfigError, match="slurm.extra"):
+        store.submit({"kind": "evaluate"}, executor="slurm", slurm={"extra": [option]})
+    config = tmp_path / "job.yaml"
+    config.write_text("kind: evaluate\n")
+    assert jobs_cli(["--root", str(store.root), "submit", str(config), "--executor", "slurm",
+                     f"--sbatch={option}"]) == 2
+    assert "slurm.extra" in capsys.readouterr().err
+    ctx = LabContext(tmp_path / "runs")
+    said = submit_job(ctx, "kind: evaluate\n", executor="slurm", slurm=json.dumps({"extra": [option]}))
+    assert not said["ok"] and "slurm.extra" in said["error"]
+    said = launch_page.submit_anywhere(ctx, "evaluate", 0, 1, "slurm", "", 1, 0, 30, "", option,
+                                       *forms.preset_values("evaluate", None))
+    assert "slurm.extra" in said
+    assert store.list() == []
+
+
+def test_the_lab_s_own_lines_come_after_the_user_s(tmp_path):
+    from jobs.slurm import batch_file, parse_options
+
+    lines = batch_file(tmp_path, parse_options({"extra": ["--mem=4G", "--qos=high"]}), 1).splitlines()
+    sbatch = [line for line in lines if line.startswith("#SBATCH")]
+    assert sbatch[:2] == ["#SBATCH --mem=4G", "#SBATCH --qos=high"]
+    assert f"#SBATCH --output={tmp_path}/log.txt" in sbatch[2:] and "#SBATCH --open-mode=append" in sbatch[2:]
+
+
 def test_the_batch_file_carries_every_option(tmp_path):
     from jobs.slurm import batch_file, parse_options
 

@@ -17,6 +17,7 @@ from lab import analysis, runs
 from lab.config import ConfigError
 from lab.yamlio import load_yaml
 from ui.context import LabContext
+from ui.messages import STORE_FAULTS, store_fault
 from ui.progress import progress
 
 API_NAMES = ("submit_job", "job_status", "run_metrics")  # what the README documents, and nothing else
@@ -35,6 +36,8 @@ def submit_job(ctx: LabContext, config_yaml: str, gpus: int = 0, processes: int 
         job = ctx.submit(load_yaml(config_yaml), gpus=gpus, processes=processes, executor=executor, slurm=slurm or None)
     except ConfigError as e:
         return {"ok": False, "error": str(e)}
+    except STORE_FAULTS as e:
+        return {"ok": False, "error": store_fault(ctx.runs, e)}
     return {"ok": True, "id": job.id, "status": job.status}
 
 
@@ -44,6 +47,8 @@ def job_status(ctx: LabContext, job_id: int) -> dict[str, Any]:
         job = ctx.store.get(int(job_id))
     except (KeyError, ValueError, TypeError):
         return {"ok": False, "error": f"No job {job_id!r}"}
+    except STORE_FAULTS as e:
+        return {"ok": False, "error": store_fault(ctx.runs, e)}
     p = progress(ctx.events.events(job.run_dir)) if job.status == "running" else None
     evaluations = [run.name for run in runs.job_evaluations(ctx.runs, job.run_dir)]
     return {"ok": True, "id": job.id, "kind": job.kind, "status": job.status, "error": job.error,

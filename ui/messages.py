@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import html
+import sqlite3
+from pathlib import Path
 
 CSS = """
 .lab-error { color: #b00020; background: #fdecea; border-radius: 6px; padding: 8px 12px; }
@@ -22,3 +24,15 @@ def ok(message: str) -> str:
 def note(message: str) -> str:
     """A caution that does not stop anything (a small sample, an optimistic figure)."""
     return f"<div class='lab-note'>ℹ️ {html.escape(message)}</div>"
+
+
+# The job store's file or the run directories failing under a request: a full disk, a read-only
+# folder. The caller is told so, as for any refusal; the server itself carries on.
+STORE_FAULTS = (sqlite3.Error, OSError)
+
+
+def store_fault(runs: Path, e: BaseException) -> str:
+    """One line (plain text) on a job store that cannot be used right now, with what to do."""
+    what = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    return (f"the job store in {runs} cannot be used right now ({what}); check that its disk has free space and "
+            "that the server may write there, then try again")

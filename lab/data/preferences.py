@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from lab.hub import hub_offline_mode, hub_reachable
+from lab.reads import open_text
 
 from . import samples
 from .record import DataError, RowProblem
@@ -88,7 +89,7 @@ def _read(path: Path) -> Iterator[Item]:
     if not path.is_file():
         raise DataError(f"Preference file {path} does not exist.")
     try:
-        with path.open(encoding="utf-8-sig") as f:
+        with open_text(path) as f:
             is_list = f.read(1024).lstrip().startswith("[")
         yield from convert_rows(path, json_array_rows(path) if is_list else jsonl_rows(path), to_pair)
     except UnicodeDecodeError as e:

@@ -19,6 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
+from lab.reads import open_text, read_text
+
 from .record import DataError, MCQRecord, RowProblem
 
 Row = Union[MCQRecord, RowProblem]
@@ -47,7 +49,7 @@ def read_json(path: Path, convert: Convert) -> Iterator[Row]:
 
     Decided by the content, not the name: MedMCQA's own ``dev.json`` is JSON Lines.
     """
-    with path.open(encoding="utf-8-sig") as f:
+    with open_text(path) as f:
         is_list = f.read(1024).lstrip().startswith("[")
     return convert_rows(path, json_array_rows(path) if is_list else jsonl_rows(path), convert)
 
@@ -96,7 +98,7 @@ def too_deep(value: Any) -> bool:
 
 def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line, parsed value)`` per non-blank line; a line that is not JSON comes as a ``BadRow``."""
-    with path.open(encoding="utf-8-sig") as f:
+    with open_text(path) as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -116,7 +118,7 @@ def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     A CSV error (an unterminated quote, a NUL byte) leaves the reader nowhere to resume, so it
     stops the file with a DataError at that line instead of becoming a row problem.
     """
-    with path.open(encoding="utf-8-sig", newline="") as f:
+    with open_text(path, newline="") as f:
         reader = csv.reader(f)
         start = 1
         try:
@@ -144,7 +146,7 @@ def json_array_rows(path: Path) -> Iterator[tuple[int, Any]]:
     A syntax error ends the list, so it is a DataError for the file rather than a row problem; so
     does an element too deep for the decoder, which cannot then tell where the element ends.
     """
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_text(path)
     decoder = json.JSONDecoder()
     pos = _WS.match(text).end() + 1  # past the "["
     line, counted = 1, 0

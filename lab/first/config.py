@@ -82,7 +82,7 @@ class FirstConfig(ConfigMixin, RunSection, PipelineEvalSection, PromptSection, D
     ts_grid: Optional[list[float]] = field(default=None, metadata=doc(
         "temperatures the sweep tries first (None: the form's own, paper 0.1..1.0 step 0.1, logit 0.25..8 "
         "geometric); an optimum on an edge widens it, up to 0.001..1000", ge=HARD_BOUNDS[0], le=HARD_BOUNDS[1],
-        max_items=MAX_GRID))
+        min_items=1, max_items=MAX_GRID))
     ls_delta: float = field(default=0.1, metadata=doc("label smoothing δ for distill_ls", ge=0, lt=1))
     ls_renormalise: bool = field(default=False, metadata=doc(
         "distill_ls: normalise the top-k to sum 1 before Eq. 3 (default: Eq. 3 on the raw top-k, as the paper)"))

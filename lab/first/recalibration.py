@@ -22,6 +22,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
+from lab.limits import TEMPERATURE_RANGE
 from lab.metric_checks import BinEdges, check_edges, check_unit_interval
 from lab.metrics import ece, nll
 from lab.temperature import FitObjective
@@ -38,7 +39,7 @@ DEFAULT_GRIDS: dict[str, np.ndarray] = {"paper": PAPER_GRID, "logit": LOGIT_GRID
 # paper's grid (step 0.1) that is its step of 0.02 over the best ± 0.1; on the log grid, equal ratios.
 FINE_STEPS = 5
 FINE_SPACING: dict[str, str] = {"paper": "linear", "logit": "geometric"}
-HARD_BOUNDS = (1e-3, 1e3)  # no widening past these: there the rows are as good as one-hot or uniform
+HARD_BOUNDS = TEMPERATURE_RANGE  # no widening past these: there the rows are as good as one-hot or uniform
 WIDEN_FACTOR = 2.0  # an optimum on an edge tries the edge × 2 (or / 2) next, until it is interior
 NLL_EPS = 1e-12  # probability floor of the NLL; an answer outside the top-k scores -log(1e-12)
 SUM_TOL = 1e-3  # a top-k may sum this far above 1 (probabilities stored in half precision)
