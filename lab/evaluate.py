@@ -9,6 +9,11 @@ are those of the temperature-scaled probabilities; each row keeps the unscaled o
 ``raw_probs``. With a ``calibrator`` (a ``calibrator.json`` the recalibration workbench saved, fitted
 on another run) each row also gets its ``calibrated_confidence`` and ``metrics.json`` a ``calibrated``
 block scoring it, beside the uncalibrated metrics, with how many of these questions it was fitted on.
+
+A question whose option scores are not finite (NaN, +inf, or −inf on every option: mostly a float16
+overflow) has no probabilities: it is left out like a malformed row, named in the log and in
+``metrics.json``'s ``nonfinite_questions`` and counted in ``n_skipped_rows``, and the rest are
+evaluated. Only when no question is left is the evaluation refused.
 """
 from __future__ import annotations
 
@@ -30,12 +35,17 @@ from lab.kinds import JobKind, register
 from lab.layout import CONFIG_FILE, METRICS_FILE, PREDICTIONS_FILE
 from lab.data import load_records, synthetic
 from lab.data.record import MCQRecord
+from lab.errors import ScoringError
 from lab.temperature import load_temperature, scale
 from lab.sections import AdaptedModel, DataSection, EvalSection, PromptSection, RunSection
 from lab.templates import default_template, get_template, template_names
 
 Scoring = Literal["letter", "cloze"]
 SELECTIVE_BOOT = 200  # bootstrap replicates for the AURC/AUROC intervals: each re-sorts the questions
+LISTED_NONFINITE = 5  # questions with non-finite scores named in the log or in an error
+NONFINITE_REMEDY = ("In float16 a logit past 65,504 overflows to inf (and a softmax over it gives NaN): evaluate "
+                    "with dtype float32 or bfloat16. Scores that stay non-finite come from the model or adapter "
+                    "itself (NaN or inf weights).")
 CONFIDENCE = {
     "letter": "softmax over the option tokens' logits at the answer position (renormalised over the options)",
     "cloze": "softmax over the options' summed log-likelihoods",
@@ -90,7 +100,10 @@ def _prediction_row(record: MCQRecord, probs: np.ndarray) -> dict[str, Any]:
 
 
 def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: Optional[Callable[[int], None]] = None):
-    """Score ``records`` with an already-loaded model; returns (prediction rows, extra metrics).
+    """Score ``records`` with an already-loaded model; returns (prediction rows, extra metrics,
+    skipped), ``skipped`` naming each question left out for non-finite scores (``id, where, cause``:
+    :func:`lab.scoring.nonfinite_cause`), so that one float16 overflow does not cost the evaluation
+    of all the others. A :class:`ScoringError` when no question is finite.
 
     Every question's length is checked against the model's context before the first forward pass:
     one question past it would otherwise hold the whole job at 0 done for minutes, then mean nothing.
@@ -112,8 +125,21 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
     with _reporting(progress, loaded.model, [(len(b), len(b) * lengths[b[0]]) for b in batches]):
         scores = scorer(loaded.model, loaded.tokenizer, prompts, batch_size=cfg.batch_size, progress=progress,
                         encoded=encoded, batches=batches)
-    rows = [_prediction_row(r, s.probs) for r, s in zip(records, scores)]
-    return rows, (_letter_extra if cfg.scoring == "letter" else _cloze_extra)(cfg, rows, scores)
+    skipped = [{"id": r.id, "where": r.where, "cause": s.problem} for r, s in zip(records, scores) if s.problem]
+    if skipped and len(skipped) == len(records):
+        raise ScoringError(f"All {len(records)} questions scored non-finite, so there is nothing to evaluate: "
+                           f"{_listed(skipped)}. {NONFINITE_REMEDY}")
+    kept = [(r, s) for r, s in zip(records, scores) if s.problem is None]
+    rows, scores = [_prediction_row(r, s.probs) for r, s in kept], [s for _, s in kept]
+    return rows, (_letter_extra if cfg.scoring == "letter" else _cloze_extra)(cfg, rows, scores), skipped
+
+
+def _listed(skipped: list[dict[str, str]]) -> str:
+    """The first :data:`LISTED_NONFINITE` questions with non-finite scores, where and why, for a message."""
+    named = "; ".join(f"{q['id']!r}{' at ' + q['where'] if q['where'] else ''}: {q['cause']}"
+                      for q in skipped[:LISTED_NONFINITE])
+    more = len(skipped) - LISTED_NONFINITE
+    return named + (f"; and {more} more" if more > 0 else "")
 
 
 def _reporting(progress: Any, model, batches: list[tuple[int, int]]) -> ContextManager[None]:
@@ -199,25 +225,32 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
     loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
     log(f"scoring {len(data.records)} questions from {data.source} with {cfg.model} ({cfg.scoring}, template {cfg.template})")
     progress = progress_factory(len(data.records)) if progress_factory else None
-    return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress, **info)
+    return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress, log=log, **info)
 
 
 def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Path, source: str, n_skipped: int = 0,
-                     progress: Optional[Callable[[int], None]] = None, **info: Any) -> dict[str, Any]:
+                     progress: Optional[Callable[[int], None]] = None, log: Callable[[str], None] = print,
+                     **info: Any) -> dict[str, Any]:
     """Score ``records`` with a loaded model and write ``out`` (config, predictions, metrics).
 
-    ``info`` adds to (or overrides, e.g. ``dataset`` for a pooled set) what ``metrics.json`` says.
+    ``n_skipped``: rows the loader left out; questions with non-finite scores are added to it and
+    named in ``log`` (as :func:`evaluate` names bad rows) and in ``nonfinite_questions``. ``info``
+    adds to (or overrides, e.g. ``dataset`` for a pooled set) what ``metrics.json`` says.
     """
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / CONFIG_FILE, yaml.safe_dump({"kind": "evaluate", **cfg.to_dict()}, sort_keys=False))
     start = time.perf_counter()
-    rows, extra = score_records(cfg, loaded, records, progress)
+    rows, extra, nonfinite = score_records(cfg, loaded, records, progress)
     elapsed = time.perf_counter() - start
+    if nonfinite:
+        log(f"skipped {len(nonfinite)} of {len(records)} questions whose scores are not finite: {_listed(nonfinite)}. "
+            f"{NONFINITE_REMEDY}")
     temperature = load_temperature(cfg.temperature)
     if temperature is not None:
         rows = apply_temperature(rows, temperature)
     return write_evaluation(out, rows, cfg, {
-        **extra, "model": cfg.model, "adapter": cfg.adapter, "data_source": source, "n_skipped_rows": n_skipped,
+        **extra, "model": cfg.model, "adapter": cfg.adapter, "data_source": source,
+        "n_skipped_rows": n_skipped + len(nonfinite), "nonfinite_questions": nonfinite,
         "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."), "temperature": temperature,
         "seconds": round(elapsed, 3), "questions_per_second": round(len(rows) / elapsed, 3) if elapsed else None,
         **info,

@@ -21,11 +21,16 @@ passages can report progress every second or two.
 A caller that wants the questions' lengths checked against the model's context before the first
 forward pass tokenises with :func:`encode_prompts`, calls :func:`check_context` and hands the same
 encoding to the scorer (``encoded=``), so nothing is tokenised twice.
+
+A question whose option scores are not finite (a float16 overflow, NaN weights) comes back with its
+``problem`` named (:func:`nonfinite_cause`, :func:`letter_problem`) and NaN probabilities, rather
+than stopping the batch: the caller decides (an evaluation skips and counts it).
 """
 from __future__ import annotations
 
 import copy
 import functools
+import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -34,7 +39,7 @@ import numpy as np
 import torch
 
 from lab.errors import DataError, ScoringError
-from lab.templates import Prompt
+from lab.templates import Prompt, option_letter
 
 Progress = Optional[Callable[[int], None]]
 Encoded = tuple[list[int], list[list[int]]]  # (context ids, each option's continuation ids)
@@ -58,6 +63,7 @@ class LetterScore:
     vocab_probs: np.ndarray  # (K,) full-vocabulary probability of each option token
     top_tokens: list[tuple[str, float]]  # model's TOP_K tokens at the answer position
     option_token_ids: list[int]
+    problem: Optional[str] = None  # why the probabilities are undefined (they are NaN then): letter_problem
 
 
 @dataclass
@@ -66,6 +72,7 @@ class ClozeScore:
     logliks: np.ndarray  # (K,) Σ log p(option tokens | context)
     norm_logliks: np.ndarray  # (K,) logliks / option length in characters (``acc_norm``)
     n_tokens: np.ndarray  # (K,) option length in tokens
+    problem: Optional[str] = None  # why the probabilities are undefined (they are NaN then): nonfinite_cause
 
 
 def _encode(tokenizer, texts: list[str], chat: bool) -> list[list[int]]:
@@ -258,6 +265,24 @@ def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(forward_of: type) -> str:
+    """What a model class's ``forward`` calls its KV cache: transformers 5 renamed
+    ``past_key_values`` to ``cache``, and the old name, still taken, puts a FutureWarning and a
+    notice into every cloze job's log. The requirements allow releases on both sides of the rename."""
+    return "cache" if "cache" in inspect.signature(forward_of.forward).parameters else "past_key_values"
+
+
+def _base_class(model: torch.nn.Module) -> type:
+    """The class whose ``forward`` reads the cache: a LoRA wrapper (peft) hands it on by keyword."""
+    return type(model.get_base_model() if hasattr(model, "get_base_model") else model)
+
+
+def _output_cache(out: Any) -> Any:
+    """The KV cache of a forward pass's output, by the name it has there (see :func:`_cache_keyword`)."""
+    return out["cache"] if "cache" in out else out["past_key_values"]
+
+
 def letter_option_ids(prompts: Sequence[Prompt], encoded: Sequence[Encoded]) -> list[list[int]]:
     """Each prompt's option tokens (the first token of each continuation); they must differ."""
     option_ids = []
@@ -272,8 +297,40 @@ def letter_option_ids(prompts: Sequence[Prompt], encoded: Sequence[Encoded]) -> 
     return option_ids
 
 
-def letter_score(logp: torch.Tensor, option_ids: list[int], tokenizer) -> LetterScore:
-    """A question's letter score from the log-probabilities (V,) of the token after its prompt."""
+def nonfinite_cause(scores: np.ndarray) -> Optional[str]:
+    """Why softmax over one question's option scores (K,) is undefined, or None when it is defined.
+
+    A NaN score leaves every probability NaN, and so does +inf (softmax subtracts the maximum:
+    inf − inf), even on one option: the limit would put all the mass there, but the model's other
+    numbers are just as broken, so such a question is not scored rather than guessed. −inf on some
+    options is defined (probability 0 there), on every option it is 0/0. NaN is named first, as it
+    is undefined whatever the rest. In float16 a logit past 65,504 overflows to ±inf, and a
+    ``log_softmax`` over a vocabulary holding +inf turns it into NaN: that is how a cloze score
+    (a sum of log-probabilities) shows an overflow.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    for bad, what in ((np.isnan(scores), "NaN score"), (np.isposinf(scores), "+inf score")):
+        if bad.any():
+            which = ", ".join(option_letter(int(k)) for k in np.flatnonzero(bad))
+            return f"{what} on option{'s' if bad.sum() > 1 else ''} {which}"
+    return "-inf on every option" if np.isneginf(scores).all() else None
+
+
+def letter_problem(logits: torch.Tensor, option_ids: list[int]) -> Optional[str]:
+    """:func:`nonfinite_cause` of the option logits, or else a NaN or +inf logit elsewhere in the
+    vocabulary (V,), which leaves the full-vocabulary probabilities (and the log_softmax the option
+    probabilities are taken from) undefined; None when the question's score is defined."""
+    cause = nonfinite_cause(logits[option_ids].double().cpu().numpy())
+    if cause is None and bool((logits.isnan() | logits.isposinf()).any()):
+        return "NaN or +inf logit on a token that is not an option (full-vocabulary probabilities undefined)"
+    return cause
+
+
+def letter_score(logits: torch.Tensor, option_ids: list[int], tokenizer) -> LetterScore:
+    """A question's letter score from the logits (V,) of the token after its prompt, or from their
+    log-probabilities (the same score: log_softmax is idempotent). Raw logits let a non-finite
+    question be told apart (:func:`letter_problem`): after a log_softmax, +inf is NaN everywhere."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (V,)
     top_lp, top_ids = logp.topk(TOP_K)
     opt_lp = logp[torch.tensor(option_ids, device=logp.device)]  # (K,)
     return LetterScore(
@@ -281,6 +338,7 @@ def letter_score(logp: torch.Tensor, option_ids: list[int], tokenizer) -> Letter
         vocab_probs=opt_lp.exp().cpu().numpy(),
         top_tokens=[(tokenizer.decode([t]), float(p)) for t, p in zip(top_ids.tolist(), top_lp.exp().tolist())],
         option_token_ids=option_ids,
+        problem=letter_problem(logits, option_ids),
     )
 
 
@@ -305,9 +363,8 @@ def score_letter(
     for batch in batches:
         ids, mask, pos = _left_padded([encoded[i][0] for i in batch], _pad_id(tokenizer), device)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=False).logits
-        logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (B, V)
         for row, i in enumerate(batch):
-            results[i] = letter_score(logp[row], option_ids[i], tokenizer)
+            results[i] = letter_score(logits[row, -1, :], option_ids[i], tokenizer)  # (V,)
         if progress:
             progress(len(batch))
     return results  # type: ignore[return-value]
@@ -345,7 +402,7 @@ def score_cloze(
         chunk = max(len(batch), MIN_OPTION_CHUNK)
         for s in range(0, len(longer), chunk):
             part = longer[s : s + chunk]
-            for r, lp in zip(part, _continuation_logprobs(model, out.past_key_values, mask, [rows[r] for r in part], pad)):
+            for r, lp in zip(part, _continuation_logprobs(model, _output_cache(out), mask, [rows[r] for r in part], pad)):
                 lls[r] += lp
         r = 0
         for i in batch:
@@ -355,7 +412,7 @@ def score_cloze(
             chars = np.array([max(len(o.removeprefix(" ")), 1) for o in prompts[i].options], dtype=float)
             results[i] = ClozeScore(
                 probs=_softmax(ll), logliks=ll, norm_logliks=ll / chars,
-                n_tokens=np.array([len(c) for c in encoded[i][1]]),
+                n_tokens=np.array([len(c) for c in encoded[i][1]]), problem=nonfinite_cause(ll),
             )
         if progress:
             progress(len(batch))
@@ -383,8 +440,8 @@ def _continuation_logprobs(model: torch.nn.Module, context_cache, context_mask: 
     step_mask = torch.cat([context_mask[owner], keep.long()], dim=1)
     step_pos = ctx_len[:, None] + torch.arange(width, device=device)[None, :]
     logits = model(
-        input_ids=inp, attention_mask=step_mask, position_ids=step_pos,
-        past_key_values=cache, logits_to_keep=keep, use_cache=True,
+        input_ids=inp, attention_mask=step_mask, position_ids=step_pos, logits_to_keep=keep, use_cache=True,
+        **{_cache_keyword(_base_class(model)): cache},
     ).logits  # (Σ kept positions, V), row-major over `keep`
     logp = torch.log_softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)
     targets = torch.cat([torch.tensor(cont[1:], device=device) for _, cont in rows])

@@ -66,11 +66,13 @@ def test_equal_mass_bars_span_their_own_confidences_and_stay_visible():
 
 
 def test_equal_mass_bins_of_one_tied_confidence_are_marked():
-    summary = skewed_summary(10, "mass", ties=200)  # the top three bins all hold confidence 1.0
+    # 240 ties at 1.0 fill the top three bins' share exactly: tied confidences share one bin (never
+    # split by row order), so one bin holds only 1.0 and the two it would have reached stay empty.
+    summary = skewed_summary(10, "mass", ties=240)
     fig = plots.reliability_figure(summary)
     assert_no_two_bars_overlap(fig)
     (marks,) = [t for t in fig.data if t.name == plots.NARROW_NAME]
-    assert list(marks.x) == pytest.approx([1.0] * 3) and marks.mode == "markers"
+    assert list(marks.x) == pytest.approx([1.0], abs=1e-3) and marks.mode == "markers"
     assert not [t for t in plots.reliability_figure(skewed_summary(10, "mass")).data if t.name == plots.NARROW_NAME]
 
 
@@ -243,3 +245,39 @@ def test_the_pages_build(three_runs):
     with gr.Blocks():
         reliability_page.build_reliability(three_runs)
         knowledge_page.build_knowledge(three_runs)
+
+
+# ---------------------------------------------------------------- issue 30: each mark is what its legend says
+def _one_bin_each(over: bool, under: bool) -> dict:
+    """A summary whose bins are over-confident (conf .85, acc .6) and/or under-confident (conf .35, acc .7)."""
+    bins = []
+    if under:
+        bins.append({"lo": 0.3, "hi": 0.4, "conf": 0.35, "acc": 0.7, "count": 10})
+    if over:
+        bins.append({"lo": 0.8, "hi": 0.9, "conf": 0.85, "acc": 0.6, "count": 10})
+    return {"reliability": bins, "n_bins": 10, "strategy": "width", "ece": 0.3, "n": 10 * len(bins)}
+
+
+def test_the_grey_accuracy_bar_shows_whole_under_an_under_confident_gap():
+    """Issue 30: in an under-confident bin the grey bar labelled "accuracy" seemed to end at the
+    confidence: the blue gap, filled, covered its top from the confidence up to the accuracy. The
+    gap is hatched over a clear ground, so the grey shows to its true height beneath it."""
+    fig = plots.reliability_figure(_one_bin_each(over=True, under=True))
+    accuracy = next(t for t in fig.data if t.name == "accuracy")
+    under = next(t for t in fig.data if t.name == "under-confident")
+    over = next(t for t in fig.data if t.name == "over-confident")
+    assert accuracy.y == (0.7, 0.6)  # grey from 0 to the accuracy, in every bin
+    assert under.base == (0.7,) and under.y == pytest.approx((-0.35,))  # the gap lies over the grey …
+    assert under.marker.pattern.shape and under.marker.pattern.fillmode in (None, "replace")
+    assert under.marker.pattern.bgcolor in (None, "rgba(0,0,0,0)")  # … hatched on a clear ground: grey shows
+    assert over.base == (0.6,) and over.y == pytest.approx((0.25,))  # above the grey: nothing hidden
+
+
+def test_every_kind_of_bar_drawn_has_its_legend_entry():
+    """Issue 30: the workbench's "after" plot drew a blue bar with no legend entry: the entry went
+    to the "before" plot's blue trace, which was empty, and Plotly lists no empty trace."""
+    fig = plots.side_by_side([("before", _one_bin_each(over=True, under=False)),
+                              ("after", _one_bin_each(over=True, under=True))])
+    shown = {t.name: t for t in fig.data if t.showlegend is not False}
+    assert {"accuracy", "over-confident", "under-confident"} <= set(shown)
+    assert all(len(shown[name].x) for name in ("accuracy", "over-confident", "under-confident"))
