@@ -40,9 +40,11 @@ DEFAULT_TEMPERATURES: dict[str, np.ndarray] = {
 SWEEP_BOUNDS: dict[str, tuple[float, float]] = {"logit": (T_MIN, T_MAX), "paper": (1e-4, T_MAX)}
 LEGACY_BIN_EDGES = "left"  # what a metrics.json without "bin_edges" was binned with (before the choice existed)
 TOPK_COLUMNS = ["rank", "mean_prob", "answer_in_topk"]
-RESULTS_COLUMNS = ["run", "folder", "model", "dataset", "split", "scoring", "domain", "n", "ECE", "ECE low", "ECE high",
-                   "accuracy", "Trust", "cw-ECE", "AURC", "AUROC", "oracle accuracy", "oracle ECE"]
-ROUNDED = {column: 4 for column in RESULTS_COLUMNS[8:]}
+# The run, the numbers a reader came for, then how it was made: at 1440 px the numbers were behind a scroll.
+RESULTS_COLUMNS = ["run", "ECE", "ECE low", "ECE high", "accuracy", "Trust", "AURC", "AUROC", "n", "cw-ECE",
+                   "oracle accuracy", "oracle ECE", "model", "dataset", "split", "scoring", "domain", "folder"]
+ROUNDED = {column: 4 for column in ("ECE", "ECE low", "ECE high", "accuracy", "Trust", "AURC", "AUROC", "cw-ECE",
+                                    "oracle accuracy", "oracle ECE")}
 DOMAIN = {True: "in", False: "out", None: ""}
 ROBUSTNESS_BINS = tuple(range(5, 31))  # the bin counts the ECE-robustness plot tries
 SMALL_N = 300  # below this many questions an ECE is flagged (HELM's floor for reporting calibration)

@@ -88,18 +88,21 @@ def overconfidence_threshold(df: pd.DataFrame, dataset: Optional[str] = None) ->
 
 
 def filter_cases(df: pd.DataFrame, kind: CaseKind = "all", conf_range: tuple[float, float] = (0.0, 1.0),
-                 dataset: Optional[str] = None) -> pd.DataFrame:
-    """The cases of one kind, confidence in ``conf_range`` (inclusive), most over-confident wrong first.
+                 dataset: Optional[str] = None, by: str = "confidence") -> pd.DataFrame:
+    """The cases of one kind, column ``by`` in ``conf_range`` (inclusive), most over-confident wrong first.
 
     ``"overconfident_wrong"``: wrong answers given with more confidence than the accuracy of the
     table (of ``dataset`` when given): the model claimed a hit rate it does not reach. Order: by
     ``overconfident_wrong`` then confidence, both descending, so wrong answers lead, surest first.
+    ``by``: the column the range applies to, ``confidence`` or another confidence signal the
+    caller added (:mod:`lab.confidence`), so that a threshold set on that signal elsewhere keeps
+    the same questions here.
     """
     if kind not in CASE_KINDS:
         raise ValueError(f"Expected `kind` to be one of {CASE_KINDS}, but got {kind!r}")
     df = _scope(df, dataset)
     lo, hi = conf_range
-    keep = df["confidence"].between(lo, hi)
+    keep = df[by].between(lo, hi)
     if kind == "correct":
         keep &= df["correct"]
     elif kind == "wrong":
@@ -122,10 +125,11 @@ def _share(part: int, whole: int) -> str:
 
 
 def describe_cases(df: pd.DataFrame, shown: pd.DataFrame, kind: CaseKind, conf_range: tuple[float, float],
-                   dataset: Optional[str] = None) -> str:
+                   dataset: Optional[str] = None, by: str = "confidence") -> str:
     """What :func:`filter_cases` kept, in words: the rule with its threshold, how many of the
     questions of that kind it covers and at which confidences, e.g. "44 of 60 wrong answers (73%),
-    at confidence 0.28–0.39". Numbers to 3 significant digits."""
+    at confidence 0.28–0.39". Numbers to 3 significant digits; ``by`` names the column the range
+    applied to, as :func:`filter_cases` takes it."""
     scope = _scope(df, dataset)
     wrong, right = int((~scope["correct"]).sum()), int(scope["correct"].sum())
     lo, hi = conf_range
@@ -138,7 +142,7 @@ def describe_cases(df: pd.DataFrame, shown: pd.DataFrame, kind: CaseKind, conf_r
                                 "these questions: the model claimed a hit rate it does not reach"),
     }[kind]
     if (lo, hi) != (0.0, 1.0):
-        rule += f", confidence {lo:.3g}–{hi:.3g}"
+        rule += f", {by} {lo:.3g}–{hi:.3g}"
     of = {"correct": f"{_share(len(shown), right)} right answers",
           "all": f"{_share(len(shown), len(scope))} questions"}.get(kind, f"{_share(len(shown), wrong)} wrong answers")
     where = f" at confidence {shown['confidence'].min():.3g}–{shown['confidence'].max():.3g}" if len(shown) else ""

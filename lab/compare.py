@@ -31,6 +31,7 @@ from lab.layout import COMPARE_FILE, COMPARISONS_DIR
 from lab.sections import AdaptedModel, DeviceSection, PromptSection
 from lab.temperature import load_temperature, scale
 from lab.templates import get_template, option_letter, user_turn
+from lab.weights import SCRATCH
 
 if TYPE_CHECKING:  # the web server imports this module for its config, and never torch
     from lab.model_cache import ModelCache
@@ -236,23 +237,45 @@ def upgrade(report: dict[str, Any]) -> dict[str, Any]:
     return {"questions": [{"question": report["question"], "options": report.get("options") or []}], "results": results}
 
 
+def shown_answer(generation: dict[str, Any], model: Optional[str]) -> Optional[str]:
+    """The generated answer as a table shows it: a blank one says what was generated instead of
+    leaving an empty cell (the untrained ``scratch`` model answers with newlines only)."""
+    text = generation.get("text")
+    if text or not generation.get("tokens"):
+        return text
+    why = (f"; {SCRATCH} has random weights until it is trained (the finetune-controlled preset)"
+           if model == SCRATCH else "")
+    return f"(blank: its {generation['tokens']} generated tokens are only whitespace or special tokens{why})"
+
+
+# The answers table's columns, in order: the answer and its confidence first, the question last (it is the
+# same for every model and the page shows it above the table, so first it only pushed the answers off-screen).
+COLUMNS = ("#", "model", "prediction", "confidence", "correct", "answer", "option probabilities", "answer prob.",
+           "1st-token prob.", "T", "question")
+
+
 def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per question and model: what a table (and its CSV) shows."""
+    """One row per question and model, keys in :data:`COLUMNS` order: what a table (and its CSV)
+    shows. A free-text question has no prediction, confidence or option probabilities."""
     table = []
     for q, item in enumerate(report["questions"]):
         for result in report["results"]:
             answer = result["answers"][q]
             generation = answer.get("generation") or {}
-            row = {"#": q + 1, "question": item["question"], "model": result["label"], "T": result.get("temperature")}
+            row: dict[str, Any] = {"#": q + 1, "model": result["label"]}
             if item["options"]:
                 p = answer["prediction"]
-                row.update({"prediction": f"{option_letter(p)}. {item['options'][p]}", "confidence": answer["confidence"],
-                            "option probabilities": " ".join(f"{option_letter(i)} {v:.3f}"
-                                                             for i, v in enumerate(answer["probs"]))})
+                row["prediction"] = f"{option_letter(p)}. {item['options'][p]}"
+                row["confidence"] = answer["confidence"]
                 if item.get("answer") is not None:
                     row["correct"] = p == item["answer"]
-            row.update({"answer": generation.get("text"), "sequence probability": generation.get("sequence_prob"),
-                        "first-token probability": generation.get("first_token_prob")})
+            row["answer"] = shown_answer(generation, result.get("model"))
+            if item["options"]:
+                row["option probabilities"] = " ".join(f"{option_letter(i)} {v:.3f}"
+                                                       for i, v in enumerate(answer["probs"]))
+            row.update({"answer prob.": generation.get("sequence_prob"),
+                        "1st-token prob.": generation.get("first_token_prob"), "T": result.get("temperature"),
+                        "question": item["question"]})
             table.append(row)
     return table
 

@@ -24,7 +24,7 @@ import psutil
 import torch
 
 from lab.errors import ModelLoadError
-from lab.models import LoadedModel, load_model, select_device, select_dtype
+from lab.models import LoadedModel, load_model, peft_quietly, select_device, select_dtype
 from lab.weights import BYTES, count_parameters, local_model_dir, size_text
 
 HEADROOM = 1.2  # what a forward pass needs beyond the weights, as in jobs.preflight
@@ -186,7 +186,8 @@ class ModelCache:
             if isinstance(loaded.model, PeftModel):
                 loaded.model.load_adapter(adapter, adapter_name=name)
             else:
-                loaded.model = PeftModel.from_pretrained(loaded.model, adapter, adapter_name=name)
+                with peft_quietly():
+                    loaded.model = PeftModel.from_pretrained(loaded.model, adapter, adapter_name=name)
         except (OSError, ValueError, RuntimeError, KeyError) as e:
             raise ModelLoadError(f"Adapter {adapter!r} does not fit {base.base}: {e}") from e
         loaded.model.to(self.device).eval()

@@ -11,9 +11,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -28,6 +30,17 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def peft_quietly() -> Iterator[None]:
+    """Around peft's wrapping of a model (making or loading a LoRA adapter): peft reads
+    transformers' ``is_gradient_checkpointing``, which transformers 5 renamed, and the
+    FutureWarning it raises would fill every LoRA job's log with what only a peft release can
+    fix. Only that warning, and only here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def _bundled_gguf() -> Path:
@@ -216,7 +229,8 @@ def _attach_adapter(model: torch.nn.Module, adapter: str, merge: bool) -> torch.
         raise ModelLoadError(f"Adapter {adapter!r} is not a PEFT directory (no adapter_config.json found there).")
     check_folder(adapter_dir)
     try:
-        peft_model = PeftModel.from_pretrained(model, str(adapter_dir))
+        with peft_quietly():
+            peft_model = PeftModel.from_pretrained(model, str(adapter_dir))
     except (OSError, ValueError, RuntimeError) as e:
         raise ModelLoadError(f"Adapter {adapter!r} does not fit this model: {e}") from e
     return peft_model.merge_and_unload() if merge else peft_model

@@ -33,8 +33,9 @@ from typing import Any, Callable, Iterable, Optional
 
 from lab.config import PATH_ROLES, ConfigError, validate, walk
 from lab.data import DATASETS, DataError, samples, with_sample
-from lab.data.loaders import list_folder, split_entry
+from lab.data.loaders import hub_copy_problem, list_folder, split_entry
 from lab.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
+from lab.reads import PathNotAllowed, inside
 from lab.weights import NAMED_MODELS
 
 MAX_FILES = 10_000  # files one config may resolve to (a glob over a huge tree is refused, not walked)
@@ -45,10 +46,6 @@ PAIR_EXTENSIONS = (".jsonl", ".json")
 HUB_ID = re.compile(r"(?!.*(\.\.|--))[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 
 
-class PathNotAllowed(ConfigError):
-    """A config names a file outside the folders this server may read."""
-
-
 class Policy:
     """Where files may be: anywhere this process can read (``roots`` None), or inside ``roots``."""
 
@@ -57,7 +54,7 @@ class Policy:
                                                  for r in (*roots, samples.ROOT)]
 
     def allows(self, real: Path) -> bool:
-        return self.roots is None or any(real == r or r in real.parents for r in self.roots)
+        return inside(real, self.roots)
 
     def check(self, field: str, real: Path, given: str) -> None:
         if self.allows(real):
@@ -164,6 +161,12 @@ def _check_bundled(field: str, value: list[str], holder: dict[str, Any], owner: 
 
 
 def _data_files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
+    name = _dataset_name(holder, owner)
+    # No files here nor in data_files (val_data_files falls back on those): the job reads the hub copy,
+    # so where it cannot (offline, say) Submit refuses now rather than the job failing once started.
+    problem = None if value or holder.get("data_files") or name not in DATASETS else hub_copy_problem(name)
+    if problem:
+        raise ConfigError(f"{field}: empty, so {problem}")
     _check_bundled(field, value, holder, owner)
     return _resolve_entries(field, value, _dataset_extensions(holder, owner), policy, with_split=True)
 
@@ -240,14 +243,20 @@ def _saved_file(field: str, real: Path, given: str, policy: Policy, name: str) -
     return str(real) if real.is_file() else None
 
 
-def looks_like_path(value: str) -> bool:
-    return value.startswith(("/", ".", "~")) or os.path.lexists(value)
+def looks_like_path(value: str, policy: Policy) -> bool:
+    """A path rather than a hub id: it says so (``/``, ``.``, ``~``), or it names something that
+    exists inside the allowed folders. Whether it exists *outside* them is never asked: ``secret``
+    must get the same answer whether or not a folder of that name lies outside."""
+    if value.startswith(("/", ".", "~")):
+        return True
+    real = _real(value)
+    return policy.allows(real) and os.path.lexists(real)
 
 
 def _model(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
     if value in NAMED_MODELS:
         return value
-    if looks_like_path(value):
+    if looks_like_path(value, policy):
         return _folder(field, value, policy, "a model folder")
     if not HUB_ID.fullmatch(value):
         raise ConfigError(f"{field}: {value!r} is neither {', '.join(map(repr, NAMED_MODELS))}, a model folder, nor a "

@@ -133,8 +133,11 @@ def test_the_compare_page_adds_the_calibrated_confidence_without_asking_the_mode
     path, cal, _ = saved
     ctx, result, name = LabContext(tmp_path / "runs"), _comparison(), "comparisons/one"
     plain, _, note = compare_page.calibrated_answers(ctx, result, "", name)
-    assert compare_page.CALIBRATED not in plain and note == ""
-    table, csv, note = compare_page.calibrated_answers(ctx, result, f"{CALIBRATORS_DIR}/hist", name)
+    assert compare_page.CALIBRATED not in plain["value"] and note == ""
+    shown, csv, note = compare_page.calibrated_answers(ctx, result, f"{CALIBRATORS_DIR}/hist", name)
+    table = shown["value"]
+    # each column its width, the calibrated one too, so that no header breaks mid-word (issue 30)
+    assert shown["column_widths"] == [compare_page.ANSWER_WIDTHS[c] for c in table.columns]
     column = list(table[compare_page.CALIBRATED])
     for row, (q, model) in zip([0, 1, 4, 5], [(0, 0), (0, 1), (2, 0), (2, 1)]):  # question by question, each model
         item, probs = result["questions"][q], result["results"][model]["answers"][q]["probs"]
@@ -156,7 +159,7 @@ def test_the_compare_page_says_why_a_full_vocabulary_calibrator_cannot_apply(tmp
     calibrators.save(cal, tmp_path / CALIBRATORS_DIR / "vocab")
     table, _, note = compare_page.calibrated_answers(LabContext(tmp_path), _comparison(), f"{CALIBRATORS_DIR}/vocab",
                                                      "comparisons/one")
-    assert compare_page.CALIBRATED not in table and "cannot be applied here" in note
+    assert compare_page.CALIBRATED not in table["value"] and "cannot be applied here" in note
 
 
 # ---------------------------------------------------------------- the temperature lab

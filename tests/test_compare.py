@@ -86,6 +86,28 @@ def test_a_compare_json_of_one_question_reads_as_a_list(tmp_path):
     assert read_result(tmp_path) is None
 
 
+def test_the_answers_table_leads_with_the_answer_and_its_confidence():
+    """At 1440 px the answer and probability columns were off-screen behind the question (issue 30)."""
+    report = {"questions": [{"question": "Capital?", "options": ["Oslo", "Bergen"], "answer": 0}], "results": [
+        {"label": "m", "model": "bundled", "temperature": None, "answers": [
+            {"probs": [0.7, 0.3], "prediction": 0, "confidence": 0.7, "generation": {"text": "Oslo", "tokens": 2}}]}]}
+    assert list(rows(report)[0]) == ["#", "model", "prediction", "confidence", "correct", "answer",
+                                     "option probabilities", "answer prob.", "1st-token prob.", "T", "question"]
+
+
+def test_a_blank_generated_answer_says_why(tmp_path):
+    """The untrained `scratch` model answers the Norway question with 48 newlines: the table said
+    nothing at all; it now says what was generated and, for scratch, why."""
+    report = {"questions": [{"question": "Capital?", "options": []}], "results": [
+        {"label": label, "model": model, "temperature": None, "answers": [{"generation": {
+            "text": "", "tokens": 48, "sequence_prob": 1e-112, "first_token_prob": 0.006}}]}
+        for label, model in (("scratch", "scratch"), ("mine", "/runs/model"))]}
+    scratch, mine = [row["answer"] for row in rows(report)]
+    assert scratch.startswith("(blank: its 48 generated tokens are only whitespace or special tokens")
+    assert "random weights" in scratch and "finetune-controlled" in scratch
+    assert mine.startswith("(blank: its 48 generated tokens") and "random weights" not in mine
+
+
 def test_each_comparison_gets_its_own_folder(tmp_path):
     q = [{"question": "What is the capital of Norway? ../../etc"}]
     first, second = history_dir(tmp_path, q), history_dir(tmp_path, q)
@@ -100,7 +122,7 @@ def test_each_comparison_gets_its_own_folder(tmp_path):
     ({"question": "Q", "models": [{"model": "bundled"}] * 5}, "^models: has 5 entries; the limit is 4"),
     ({"question": "Q", "models": [{"model": "bundled", "temp": 2}]}, r"^models\[0\].temp: unknown key; did you mean temperature"),
     ({"question": "Q", "models": [{"adapter": "x"}]}, r"^models\[0\].model: must be set"),
-    ({"question": "Q", "models": [{"model": "bundled", "temperature": -1}]}, r"^models\[0\].temperature: must be a temperature > 0"),
+    ({"question": "Q", "models": [{"model": "bundled", "temperature": -1}]}, r"^models\[0\].temperature: must be a temperature from 0.001 to 1000"),
     ({"question": "Q" * 20_001}, "^question: is 20,001 characters long; the limit is 20,000"),
     ({"questions": [{"question": "Q", "options": ["a", "b"], "answer": 2}]}, r"^questions\[0\].answer: is 2, but there are 2"),
     ({"questions": [{"question": "Q"}] * 101}, "^questions: has 101 entries; the limit is 100"),

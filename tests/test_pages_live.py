@@ -35,7 +35,8 @@ def _rows(n: int = 20) -> list[dict]:
 
 
 def _evaluation(directory: Path, **config) -> Path:
-    cfg = EvalConfig(**{"dataset": "obqa", "scoring": "letter", "template": "first", "bootstrap": 50, **config})
+    cfg = EvalConfig(**{"dataset": "obqa", "split": "test", "scoring": "letter", "template": "first", "bootstrap": 50,
+                        **config})
     write_evaluation(directory, _rows(), cfg, {"model": "bundled"})
     return directory
 
@@ -65,6 +66,23 @@ def test_rename_from_the_job_page(tmp_path):
     assert "no evaluation" in jobs_page.rename_run(ctx, "../elsewhere", "x")
 
 
+def test_a_rename_redraws_the_job_page_at_once(tmp_path):
+    """The `Run:` line and the diagram's title kept the old name until the page was reopened, and the
+    confirmation showed at the top of the page, far from the Rename button (issue 30)."""
+    ctx = LabContext(tmp_path)
+    job = ctx.store.submit({"kind": "evaluate", "model": "bundled"})
+    _evaluation(Path(job.run_dir))
+    ctx.store.update(job.id, status="succeeded", finished=time.time())
+    name = Path(job.run_dir).name
+    said, text, figure, *_ = jobs_page.rename_and_redraw(ctx, job.id, name, "letter baseline")
+    assert "Renamed to: letter baseline" in said
+    assert "Run: **letter baseline**" in text and figure["value"].layout.title.text == "letter baseline"
+    said, text, figure, *_ = jobs_page.rename_and_redraw(ctx, job.id, name, "")
+    assert "named for what it is" in said and "Run: **00001 · bundled" in text
+    _, text, *_ = jobs_page.rename_and_redraw(ctx, job.id, name, '<a href="https://evil.example">Log in</a>')
+    assert "Run: **&lt;a href=" in text and "<a " not in text  # shown as typed, never a live link
+
+
 # ---------------------------------------------------------------- pickers follow the catalogue
 def test_a_picker_fills_picks_the_newest_and_then_sends_only_changes(tmp_path):
     ctx = LabContext(tmp_path)
@@ -85,6 +103,26 @@ def test_a_picker_fills_picks_the_newest_and_then_sends_only_changes(tmp_path):
     assert update["value"] == ["00002-evaluate"]  # a multi-picker opens on the newest run
     update, _ = follow(ctx, runs.evaluation_choices, False, False, None, None)
     assert "value" not in update  # pick_newest=False: listed, not picked
+
+
+def _listeners_setting(demo: gr.Blocks, component) -> list:
+    return [fn for fn in demo.fns.values() if any(out is component for out in fn.outputs)]
+
+
+def test_a_new_run_never_takes_away_the_runs_picked(tmp_path):
+    """Issue 30: runs 00001 and 00002 picked, a third finishing left only the new one picked. The
+    load listener ran again whenever the poll's State changed, and it re-picked the newest as if
+    nothing were picked. Every listener that sets a picker must read what is picked, or run on
+    the page's load only."""
+    ctx = LabContext(tmp_path)
+    with gr.Blocks() as demo:
+        picker, _ = components.run_picker(ctx, "Evaluation runs", multiselect=True)
+        jobs_page.build_jobs(ctx)
+    job_picker = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "job-picker")
+    for target in (picker, job_picker):
+        for fn in _listeners_setting(demo, target):
+            reads_it = any(i is target for i in fn.inputs)
+            assert reads_it or {event for _, event in fn.targets} == {"load"}, fn.targets
 
 
 # ---------------------------------------------------------------- the jobs page
@@ -111,11 +149,36 @@ def test_a_poll_resends_only_what_changed(tmp_path):
     events.emit("stage", name="scoring")
     *_, sent = jobs_page.show(ctx, job.id, {})
     quiet = jobs_page.poll(ctx, job.id, sent)
-    assert quiet[1:-1] == (SKIP,) * 9  # only the status line (its elapsed time) is sent
+    assert quiet[1:-1] == (SKIP,) * 11  # only the status line (its elapsed time) is sent
     events.emit("scoring", step=16, total=100)
     busy = jobs_page.poll(ctx, job.id, quiet[-1])
     assert "scoring 16/100" in busy[0] and busy[8] is not SKIP  # the activity grew
-    assert jobs_page.poll(ctx, job.id + 1, busy[-1]) == (SKIP,) * 11  # not the job this panel shows
+    assert jobs_page.poll(ctx, job.id + 1, busy[-1]) == (SKIP,) * 13  # not the job this panel shows
+
+
+def test_a_job_s_controls_follow_its_status_and_a_cancel_is_no_error(tmp_path):
+    """Issue 30: Cancel stayed red and clickable on a succeeded job ("Job 1 is now succeeded."),
+    Resume was offered and refused, and a cancellation was listed as an error."""
+    from jobs.scheduler import cancel
+
+    ctx = LabContext(tmp_path)
+    job = ctx.store.submit({"kind": "evaluate", "model": "bundled"})
+    *_, stop, resume, sent = jobs_page.show(ctx, job.id, {})
+    assert (stop["interactive"], stop["variant"], resume["interactive"]) == (True, "stop", False)  # queued
+    ctx.store.update(job.id, status="running", started=time.time())
+    ctx.store.update(job.id, status="succeeded", finished=time.time())
+    *_, stop, resume, sent = jobs_page.poll(ctx, job.id, sent)  # the status changed under the page
+    assert (stop["interactive"], stop["variant"], resume["interactive"]) == (False, "secondary", False)
+    assert jobs_page.poll(ctx, job.id, sent)[-3:-1] == (SKIP, SKIP)  # and only then
+    assert "nothing to cancel" in jobs_page.cancel_job(ctx, job.id)
+    stopped = cancel(ctx.store, ctx.store.submit({"kind": "evaluate", "model": "bundled"}).id)
+    row = jobs_page.jobs_table(ctx).set_index("id").loc[stopped.id]
+    assert row["status"] == "cancelled" and row["error"] == ""  # its status says it; it went wrong nowhere
+    text, *_, stop, resume, _ = jobs_page.show(ctx, stopped.id, {})
+    assert "What went wrong" not in text and "cancelled before it started" in text
+    assert (stop["interactive"], resume["interactive"]) == (False, True)  # a cancelled job can go on
+    ctx.store.update(stopped.id, status="failed", error="out of memory")
+    assert jobs_page.jobs_table(ctx).set_index("id").loc[stopped.id, "error"] == "out of memory"
 
 
 def test_a_finished_evaluation_shows_its_numbers_and_diagram_on_its_page(tmp_path):
@@ -181,3 +244,38 @@ def test_the_results_table_follows_the_runs_folder(tmp_path):
     _evaluation(tmp_path / "00001-evaluate")
     table, seen = follow_results(ctx, seen)
     assert table["folder"].tolist() == ["00001-evaluate"] and follow_results(ctx, seen) == (SKIP, seen)
+
+
+def test_the_knowledge_page_says_what_fills_it_before_anything_has(tmp_path):
+    """Issue 30: with no top-k store the Knowledge page was empty, with no hint that an `extract`
+    job fills it (the hint came only once a store had been picked and unpicked)."""
+    from ui import knowledge_page
+
+    with gr.Blocks() as demo:
+        knowledge_page.build_knowledge(LabContext(tmp_path))
+    said = " ".join(b.value or "" for b in demo.blocks.values() if isinstance(b, gr.Markdown))
+    assert "`extract` job" in said and "Launch" in said
+    assert knowledge_page.knowledge_view(LabContext(tmp_path), None)[1] == knowledge_page.NO_STORE
+
+
+def test_a_page_s_polls_run_the_moment_it_is_shown(demo):
+    """Issue 30: Reliability opened empty for seconds before showing the run that had just
+    finished: a page's timers start when its tab is shown, and a timer's first tick comes one
+    period later. Every poll of a page also runs when its tab is selected."""
+    from ui.app import timers_in
+
+    tabs = [b for b in demo.blocks.values() if isinstance(b, gr.Tab)]
+    assert len(tabs) >= 10
+    for tab in tabs:
+        ticked = {id(fn.fn) for fn in demo.fns.values() for t in timers_in(tab) if (t._id, "tick") in fn.targets}
+        shown = {id(fn.fn) for fn in demo.fns.values() if (tab._id, "select") in fn.targets}
+        assert ticked <= shown, tab.label
+
+
+def test_the_plotting_code_is_fetched_as_the_app_loads(demo):
+    """Issue 30: gradio fetched plotly.js (1.3 MB) only when the first figure arrived, and the first
+    plot page opened stayed empty for seconds after its figure was ready (measured in Chromium:
+    3.9 s from the tab's click to the diagram, 0.4 s once the code is fetched at load)."""
+    loaders = [fn for fn in demo.fns.values() if fn.js and "PlotlyPlot-" in fn.js]
+    assert len(loaders) == 1 and [event for _, event in loaders[0].targets] == ["load"]
+    assert "import(" in loaders[0].js

@@ -155,3 +155,58 @@ def test_empty_input_gives_a_no_data_figure(draw):
 def test_input_that_cannot_be_drawn_says_why_instead_of_raising():
     fig = plots.option_bars([{"model": "x", "probs": None}])
     assert not fig.data and _texts(fig)[0].startswith("cannot draw: TypeError")
+
+
+# ---------------------------------------------------------------- user text is text (issue 30, S7)
+EVIL = '<a href="https://evil.example">Log in again</a><b>x</b>'
+ESCAPED = '&lt;a href="https://evil.example"&gt;Log in again&lt;/a&gt;&lt;b&gt;x&lt;/b&gt;'
+
+
+def _strings(value):
+    """Every string anywhere in a figure's JSON: titles, names, hover, annotations, ticks."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _user_text_figures():
+    from ui.job_results import compare_figure
+
+    summary = _summary()
+    table = pd.DataFrame({"rank": [1, 2], "mean_prob": [0.6, 0.2], "answer_in_topk": [0.5, 0.9]})
+    robust = pd.DataFrame({"bins": [5, 10], "width": [0.1, 0.2], "width_low": [0.05, 0.1], "width_high": [0.2, 0.3],
+                           "mass": [0.1, 0.15]})
+    curve = {"label": EVIL, "coverage": [0.5, 1.0], "risk": [0.1, 0.2], "aurc": 0.15, "at_threshold": (0.5, 0.9)}
+    comparison = {"questions": [{"question": EVIL, "options": [EVIL, "no"], "answer": 0}],
+                  "results": [{"label": EVIL, "answers": [{"probs": [0.6, 0.4]}]}]}
+    return {
+        "reliability": plots.reliability_figure(summary, EVIL),
+        "reliability, no data": plots.reliability_figure({}, EVIL),
+        "side by side": plots.side_by_side([(EVIL, summary), ("before: " + EVIL, summary)]),
+        "option bars": plots.option_bars([{"model": EVIL, "probs": [0.6, 0.4], "labels": [EVIL, "no"]}]),
+        "positionwise": plots.positionwise_figure([(EVIL, table)]),
+        "selective": plots.selective_figure([curve], 0.5),
+        "robustness": plots.robustness_figure([(EVIL, robust, 0.1)]),
+        "compare": compare_figure(comparison),
+    }
+
+
+@pytest.mark.parametrize("name", list(_user_text_figures()))
+def test_html_in_user_text_is_shown_as_text_never_rendered(name):
+    """Plotly renders <a href>, <b>, <span style> … in titles, legends, hover, annotations and ticks:
+    a run renamed to a link would put a live link on every plot. Escaped, Plotly shows the text."""
+    fig = _user_text_figures()[name]
+    texts = list(_strings(fig.to_plotly_json()))
+    assert not [t for t in texts if "<a " in t or "<b>" in t], name
+    assert any("&lt;a href" in t for t in texts), name  # the label is still there, as text
+
+
+def test_plain_escapes_markup_but_not_quotes():
+    assert plots.plain(EVIL) == ESCAPED  # Plotly decodes &lt; back to <, so the reader sees the label as typed
+    assert plots.plain("T = 2 & more") == "T = 2 &amp; more"
+    assert plots.wrap_label("<b>a</b> · <i>b</i>", 8) == "&lt;b&gt;a&lt;/b&gt;<br>&lt;i&gt;b&lt;/i&gt;"

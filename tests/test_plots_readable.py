@@ -103,10 +103,16 @@ def test_crowded_counts_stand_upright_in_a_taller_row_and_the_stats_stack():
 
 
 def test_a_single_diagram_puts_its_title_above_the_counts():
-    fig = plots.reliability_figure(skewed_summary(10, "width"), LONG)
-    title = fig.layout.title
-    assert title.yref == "paper" and title.y == 1 and title.yanchor == "bottom" and title.pad.b >= plots.COUNT_ROW
-    assert fig.layout.margin.t >= plots.COUNT_ROW + 20
+    """Anchored at its bottom, Plotly sets a title's first line there and the next ones below it:
+    a title of several lines (the Temperature lab wraps its own, issue 30) ran onto the counts
+    unless each further line lifts the anchor by one line."""
+    for width, lines in ((100, 1), (30, 3)):
+        fig = plots.reliability_figure(skewed_summary(10, "width"), LONG, width)
+        title = fig.layout.title
+        assert title.text.count("<br>") == lines - 1
+        assert title.yref == "paper" and title.y == 1 and title.yanchor == "bottom"
+        assert title.pad.b >= plots.COUNT_ROW + (lines - 1) * 20
+        assert fig.layout.margin.t >= plots.MODEBAR + lines * 20 + plots.COUNT_ROW
     assert all(c.yanchor == "bottom" and c.y == 1 for c in _annotations(fig, plots.COUNT_NAME))
 
 
@@ -269,7 +275,7 @@ def test_the_grey_accuracy_bar_shows_whole_under_an_under_confident_gap():
     assert accuracy.y == (0.7, 0.6)  # grey from 0 to the accuracy, in every bin
     assert under.base == (0.7,) and under.y == pytest.approx((-0.35,))  # the gap lies over the grey …
     assert under.marker.pattern.shape and under.marker.pattern.fillmode in (None, "replace")
-    assert under.marker.pattern.bgcolor in (None, "rgba(0,0,0,0)")  # … hatched on a clear ground: grey shows
+    assert under.marker.pattern.bgcolor == "rgba(0,0,0,0)"  # … hatched on a clear ground: the grey shows
     assert over.base == (0.6,) and over.y == pytest.approx((0.25,))  # above the grey: nothing hidden
 
 

@@ -197,7 +197,8 @@ def test_eta_weighs_tokens_when_the_costly_questions_come_first():
               {"time": 111.0, "stage": "scoring", "step": 1, "total": 10, "tokens": 500, "tokens_total": 2000}]
     assert eta_seconds(events) == pytest.approx(30.0)  # 10 s per 500 tokens, 1,500 left (not 9 × 10 s)
     p = progress(events)
-    assert (p.stage, p.step, p.total) == ("scoring", 1, 10) and p.text == "scoring 1/10 (25%), ETA 30s"  # % of the tokens
+    assert (p.stage, p.step, p.total) == ("scoring", 1, 10)
+    assert p.text == "scoring 25% (by tokens, of 10), ETA 30s"  # not "1/10 (25%)", which contradicts itself
 
 
 def test_eta_counts_from_the_stage_start_and_ignores_an_earlier_run_of_it():
@@ -210,6 +211,39 @@ def test_eta_counts_from_the_stage_start_and_ignores_an_earlier_run_of_it():
     assert eta_seconds(events) == pytest.approx(60.0)  # 20 s for 2 steps since step 0, 6 left
     assert eta_seconds(events[:2]) is None  # finished: nothing left
     assert eta_seconds(events[:4]) is None  # nothing done yet: no rate
+
+
+def _fine_tune(epochs: int = 5, steps: int = 10, step_s: float = 1.0, validation_s: float = 30.0):
+    """A fine-tune's events as lab.train writes them: a count after every step (steps of
+    ``step_s`` ± 10 %), and after each epoch a validation taking ``validation_s`` (its event
+    comes when it ends, followed by the checkpoint's save), then the next step; and when the
+    stage's work (the last validation included) is done."""
+    rng = np.random.default_rng(0)
+    total, now, events = epochs * steps, 1000.0, [{"time": 1000.0, "stage": "log", "message": "train: …"}]
+    for step in range(1, total + 1):
+        now += step_s * rng.uniform(0.9, 1.1) + (20.0 if step == 1 else 0.0)  # the first step warms up
+        events.append({"time": now, "stage": "train", "step": step, "total": total, "epoch": step / steps,
+                       "loss": 1.0})
+        if step % steps == 0:
+            now += validation_s
+            events.append({"time": now, "stage": "train_eval", "step": step, "epoch": step / steps, "ece": 0.1})
+            now += 2.0  # the checkpoint
+    return events, now
+
+
+def test_the_eta_holds_still_across_slow_validation_pauses():
+    """Issue 30: a fine-tune's ETA went 11m02s → 1m38s → 5m25s → 6m58s: measured from the
+    stage's start, every validation pause that had or had not yet happened swung the rate. Now
+    the steps are timed between pauses, and each pause is counted at its measured length as
+    often as it is still to come."""
+    events, end = _fine_tune()
+    counted = [i for i, e in enumerate(events) if e["stage"] == "train"]
+    after_first_validation = [i for i in counted if events[i]["step"] > 10 and events[i]["step"] < 50]
+    for i in after_first_validation:
+        truth = end - events[i]["time"]
+        assert eta_seconds(events[: i + 1]) == pytest.approx(truth, rel=0.08), events[i]["step"]
+    etas = [eta_seconds(events[: i + 1]) for i in after_first_validation]
+    assert all(a >= b for a, b in zip(etas, etas[1:]))  # it only falls: no swing back up after a pause
 
 
 def test_progress_shows_a_stage_that_has_no_count_yet():

@@ -323,9 +323,10 @@ def test_results_table_and_csv(tmp_path):
                aurc=0.212345, auroc=0.712345)
     write_eval(tmp_path / "2" / "eval" / "first-csqa", rows, mtime=2000, dataset="csqa", n=100, in_domain=True)
     df = results_table(tmp_path)
-    assert list(df.columns) == ["run", "folder", "model", "dataset", "split", "scoring", "domain", "n", "ECE",
-                                "ECE low", "ECE high", "accuracy", "Trust", "cw-ECE", "AURC", "AUROC", "oracle accuracy",
-                                "oracle ECE"]
+    # the run, then the numbers a reader came for, then how it was made (issue 30: they were off-screen)
+    assert list(df.columns) == ["run", "ECE", "ECE low", "ECE high", "accuracy", "Trust", "AURC", "AUROC", "n",
+                                "cw-ECE", "oracle accuracy", "oracle ECE", "model", "dataset", "split", "scoring",
+                                "domain", "folder"]
     assert df["domain"].tolist() == ["in", ""]  # a plain evaluation belongs to no pipeline
     assert df["folder"].tolist() == ["2/eval/first-csqa", "1"]
     assert df["run"].str.startswith("2 · eval/first-csqa · ").tolist() == [True, False]  # named for what it is

@@ -136,3 +136,23 @@ def test_compare_refuses_a_question_past_the_context_with_what_it_generates(tiny
                                         r"max_new_tokens \(48\)"):
         compare(cfg, tmp_path, log=lambda m: None)
     assert not (tmp_path / "compare.json").exists()
+
+
+def test_cloze_scoring_names_the_cache_as_the_installed_transformers_does(tiny, capfd):
+    """Issue 30: every cloze job's log carried transformers' FutureWarning ("`past_key_values` is
+    deprecated and will be removed in version 5.40.0 …") and its notice ("… Use `cache` instead"):
+    the options' continuation pass handed the question's cache over by its old name."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()  # a notice given earlier in this process is given again
+    prompts = [Prompt("The capital of Norway is", (" Oslo in the north", " Bergen by the sea")),
+               Prompt("Two and two make", (" four of them", " five or six"))]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scores = score_cloze(tiny.model, tiny.tokenizer, prompts, batch_size=2)
+    assert [w.message for w in caught if "past_key_values" in str(w.message)] == []
+    assert "deprecated" not in capfd.readouterr().err
+    np.testing.assert_allclose(scores[0].logliks, score_cloze(tiny.model, tiny.tokenizer, prompts[:1])[0].logliks,
+                               atol=1e-4)  # the cache still carries the question: alone or batched, the same

@@ -283,6 +283,17 @@ def test_yaml_alias_bombs_size_depth_and_encoding_are_refused_at_once(monkeypatc
 # ---------------------------------------------------------------- one message from every entry point
 # (YAML, the message every entry point must give, whether the launch form can express it)
 BAD_CONFIGS = [
+    # Values that passed submit and failed at run time (issue 30, S5).
+    ("kind: evaluate\ntemperature: 1.0e-320\n", "temperature: must be a temperature from 0.001 to 1000 (a number, a "
+     "temperature.json or its folder), got 1e-320", True),
+    ("kind: evaluate\ndevice: cuda:999\n", "device: cuda:999 needs a GPU, but the job asks for none; ask for a GPU, "
+     "or set device to auto or cpu", True),
+    ("kind: evaluate\ndataset: custom\ndata_files: []\n", "data_files: empty, so the Hugging Face hub copy of custom is "
+     "meant, but custom has no copy on the Hugging Face hub: set data_files (--data-files on the command line) to its "
+     "files, in this format: JSON Lines, a JSON list of objects, or CSV with a header, with the fields question; choices "
+     "(a JSON list) or one column per option A, B, C, ...; answer (a letter, a 0-based index or the text of the right "
+     "choice); optionally id and passage (or context).", False),
+    ("kind: first\nts_grid: []\n", "ts_grid: must have at least 1 entry, or be left unset for the default", False),
     ("kind: evaluate\nlimit: -1\n", "limit: must be an integer ≥ 1 and ≤ 10,000,000, got -1", True),
     ("kind: evaluate\nlimit: true\n", "limit: must be an integer ≥ 1 and ≤ 10,000,000, got True", False),
     ("kind: evaluate\nlimit: .inf\n", "limit: must be an integer ≥ 1 and ≤ 10,000,000, got inf", True),
@@ -365,3 +376,125 @@ def test_the_cli_names_a_config_that_is_not_utf8_or_too_big(tmp_path, capsys):
     path.write_text("kind: evaluate\n" + "#" * MAX_BYTES)
     assert jobs_cli(["--root", str(tmp_path / "runs"), "submit", str(path)]) == 2
     assert f"the limit is {MAX_BYTES:,} bytes" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- state that changes between submit and run
+def _swap_for_link(path: Path, target: Path) -> None:
+    path.unlink()
+    path.symlink_to(target)
+
+
+def test_a_file_swapped_for_a_link_after_submit_is_refused_by_the_worker(tree, capsys):
+    from lab.layout import CONFIG_FILE, RESULT_FILE
+    from lab.worker import run
+
+    root, secret = tree
+    ctx = LabContext(root)
+    job = ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": [str(root / "data" / "q.jsonl")]})
+    _swap_for_link(root / "data" / "q.jsonl", secret / "secret.jsonl")
+    run_dir = Path(job.run_dir)
+    assert run(run_dir / CONFIG_FILE, run_dir) == 2
+    result = json.loads((run_dir / RESULT_FILE).read_text())
+    assert result["status"] == "failed" and "leads outside the folders" in result["error"]
+    assert "SECRET" not in result["error"] + capsys.readouterr().err
+
+
+def test_a_swap_between_the_worker_s_check_and_the_open_is_caught_at_the_open(tree):
+    """The worker checks its config at start; a file swapped after that, while the model loads, is
+    caught where it is opened: a link in its place is not followed, nor one in a folder above it."""
+    from lab.data.custom import read_custom as read_file
+    from lab.reads import restricted
+
+    root, secret = tree
+    (root / "data" / "q2.jsonl").write_text(QUESTION)
+    with restricted([root]):
+        assert [r.question for r in read_file(root / "data" / "q2.jsonl") if hasattr(r, "question")]
+        _swap_for_link(root / "data" / "q2.jsonl", secret / "secret.jsonl")
+        with pytest.raises(PathNotAllowed, match="replaced by a symbolic link"):
+            list(read_file(root / "data" / "q2.jsonl"))
+        (root / "data" / "sub" / "r.jsonl").unlink()
+        (root / "data" / "sub").rmdir()
+        (root / "data" / "sub").symlink_to(secret)  # a folder above the file, now leading out
+        (secret / "r.jsonl").write_text(json.dumps({"question": "SECRET", "choices": ["a", "b"], "answer": 0}))
+        with pytest.raises(PathNotAllowed, match="outside the folders this job was submitted under"):
+            list(read_file(root / "data" / "sub" / "r.jsonl"))
+        os.mkfifo(root / "data" / "fifo.jsonl")  # would block a plain open forever
+        with pytest.raises(PathNotAllowed, match="not a regular file|no longer a regular file"):
+            list(read_file(root / "data" / "fifo.jsonl"))
+    assert list(read_file(root / "data" / "sub" / "r.jsonl"))  # outside a job, the command line reads anywhere
+
+
+def test_clone_and_resume_check_the_files_again_as_a_submit_does(tree):
+    from jobs.store import JobStore
+    from ui.jobs_page import clone_job, resume_job
+
+    root, secret = tree
+    ctx = LabContext(root)
+    job = ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": [str(root / "data" / "q.jsonl")]})
+    ctx.store.update(job.id, status="failed")
+    _swap_for_link(root / "data" / "q.jsonl", secret / "secret.jsonl")
+    with pytest.raises(PathNotAllowed):
+        ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": [str(root / "data" / "q.jsonl")]})
+    for attempt in (lambda: ctx.store.clone(job.id, roots=ctx.roots), lambda: ctx.store.resume(job.id, roots=ctx.roots),
+                    lambda: JobStore(root).clone(job.id), lambda: JobStore(root).resume(job.id)):  # the CLI's too
+        with pytest.raises(PathNotAllowed, match="leads outside"):
+            attempt()
+    assert "leads outside" in clone_job(ctx, job.id) and "leads outside" in resume_job(ctx, job.id)
+    assert [j.id for j in ctx.store.list()] == [job.id] and ctx.store.get(job.id).status == "failed"
+
+
+def test_a_relative_model_path_outside_gets_one_answer_whether_or_not_it_exists(tree, monkeypatch):
+    """``model: secret`` must not tell whether a folder ``secret`` exists outside the allowed folders."""
+    root, secret = tree
+    monkeypatch.chdir(secret.parent)  # ./secret exists here, outside runs/
+    monkeypatch.setattr("lab.hub.hub_reachable", lambda: False)
+    answers = []
+    for name in ("secret", "missing", "secret/creds.csv", "missing/creds.csv"):
+        with pytest.raises(ConfigError) as refused:
+            parse_config({"kind": "evaluate", "model": name}, [root])
+        answers.append(str(refused.value).replace(repr(name), "NAME"))
+    assert len(set(answers)) == 1 and "leads outside" not in answers[0], answers
+
+
+def test_store_faults_are_answered_as_refusals_and_the_server_carries_on(tmp_path, monkeypatch):
+    import sqlite3
+
+    from jobs.store import JobStore
+    from ui.api import job_status, submit_job
+    from ui.launch_page import submit_form
+    from ui import forms
+
+    ctx = LabContext(tmp_path / "runs")
+    job = ctx.submit({"kind": "evaluate"})
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(JobStore, "_connect", full)
+    said = submit_job(ctx, "kind: evaluate\n")
+    assert not said["ok"] and "database or disk is full" in said["error"] and "free space" in said["error"]
+    said = job_status(ctx, job.id)
+    assert not said["ok"] and "database or disk is full" in said["error"]
+    assert "database or disk is full" in submit_form(ctx, "evaluate", 0, 1, *forms.preset_values("evaluate", None))
+    monkeypatch.undo()
+    (tmp_path / "runs").chmod(0o500)  # read-only: a new run directory cannot be made
+    try:
+        said = submit_job(ctx, "kind: evaluate\n")
+    finally:
+        (tmp_path / "runs").chmod(0o700)
+    assert os.geteuid() == 0 or (not said["ok"] and "cannot be used right now" in said["error"])
+    assert job_status(ctx, job.id)["ok"]
+
+
+def test_a_job_that_ended_beside_a_full_disk_is_recorded_as_disk_full(tmp_path, monkeypatch):
+    import collections
+
+    from jobs import scheduler
+
+    ctx = LabContext(tmp_path / "runs")
+    job = ctx.submit({"kind": "evaluate"})
+    ctx.store.update(job.id, status="running", started=1.0)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(scheduler.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 4096, 4096))
+    ended = scheduler.finish(ctx.store, ctx.store.get(job.id), None)
+    assert ended.status == "failed" and ended.error.startswith("disk full: 4,096 bytes free"), ended.error

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from lab import analysis, calibrators, metrics, runs, selective
+from lab import analysis, calibrators, confidence, metrics, runs, selective
 from lab.evaluate import EvalConfig, write_evaluation
 from ui.app import open_below_threshold
 from ui.context import LabContext
@@ -74,6 +74,18 @@ def test_selective_view_compares_runs_and_lists_what_the_threshold_drops(lab):
     assert len([t for t in figure.data if t.fill == "tozeroy"]) == 2  # one risk curve per run
 
 
+def test_the_table_leads_with_the_numbers_a_reader_came_for():
+    """At 1440 px the accuracy at 50 / 80 % coverage sat behind a horizontal scroll (issue 30)."""
+    assert TABLE_COLUMNS[:7] == ["run", "AUROC", "AURC", "acc @ 50%", "acc @ 80%", "accuracy", "n"]
+
+
+def test_a_label_with_markup_is_shown_as_text_in_the_heading(tmp_path):
+    write_runs(tmp_path, RUNS[:1])
+    runs.write_label(tmp_path / "val", '<a href="https://evil.example">Log in</a>')
+    heading = selective_view(LabContext(tmp_path), ["val"], confidence.DEFAULT, 0.5)[3]
+    assert "&lt;a href=" in heading and "<a " not in heading
+
+
 def test_a_signal_a_run_cannot_give_is_said_not_drawn(lab):
     figure, table, _, _, message = selective_view(lab, ["test"], "full_vocab", 0.5)
     assert figure is None and table.empty and "letter scoring" in message
@@ -103,9 +115,40 @@ def test_workbench_fits_on_validation_applies_to_test_and_saves(lab):
     assert "400 of these 400 questions were used to fit" in note  # marked, on the page that shows it
 
 
+def test_the_saved_note_appears_beside_the_save_button(lab):
+    """It was added at the foot of the page, under the figures, out of view of the button (issue 30)."""
+    import gradio as gr
+
+    from ui.recalibration_page import build_recalibration
+
+    with gr.Blocks() as demo:
+        build_recalibration(lab)
+    by_id = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+    assert by_id["recal-saved"].parent is by_id["recal-save"].parent
+
+
 def test_workbench_says_when_the_signal_it_calibrates_is_no_probability(lab):
     assert "not a probability" in fit_and_apply(lab, "val", "test", "isotonic", "margin", 10)[0]
     assert "not a probability" not in fit_and_apply(lab, "val", "test", "isotonic", "max_prob", 10)[0]
+
+
+def _report(ece: float, low: float, high: float) -> dict:
+    return {"ece": ece, "ece_ci_low": low, "ece_ci_high": high, "smece": ece, "brier": 0.2, "nll": 0.6,
+            "accuracy": 0.5, "n": 400}
+
+
+def test_an_ece_outside_its_own_bootstrap_range_says_what_the_range_is():
+    """Issue 30: Platt's "after" read "0.09 [0.1, 8.2]", the point outside its interval. The
+    bracket is the middle 95 % of the ECEs of resampled questions, which binning biases upward
+    more than the ECE itself: the table says so, and a note explains a point below its range."""
+    from ui.recalibration_page import metrics_table, range_note
+
+    report = {"before": _report(0.25, 0.21, 0.31), "after": _report(0.0009, 0.001, 0.082)}
+    row = metrics_table(report).iloc[0]
+    assert row["metric"] == "ECE % [95% range of resampled ECE]" and row["after"] == "0.09 [0.1, 8.2]"
+    said = range_note(report)
+    assert "after" in said and "before" not in said and "below" in said and "upward" in said
+    assert range_note({"before": _report(0.25, 0.21, 0.31), "after": _report(0.05, 0.03, 0.08)}) == ""
 
 
 def test_workbench_refuses_the_same_questions_in_red(lab):
@@ -133,11 +176,27 @@ def test_every_drawn_ece_has_its_interval(lab):
 
 
 def test_the_link_opens_case_studies_below_the_threshold(lab):
-    tabs, picker, kind, lo, hi = open_below_threshold(lab, [], [], ["test", "val"], "max_prob", 0.7)
+    tabs, picker, kind, lo, hi, signal = open_below_threshold(lab, [], [], ["test", "val"], "max_prob", 0.7)
     assert tabs.selected == "cases" and picker["value"] == "test" and kind["value"] == "all"
-    assert (lo["value"], hi["value"]) == (0, 0.7)
-    assert open_below_threshold(lab, [], [], ["test"], "margin", 0.7)[4]["value"] == 1  # another signal: whole run
+    assert (lo["value"], hi["value"], signal["value"]) == (0, 0.7, "max_prob")
     assert calibrators.METHODS.in_order() == ["temperature", "platt", "isotonic", "histogram"]
+
+
+@pytest.mark.parametrize("signal, threshold", [("max_prob", 0.6), ("margin", 0.2), ("certainty", 0.3)])
+def test_case_studies_keep_exactly_the_questions_the_threshold_drops(lab, signal, threshold):
+    """Issue 30: with the margin at 0.2 the page said 15 questions fall below, and Case studies
+    showed all of them ("Keeps every question"): it ranged over the top probability only."""
+    from ui.cases_page import cases_view
+
+    _, _, dropped, heading, _ = selective_view(lab, ["test"], signal, threshold)
+    below = int(re.match(r"\*\*(\d+) questions of", heading).group(1))
+    assert 0 < below == len(dropped) < 400
+    _, picker, kind, lo, hi, picked = open_below_threshold(lab, [], [], ["test"], signal, threshold)
+    table, _, said = cases_view(lab, picker["value"], kind["value"], lo["value"], hi["value"], "",
+                                signal=picked["value"])
+    assert sorted(table["id"]) == sorted(dropped["id"])
+    title = "confidence" if signal == confidence.DEFAULT else confidence.SIGNALS.get(signal).title
+    assert said.startswith(f"**{below} of 400 questions.**") and f"{title} 0–{threshold:g}" in said
 
 
 def test_the_temperature_lab_gives_the_interval_and_says_its_optima_flatter(lab):

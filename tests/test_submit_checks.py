@@ -149,7 +149,7 @@ def test_a_temperature_path_is_looked_for_inside_and_refused_outside(fresh, tmp_
         ctx.submit({"kind": "evaluate", "temperature": str(inside)})
     with pytest.raises(PathNotAllowed, match="outside the folders"):
         ctx.submit({"kind": "evaluate", "temperature": str(tmp_path / "t" / "temperature.json")})
-    with pytest.raises(ConfigError, match=r"^temperature: must be a temperature > 0"):
+    with pytest.raises(ConfigError, match=r"^temperature: must be a temperature from 0.001 to 1000"):
         ctx.submit({"kind": "evaluate", "temperature": "0"})
     inside.mkdir(parents=True)
     (inside / "temperature.json").write_text('{"temperature": 2.5}')
@@ -194,3 +194,121 @@ def test_every_kinds_form_defaults_are_queued_on_a_fresh_machine(fresh):
             "<div class='lab-ok'>✅ Job"), kind
     queued = ctx.store.list()
     assert [job.kind for job in queued] == kinds.names() and queued[0].config_dict["data_files"] == ["bundled"]
+
+
+# ---------------------------------------------------------------- the resource boxes (issue 30, S9)
+RESOURCE_BOXES = {"launch-gpus-evaluate": "gpus", "launch-processes-evaluate": "processes",
+                  "launch-nodes-evaluate": "slurm.nodes", "launch-gpus-per-node-evaluate": "slurm.gpus_per_node",
+                  "launch-minutes-evaluate": "slurm.minutes"}
+
+
+def _launch_boxes(ctx) -> dict:
+    import gradio as gr
+
+    with gr.Blocks() as demo:
+        launch_page.build_launch(ctx)
+    return {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None) in RESOURCE_BOXES}
+
+
+@pytest.mark.parametrize("typed", ["NaN", "2; rm", "inf", "", "1.5"])
+def test_every_resource_box_refuses_a_bad_value_naming_it(fresh, monkeypatch, typed):
+    """What gradio's gr.Number did with NaN or text: raise in its own preprocessing, before any
+    handler, so the page said a bare "Error". Each box's value, as gradio hands it over, is answered
+    by Submit with the field named, and nothing is queued."""
+    ctx, _ = fresh
+    monkeypatch.setattr(launch_page.shutil, "which", lambda name: "/usr/bin/sbatch")  # Slurm's boxes are checked
+    boxes = _launch_boxes(ctx)
+    assert set(boxes) == set(RESOURCE_BOXES)
+    good = {"launch-gpus-evaluate": 0, "launch-processes-evaluate": 1, "launch-nodes-evaluate": 1,
+            "launch-gpus-per-node-evaluate": 0, "launch-minutes-evaluate": 30}
+    for elem_id, field in RESOURCE_BOXES.items():
+        values = {key: boxes[key].preprocess(str(value)) for key, value in good.items()}
+        values[elem_id] = boxes[elem_id].preprocess(typed)  # raised for gr.Number: the bare "Error"
+        executor = "slurm" if field.startswith("slurm.") else "local"
+        said = launch_page.submit_anywhere(
+            ctx, "evaluate", values["launch-gpus-evaluate"], values["launch-processes-evaluate"], executor, "",
+            values["launch-nodes-evaluate"], values["launch-gpus-per-node-evaluate"], values["launch-minutes-evaluate"],
+            "", "", *_form("evaluate"))
+        if typed == "" and field.startswith("slurm."):
+            assert "queued" in said, (field, said)  # a blank Slurm box is left to the cluster's default
+        else:
+            assert said.startswith(f"<div class='lab-error'>⚠️ {field}: must be an integer"), (field, said)
+    assert len(ctx.store.list()) == (3 if typed == "" else 0)
+
+
+# ---------------------------------------------------------------- datasets (issue 30, item 8)
+def test_a_dataset_name_the_lab_does_not_know_is_refused_naming_the_field_and_the_names(fresh):
+    """The dataset box takes what is typed (a dropdown that refused custom values put `obqa` back
+    without a word, and Submit ran a job on it); Submit refuses an unknown name, listing the known."""
+    ctx, _ = fresh
+    field = next(f for f in forms.fields("evaluate") if f.name == "dataset")
+    assert launch_page._widget("evaluate", field, "obqa").allow_custom_value
+    said = launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", dataset="openbookqa"))
+    assert said.startswith("<div class='lab-error'>⚠️ dataset: unknown dataset &#x27;openbookqa&#x27;.")
+    assert "obqa, synthetic" in said and ctx.store.list() == []
+
+
+@pytest.fixture
+def no_hub_cache(tmp_path, monkeypatch):
+    """Empty Hugging Face caches: no dataset was ever downloaded here."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
+    return tmp_path / "hf"
+
+
+def test_a_hub_dataset_this_machine_cannot_load_is_refused_at_submit(fresh, no_hub_cache, monkeypatch):
+    """`dataset: csqa` with no data_files means the hub copy: offline and not in the cache, the job
+    failed 2 s into its run; now Submit refuses it, naming data_files, as it refuses a missing sample."""
+    ctx, _ = fresh  # HF_HUB_OFFLINE=1
+    config = {"kind": "evaluate", "dataset": "csqa", "data_files": []}
+    with pytest.raises(ConfigError, match=r"^data_files: empty, so the Hugging Face hub copy of csqa "
+                                          r"\(tau/commonsense_qa\) is meant, but HF_HUB_OFFLINE is set"):
+        ctx.submit(config)
+    said = launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", dataset="csqa", data_files=""))
+    assert said.startswith("<div class='lab-error'>⚠️ data_files: empty, so the Hugging Face hub copy of csqa")
+    assert "set data_files" in said
+    with pytest.raises(ConfigError, match=r"^data_files: the custom dataset has no hub copy"):
+        ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": []})
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr("lab.data.loaders.hub_reachable", lambda: False)
+    with pytest.raises(ConfigError, match=r"^data_files: empty, .* the Hugging Face hub cannot be reached"):
+        ctx.submit(config)
+    with pytest.raises(ConfigError, match=r"^in_domain\[0\]\.data_files: empty, so the Hugging Face hub copy of mmlu"):
+        ctx.submit({"kind": "cft", "in_domain": [{"dataset": "mmlu", "data_files": []}]})
+    assert ctx.store.list() == []
+
+
+def test_a_hub_dataset_in_the_cache_or_online_is_accepted(fresh, no_hub_cache, monkeypatch):
+    ctx, _ = fresh
+    (no_hub_cache / "datasets" / "tau___commonsense_qa").mkdir(parents=True)  # where load_dataset caches it
+    assert ctx.submit({"kind": "evaluate", "dataset": "csqa", "data_files": []}).config_dict["data_files"] == []
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr("lab.data.loaders.hub_reachable", lambda: True)
+    assert ctx.submit({"kind": "evaluate", "dataset": "mmlu", "data_files": []}).status == "queued"
+
+
+# ---------------------------------------------------------------- where a refusal shows (issue 30, item 8)
+def _marked(ctx, kind: str, **changes):
+    """Submit as the page does: (message, one update per form field, the "More options" accordion)."""
+    return launch_page.submit_and_mark(ctx, kind, "0", "1", "local", "", "1", "0", "30", "", "",
+                                       *_form(kind, **changes))
+
+
+def test_a_refused_field_is_marked_with_its_message_and_the_others_cleared(fresh):
+    """The message showed under Submit, below the fold of a 1,878 px form; now the field it names is
+    marked and says why (its own info line), and is opened and scrolled to if under "More options"."""
+    ctx, _ = fresh
+    names = [f.name for f in forms.fields("evaluate")]
+    message, *marks, more = _marked(ctx, "evaluate", limit="six")
+    assert "limit: must be an integer" in message
+    limit = marks[names.index("limit")]
+    assert limit["elem_classes"] == [launch_page.REFUSED] and "must be an integer" in limit["info"]
+    assert all(m["elem_classes"] == [] for n, m in zip(names, marks) if n != "limit")
+    assert more == {"__type__": "update"}  # limit is a key field: "More options" is left as it is
+    message, *marks, more = _marked(ctx, "evaluate", bins="many")
+    assert marks[names.index("bins")]["elem_classes"] == [launch_page.REFUSED] and more["open"] is True
+    message, *marks, more = _marked(ctx, "evaluate")
+    assert "queued" in message and all(m["elem_classes"] == [] for m in marks)
+    assert marks[names.index("limit")]["info"] == forms.fields("evaluate")[names.index("limit")].help

@@ -203,6 +203,43 @@ def test_save_records_the_binning_the_page_shows(spread, bins, edges, n_bins, st
     assert saved["ece_after"] * 100 == pytest.approx(_ece_shown(view.text), abs=0.005)  # what the page showed
 
 
+@pytest.fixture
+def at_chance(tmp_path):
+    """A run at chance claiming 0.99 (25 of 50 right): its ECE falls all the way to T = ∞, so the
+    sweep widens and stops at its bound, T = 100."""
+    rows = _rows([(0.99, 0 if i < 25 else 1) for i in range(50)])
+    write_evaluation(tmp_path / NAME, rows, EvalConfig(dataset="mmlu", bootstrap=0), {"model": "toy"})
+    return LabContext(tmp_path)
+
+
+def test_save_records_the_widening_and_the_bound_the_page_shows(at_chance):
+    """Issue 30: the page said the sweep widened and stopped at the bound; the file said
+    ``widened: false, at_bound: false``."""
+    view = page.go_to_optimum(at_chance, NAME, "logit", BINS)
+    assert view.drawn["temperature"] == 100 and "it stopped at the bound T = 100" in view.text
+    page.save_drawn(at_chance, view.drawn)
+    saved = json.loads((at_chance.runs / NAME / "temperature.json").read_text())
+    sweep = _sweep(at_chance)
+    assert saved["widened"] is True and saved["at_bound"] is True
+    assert saved["searched"] == [sweep.table["temperature"].min(), 100.0]
+    inside = page.typed_temperature(at_chance, NAME, "2", view.drawn, "logit", BINS)
+    page.save_drawn(at_chance, inside.drawn)  # T = 2 is no bound, but the sweep it is shown with is the same
+    saved = json.loads((at_chance.runs / NAME / "temperature.json").read_text())
+    assert (saved["temperature"], saved["widened"], saved["at_bound"]) == (2.0, True, True)
+
+
+def test_the_diagram_s_title_leads_with_the_t_drawn_and_fits_half_the_page(at_chance):
+    """Issue 30: "… at T = 1" while T = 100: the title ran past the plot's half of the row, and
+    the end of "100" was cut off."""
+    (at_chance.runs / NAME / "label.txt").write_text("a run named at some length · " * 3)
+    view = page.go_to_optimum(at_chance, NAME, "logit", BINS)
+    title = view.reliability.layout.title.text
+    assert title.startswith("T = 100 · ")
+    assert max(len(line) for line in title.split("<br>")) <= page.TITLE_CHARS
+    paper = page.go_to_optimum(at_chance, NAME, "paper", BINS).reliability.layout.title.text
+    assert paper.startswith("c = ")
+
+
 def test_save_is_refused_before_anything_is_drawn_and_in_the_paper_form(far):
     assert "Nothing is drawn yet" in page.save_drawn(far, None)
     paper = page.pick_run(far, NAME, "paper", BINS).drawn

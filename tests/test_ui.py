@@ -313,8 +313,8 @@ def test_compare_page_offers_trained_models_and_adapters(tmp_path):
     full.mkdir(parents=True)
     (full / "config.json").write_text("{}")
     (tmp_path / "00005-cft" / "models" / "cft" / "checkpoints" / "checkpoint-3" / "model").mkdir(parents=True)
-    assert model_choices(tmp_path) == [
-        ("bundled", "bundled|"), ("00004-finetune (LoRA on some/base)", f"some/base|{adapter}"),
+    assert model_choices(tmp_path) == [  # every named model (lab.weights.NAMED_MODELS), then the trained ones
+        ("bundled", "bundled|"), ("scratch", "scratch|"), ("00004-finetune (LoRA on some/base)", f"some/base|{adapter}"),
         ("00005-cft/models/cft (full)", f"{full}|")]
 
 

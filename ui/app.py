@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -44,6 +45,15 @@ def timer_states(visible: list[gr.Timer], every: list[gr.Timer]) -> list[gr.Time
     return [gr.Timer(active=any(t is v for v in visible)) for t in every]
 
 
+def poll_when_shown(demo: gr.Blocks, tab: gr.Tab, timers: list[gr.Timer]) -> None:
+    """Run a page's polls the moment its tab is selected, as well as on its timers: a timer's first
+    tick comes one period after it starts, and until then a page shows what it held when it was
+    last visible (Reliability sat empty for seconds before drawing a run finished meanwhile)."""
+    ticks = {(timer._id, "tick") for timer in timers}
+    for poll in [fn for fn in demo.fns.values() if ticks & set(fn.targets)]:
+        tab.select(poll.fn, inputs=poll.inputs, outputs=poll.outputs, show_progress="hidden")
+
+
 def open_run(ctx: LabContext, tab_id: str, visible: list[gr.Timer], every: list[gr.Timer], name: Any):
     """A job page's "open in …" button: that page's tab, its picker on the job's run (listed afresh:
     the run may be newer than the page's last poll) and its timers running."""
@@ -53,13 +63,13 @@ def open_run(ctx: LabContext, tab_id: str, visible: list[gr.Timer], every: list[
 
 def open_below_threshold(ctx: LabContext, visible: list[gr.Timer], every: list[gr.Timer], names: Any, signal: Any,
                          threshold: Any):
-    """The selective page's link: Case studies on its first run, every question whose confidence is
-    below the threshold (the top probability is what Case studies ranges over; for another signal
-    the run opens whole)."""
+    """The selective page's link: Case studies on its first run, every question whose confidence
+    signal is below the threshold (its range set on the same signal)."""
     first = names[0] if isinstance(names, list) and names else None
-    below = isinstance(threshold, (int, float)) and signal == confidence.DEFAULT
+    known = signal if signal in confidence.SIGNALS else confidence.DEFAULT
+    below = float(threshold) if isinstance(threshold, (int, float)) else 1
     return (gr.Tabs(selected="cases"), gr.update(choices=runs.evaluation_choices(ctx.runs), value=first),
-            gr.update(value="all"), gr.update(value=0), gr.update(value=float(threshold) if below else 1),
+            gr.update(value="all"), gr.update(value=0), gr.update(value=below), gr.update(value=known),
             *timer_states(visible, every))
 
 
@@ -77,7 +87,19 @@ def _wire_links(ctx: LabContext, tabs: gr.Tabs, built: dict[str, Any], timers: d
     cases: CasesControls = built["cases"]
     selective.button.click(functools.partial(open_below_threshold, ctx, timers["cases"], every),
                            inputs=[selective.names, selective.signal, selective.threshold],
-                           outputs=[tabs, cases.picker, cases.kind, cases.lo, cases.hi, *every], show_progress="hidden")
+                           outputs=[tabs, cases.picker, cases.kind, cases.lo, cases.hi, cases.signal, *every],
+                           show_progress="hidden")
+
+
+def preload_plots(demo: gr.Blocks) -> None:
+    """Fetch and run the browser's plotting code (plotly.js, 1.3 MB) as the app loads. Gradio
+    imports it when the first figure arrives, so the first plot page a user opens stayed empty for
+    seconds after its figure was ready (Reliability, issue 30); run at load, while the user reads
+    the Launch page, the import is done when a figure comes."""
+    chunk = next((Path(gr.__file__).parent / "templates" / "frontend" / "assets").glob("PlotlyPlot-*.js"), None)
+    if chunk is None:  # a gradio built otherwise: its plots load as they always did
+        return
+    demo.load(None, js=f"() => {{ import(new URL('assets/{chunk.name}', document.baseURI).href); }}")
 
 
 def quiet_queue(demo: gr.Blocks, wake_s: float = IDLE_WAKE_S) -> None:
@@ -106,7 +128,9 @@ def build(ctx: LabContext) -> gr.Blocks:
         every = [t for page in timers.values() for t in page]
         for tab_id, tab in tabs_by_id.items():
             tab.select(functools.partial(timer_states, timers[tab_id], every), outputs=every, show_progress="hidden")
+            poll_when_shown(demo, tab, timers[tab_id])
         _wire_links(ctx, tabs, built, timers)
+        preload_plots(demo)
         register_api(ctx)
     # The pages' own events (uploads, sliders, the loaders of callable values) are not an API:
     # only the documented endpoints may be called by a client.

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple, Optional, Sequence
 import gradio as gr
 import pandas as pd
 
-from lab import cases, runs
+from lab import analysis, cases, confidence, runs
 from lab.templates import option_letter
-from ui.components import run_picker
+from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error
 
@@ -30,6 +30,8 @@ KIND_HELP = """**Show** keeps, within the confidence range and dataset picked:
 # the key columns first; the question and options bounded (wrapped, cut at MAX_CHARS: a click shows all)
 COLUMNS = ["confidence", "prediction", "answer", "correct", "question", "options", "dataset", "id"]
 COLUMN_WIDTHS = ["120px", "110px", "95px", "95px", "360px", "230px", "100px", "80px"]  # ≈ 1190 px: all fit at 1440
+KEY_COLUMNS = 4  # pinned while the table scrolls sideways
+SIGNAL_WIDTH = "120px"  # a signal other than the top probability: its column, after the confidence
 MAX_CHARS = 180
 SAME_COLUMNS = ["run", "answer", "prediction", "confidence", "correct", "probabilities"]
 
@@ -40,35 +42,62 @@ def three_digits(value: float) -> float:
     return float(f"{value:.3g}")
 
 
-def shown_cases(table: pd.DataFrame) -> pd.DataFrame:
+def shown_cases(table: pd.DataFrame, signal: Optional[str] = None) -> pd.DataFrame:
     """A case table as the page shows it: :data:`COLUMNS` in that order, confidences to 3 digits,
-    and last, for the controlled task, the true probability of each prediction (the oracle's)."""
+    and last, for the controlled task, the true probability of each prediction (the oracle's).
+    ``signal``: a column the table holds for another confidence signal, shown after the confidence."""
     oracle = [cases.ORACLE_COLUMN] if cases.ORACLE_COLUMN in table else []
-    shown = table.reindex(columns=COLUMNS + oracle)
-    for column in ["confidence", *oracle]:
+    extra = [signal] if signal else []
+    shown = table.reindex(columns=COLUMNS[:1] + extra + COLUMNS[1:] + oracle)
+    for column in ["confidence", *extra, *oracle]:
         shown[column] = shown[column].map(three_digits)
     return shown
 
 
+def signal_title(signal: Optional[str]) -> Optional[str]:
+    """The column a signal other than the top probability adds (its title), else None."""
+    if not signal or signal == confidence.DEFAULT or signal not in confidence.SIGNALS:
+        return None
+    return confidence.SIGNALS.get(signal).title
+
+
 def cases_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: float, dataset: Optional[str],
-               order: str = cases.DEFAULT_SORT):
+               order: str = cases.DEFAULT_SORT, signal: Optional[str] = confidence.DEFAULT):
     """(the filtered questions, the dataset filter's choices, a note) for one run. The note says
-    what the filter keeps, with its threshold, and how many of the questions of its kind it covers."""
+    what the filter keeps, with its threshold, and how many of the questions of its kind it covers.
+    The confidence range applies to ``signal`` (:mod:`lab.confidence`), shown in a column of its
+    own when it is not the top probability: the selective page's threshold on any signal opens
+    exactly the questions it drops."""
     empty = pd.DataFrame(columns=COLUMNS)
     run = runs.evaluation(ctx.runs, name)
     if run is None:
         return empty, gr.update(), "Pick an evaluation run."
     conf_range = (min(lo, hi), max(lo, hi))
+    column = signal_title(signal)
     try:
-        table = cases.case_table(ctx.results.predictions(run))
-        filtered = cases.filter_cases(table, kind, conf_range, dataset or None)
-        note = cases.describe_cases(table, filtered, kind, conf_range, dataset or None)
+        pred = ctx.results.predictions(run)
+        table = cases.case_table(pred)
+        if column:
+            table[column] = confidence.values(signal, analysis.reported_probs(pred), pred.mask, pred.rows)
+        by = column or "confidence"
+        filtered = cases.filter_cases(table, kind, conf_range, dataset or None, by)
+        note = cases.describe_cases(table, filtered, kind, conf_range, dataset or None, by)
         filtered = cases.sort_cases(filtered, order or cases.DEFAULT_SORT)
     except (ValueError, OSError) as e:
         return empty, gr.update(), error(str(e))
     datasets = sorted(set(table["dataset"]) - {""})
     note = f"**{len(filtered)} of {len(table)} questions.** {note}"
-    return shown_cases(filtered), gr.update(choices=[""] + datasets), note
+    return shown_cases(filtered, column), gr.update(choices=[""] + datasets), note
+
+
+def page_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: float, dataset: Optional[str],
+              order: str = cases.DEFAULT_SORT, signal: Optional[str] = confidence.DEFAULT):
+    """:func:`cases_view` for the page: the table's widths and pinned key columns follow the
+    signal's column, which sits among the key columns when there is one."""
+    table, datasets, note = cases_view(ctx, name, kind, lo, hi, dataset, order, signal)
+    extra = 1 if signal_title(signal) in table.columns else 0
+    widths = COLUMN_WIDTHS[:1] + [SIGNAL_WIDTH] * extra + COLUMN_WIDTHS[1:]
+    return gr.update(value=table, column_widths=widths, pinned_columns=KEY_COLUMNS + extra), datasets, note
 
 
 def probabilities_text(probs: Sequence[float]) -> str:
@@ -103,12 +132,14 @@ def _table(**kwargs: Any) -> gr.Dataframe:
 
 
 class CasesControls(NamedTuple):
-    """What other pages set to open questions here: the run picker, what to show, the confidence range."""
+    """What other pages set to open questions here: the run picker, what to show, the confidence
+    range and the signal it ranges over."""
 
     picker: gr.Dropdown
     kind: gr.Radio
     lo: gr.Slider
     hi: gr.Slider
+    signal: gr.Dropdown
 
 
 def build_cases(ctx: LabContext) -> CasesControls:
@@ -116,8 +147,11 @@ def build_cases(ctx: LabContext) -> CasesControls:
     name, _ = run_picker(ctx, "Evaluation run")
     with gr.Row():
         kind = gr.Radio(KIND_CHOICES, value=DEFAULT_KIND, label="Show")
-        lo = gr.Slider(0, 1, value=0, step=0.05, label="confidence from")
-        hi = gr.Slider(0, 1, value=1, step=0.05, label="to")
+        # steps of 0.01, as the selective page's threshold, which opens its dropped questions here
+        lo = gr.Slider(0, 1, value=0, step=0.01, label="confidence from")
+        hi = gr.Slider(0, 1, value=1, step=0.01, label="to")
+        signal = gr.Dropdown(signal_choices(), value=confidence.DEFAULT, label="Confidence signal (the range's)",
+                             elem_id="cases-signal")
         dataset = gr.Dropdown([""], value="", label="dataset", allow_custom_value=False)
         order = gr.Dropdown(list(cases.SORT_ORDERS), value=cases.DEFAULT_SORT, label="Sort by")
     gr.Markdown(KIND_HELP)
@@ -130,10 +164,10 @@ def build_cases(ctx: LabContext) -> CasesControls:
             across, _ = run_picker(ctx, "Runs", multiselect=True)
     same = gr.Dataframe(interactive=False, wrap=True, label="What each run answered")
 
-    inputs = [name, kind, lo, hi, dataset, order]
+    inputs = [name, kind, lo, hi, dataset, order, signal]
     for control in inputs:
-        control.change(functools.partial(cases_view, ctx), inputs=inputs, outputs=[table, dataset, note])
+        control.change(functools.partial(page_view, ctx), inputs=inputs, outputs=[table, dataset, note])
     on_same = functools.partial(same_question_view, ctx)
     question_id.submit(on_same, inputs=[question_id, across], outputs=same)
     across.change(on_same, inputs=[question_id, across], outputs=same)
-    return CasesControls(name, kind, lo, hi)
+    return CasesControls(name, kind, lo, hi, signal)

@@ -27,14 +27,15 @@ from lab.compare import MAX_MODELS, format_questions, history_dir, parse_questio
 from lab.errors import USER_ERRORS
 from lab.kinds import parse_config
 from lab.layout import TEMPERATURE_FILE
-from lab.weights import size_text
+from lab.weights import NAMED_MODELS, size_text
 from ui.components import NO_CALIBRATOR, calibrator_choices, export, picked_calibrator, run_picker
 from ui.context import LabContext
 from ui.job_results import compare_answers, compare_figure
 from ui.messages import error, ok
 from ui.uploads import ALLOWED_SUFFIXES, accept_upload
 
-BUNDLED = ("bundled", "bundled|")  # (label, value): the model that ships with the lab
+# (label, "model|adapter") of every model a name loads (lab.weights): bundled, the default, then scratch
+NAMED = [(name, f"{name}|") for name in NAMED_MODELS]
 EXAMPLE = "What is the capital of Norway?\nOslo\nHelsinki\nStockholm\nCopenhagen"
 INTRO = ("Ask your own questions. With options you see each model's probability for every option "
          "(letter scoring, the CFT chat prompt) and its generated answer; without options, the answers only. "
@@ -44,13 +45,18 @@ QUESTIONS_HELP = ("One question per block, blocks separated by a blank line: the
                   "to have it marked.")
 NOT_RUNNING = "Inference lane: not running (the next compare starts it)."
 CALIBRATED = "calibrated confidence"  # the answers table's column when a calibrator is picked
+# Each column of the answers table (lab.compare.COLUMNS, and the calibrated confidence) its width: at 1440 px
+# the answer and its probabilities are in view, and no header breaks mid-word.
+ANSWER_WIDTHS = {"#": "48px", "model": "140px", "prediction": "160px", "confidence": "116px", CALIBRATED: "126px",
+                 "correct": "90px", "answer": "320px", "option probabilities": "220px", "answer prob.": "116px",
+                 "1st-token prob.": "140px", "T": "60px", "question": "300px"}
 
 
 # ---------------------------------------------------------------- handlers
 def model_choices(root: Path) -> list[tuple[str, str]]:
-    """(label, "model|adapter") for ``bundled`` and every saved model or adapter under ``root``:
+    """(label, "model|adapter") for the named models and every saved model or adapter under ``root``:
     a full model is its own ``model``, an adapter names the base it was trained on."""
-    found = [BUNDLED]
+    found = list(NAMED)
     for m in runs.trained_models(root):
         if m.base is None:
             found.append((f"{m.name} (full)", f"{m.path}|"))
@@ -91,11 +97,17 @@ def _export_table(ctx: LabContext, table: pd.DataFrame, name: str) -> dict[str, 
     return export(ctx, f"compare-{Path(name).name}.csv", lambda path: table.to_csv(path, index=False))
 
 
+def answers_table(table: pd.DataFrame) -> dict[str, Any]:
+    """The answers table with its columns' widths: which columns it has depends on the questions
+    (options, a right answer) and on the calibrator picked."""
+    return gr.update(value=table, column_widths=[ANSWER_WIDTHS.get(c, "120px") for c in table.columns])
+
+
 def shown(ctx: LabContext, result: dict[str, Any], name: str) -> tuple[Any, ...]:
     """(question picker, plot, table, CSV download) for a comparison."""
     table = compare_answers(result)
     return (gr.update(choices=question_choices(result), value=0, visible=len(result["questions"]) > 1),
-            compare_figure(result, 0), table, _export_table(ctx, table, name))
+            compare_figure(result, 0), answers_table(table), _export_table(ctx, table, name))
 
 
 def calibrated_confidences(result: dict[str, Any], cal: calibrators.Calibrator) -> list[Optional[float]]:
@@ -150,7 +162,7 @@ def calibrated_answers(ctx: LabContext, result: Optional[dict[str, Any]], calibr
         if cal is not None:
             table, note = with_calibrated(table, result, cal)
     csv = _export_table(ctx, table, name) if isinstance(name, str) and name else gr.skip()
-    return table, csv, note
+    return answers_table(table), csv, note
 
 
 def lane_status(ctx: LabContext) -> str:
@@ -261,7 +273,7 @@ def build_compare(ctx: LabContext) -> gr.Dropdown:
     with gr.Row():
         for i in range(MAX_MODELS):
             with gr.Column(min_width=160):
-                models.append(gr.Dropdown(choices, value=BUNDLED[1] if i == 0 else None, label=f"Model {i + 1}",
+                models.append(gr.Dropdown(choices, value=NAMED[0][1] if i == 0 else None, label=f"Model {i + 1}",
                                           allow_custom_value=True, elem_id=f"compare-model-{i + 1}"))
                 temps.append(gr.Textbox(label=f"Temperature (number or {TEMPERATURE_FILE})", value="",
                                         elem_id=f"compare-temperature-{i + 1}"))

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 import gradio as gr
 
-from lab import calibrators, runs
+from lab import calibrators, confidence, runs
 from ui.context import LabContext
 
 Catalogue = Callable[[Path], list[Any]]  # the runs directory → names, or (label, name), to offer (lab.runs)
@@ -40,6 +40,12 @@ def bin_edges(choice: Optional[str], evaluated: str) -> str:
 def edges_radio(**kwargs: Any) -> gr.Radio:
     return gr.Radio(list(BIN_EDGES), value=AS_EVALUATED, label="Bin edges (a confidence on an edge joins the bin "
                                                                 "it closes)", **kwargs)
+
+
+def signal_choices() -> list[tuple[str, str]]:
+    """(title, name) of every confidence signal (:mod:`lab.confidence`), for the pages that let the
+    user pick one: selective prediction, the workbench, and Case studies' confidence range."""
+    return [(confidence.SIGNALS.get(n).title, n) for n in confidence.SIGNALS.in_order()]
 
 
 def _names(choices: list[Any]) -> list[str]:
@@ -79,7 +85,9 @@ def run_picker(ctx: LabContext, label: str, multiselect: bool = False,
     seen = gr.State(None)
     timer = gr.Timer(PICKER_POLL_S, active=False)
     follow = functools.partial(follow_catalogue, ctx, catalogue, multiselect, pick_newest)
-    gr.on(None, functools.partial(follow, None), inputs=seen, outputs=[picker, seen], show_progress="hidden")
+    # On load only: gr.on(None) with inputs also runs whenever an input changes, and a poll that
+    # changes ``seen`` would then re-pick the newest run over what the user picked.
+    gr.on(None, functools.partial(follow, None, None), outputs=[picker, seen], show_progress="hidden")
     timer.tick(follow, inputs=[picker, seen], outputs=[picker, seen], show_progress="hidden")
     return picker, timer
 

@@ -81,9 +81,11 @@ def to_widget_value(field: Field, value: Any) -> Any:
     return value
 
 
-def _number(field: Field, value: Any) -> Any:
+def number_value(value: Any) -> Any:
     """A number box's text as a number, or as it came: the config's validator then refuses it with
-    the same message a YAML file or an API call gets (``limit: must be an integer ≥ 1, got inf``)."""
+    the same message a YAML file or an API call gets (``limit: must be an integer ≥ 1, got inf``).
+    Every number on the form is typed as text (gr.Number's own preprocessing raises on NaN or text,
+    which the page could only show as a bare "Error")."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     try:
@@ -102,7 +104,7 @@ def from_widget_value(field: Field, value: Any) -> Any:
             return None if field.optional else type(field.default)()
         return load_yaml(text, field.name)
     if field.widget in ("int", "float"):
-        return _number(field, value)
+        return number_value(value)
     if field.widget == "text":
         text = str(value or "").strip()
         return None if (field.optional and not text) else text

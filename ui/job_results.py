@@ -7,6 +7,7 @@ draw nothing: no empty plot frame.
 """
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
@@ -14,11 +15,11 @@ from typing import Any, NamedTuple, Optional
 import pandas as pd
 
 from lab import runs
-from lab.compare import read_result
+from lab.compare import COLUMNS as COMPARE_COLUMNS, read_result
 from lab.compare import rows as compare_rows
 from lab.layout import MANIFEST_FILE, REPORT_MD, TOPK_DIR
 from lab.templates import option_letter
-from ui.plots import coverage_figure, option_bars, reliability_figure
+from ui.plots import coverage_figure, option_bars, plain, reliability_figure
 
 MAX_REPORT_CHARS = 20_000  # a report longer than this is cut (the file holds it all)
 
@@ -43,7 +44,7 @@ def evaluation_summary(run: runs.EvalRun) -> str:
     nll = f" · NLL {run.nll:.3f}" if run.nll is not None else ""
     how = f" · {run.scoring} scoring ({run.template})" if run.scoring else ""
     return (f"**Accuracy {_pct(run.accuracy)}** · **ECE {_pct(run.ece)}**{interval} · n = {run.n}{nll}{how}\n\n"
-            f"Run: **{run.label}** (`{run.name}`)")
+            f"Run: **{html.escape(run.label)}** (`{run.name}`)")  # a label is shown as typed, never as markup
 
 
 def _evaluation(ctx_runs: Path, run_dir: str) -> JobResults:
@@ -67,8 +68,10 @@ def _report(run_dir: str) -> JobResults:
 
 
 def compare_answers(result: dict[str, Any]) -> pd.DataFrame:
-    """One row per question and model: the option it picks with its confidence, and its generated answer."""
-    return pd.DataFrame(compare_rows(result)).round(4)
+    """One row per question and model: the option it picks with its confidence, and its generated
+    answer, in :data:`lab.compare.COLUMNS` order (free-text questions first still leave it so)."""
+    table = pd.DataFrame(compare_rows(result))
+    return table[[c for c in COMPARE_COLUMNS if c in table]].round(4)
 
 
 def compare_figure(result: dict[str, Any], question: int = 0) -> Any:
@@ -82,7 +85,7 @@ def compare_figure(result: dict[str, Any], question: int = 0) -> Any:
     figure = option_bars([{"model": r["label"], "probs": r["answers"][question]["probs"], "labels": labels}
                           for r in result["results"]])
     if item.get("answer") is not None:
-        figure.update_layout(title=f"right answer: {labels[item['answer']]}")
+        figure.update_layout(title=f"right answer: {plain(labels[item['answer']])}")
     return figure
 
 

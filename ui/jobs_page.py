@@ -17,12 +17,13 @@ import pandas as pd
 
 from jobs.failures import log_tail
 from jobs.scheduler import cancel
-from jobs.store import HEARTBEAT_STALE_S, Job, JobStore
+from jobs.store import HEARTBEAT_STALE_S, RESUMABLE, Job, JobStore
 from lab import runs
+from lab.config import ConfigError
 from lab.layout import LOG_FILE
 from ui.context import LabContext
 from ui.job_results import NOTHING, job_results
-from ui.messages import error, ok
+from ui.messages import error, note, ok
 from ui.plots import sweep_figure, training_figure
 from ui.progress import format_seconds, progress
 
@@ -31,6 +32,8 @@ JOB_COLUMNS = ["id", "kind", "status", "progress", "elapsed", "ETA", "runs on", 
 ACTIVITY_STAGES = ("start", "stage", "resumed", "log", "warning", "stopped", "done")  # events the activity log lists
 ACTIVITY_LINES = 40
 LOG_LINES = 20
+CANCELLABLE = ("queued", "running")  # what Cancel can stop; any other job has ended
+WENT_WRONG = ("failed", "interrupted")  # ended by a fault, not by the user: its error is one
 
 
 # ---------------------------------------------------------------- handlers
@@ -41,7 +44,7 @@ def jobs_table(ctx: LabContext, jobs: Optional[list[Job]] = None) -> pd.DataFram
         p = progress(ctx.events.events(job.run_dir)) if job.status == "running" else None
         rows.append([job.id, job.kind, job.status, p.text if p else ("done" if job.status == "succeeded" else ""),
                      format_seconds(job.elapsed()), format_seconds(p.eta_s) if p else "", job.devices or "",
-                     job.error or ""])
+                     (job.error or "") if job.status in WENT_WRONG else ""])
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
 
 
@@ -89,8 +92,10 @@ def job_view(ctx: LabContext, job_id: Optional[int]) -> JobView:
     lines = [f"### Job {job.id} · {job.kind} · **{job.status}**",
              f"Elapsed {format_seconds(job.elapsed()) or '–'}" + (f" · {p.text}" if p else "")
              + (f" · runs on {job.devices}" if job.devices else "") + f" · run directory `{job.run_dir}`"]
-    if job.status == "failed" and job.error:
+    if job.status in WENT_WRONG and job.error:
         lines.append(error(f"What went wrong: {job.error}"))
+    elif job.error:  # a cancellation's reason ("stopped by request"): said, not as an error
+        lines.append(note(f"{job.status.capitalize()}: {job.error}"))
     return JobView("\n\n".join(lines), events, activity(events, job.run_dir), job.config)
 
 
@@ -162,29 +167,41 @@ def _figure_outputs(events: list[dict[str, Any]]) -> tuple[Any, Any]:
             gr.update(value=sweep, visible=sweep is not None))
 
 
+def job_controls(job: Optional[Job]) -> tuple[Any, Any]:
+    """Cancel and Resume as the job's status allows them: Cancel (red) only while it is queued or
+    running, Resume only once it ended without finishing (:data:`jobs.store.RESUMABLE`); a button
+    that could only be refused is not offered."""
+    live = job is not None and job.status in CANCELLABLE
+    return (gr.update(interactive=live, variant="stop" if live else "secondary"),
+            gr.update(interactive=job is not None and job.status in RESUMABLE))
+
+
 def show(ctx: LabContext, job_id: Optional[int], sent: Optional[dict[str, str]] = None):
     """Everything the job's panel shows, drawn afresh (a job was picked), and what was sent."""
     view = job_view(ctx, job_id)
     job = _job(ctx, job_id)
     sent = {**(sent or {}), "job": str(job_id), "events": str(len(view.events)), "status": job.status if job else "",
             "activity": _digest(view.activity)}
-    return (view.text, *_results_outputs(ctx, job), *_figure_outputs(view.events), view.activity, view.config, sent)
+    return (view.text, *_results_outputs(ctx, job), *_figure_outputs(view.events), view.activity, view.config,
+            *job_controls(job), sent)
 
 
 def poll(ctx: LabContext, job_id: Optional[int], sent: Optional[dict[str, str]] = None):
     """As :func:`show`, but only what changed: the results and plots are redrawn when new events
-    came or the status changed, the activity when it grew."""
+    came or the status changed, the activity when it grew, Cancel and Resume when the status changed."""
     sent = dict(sent or {})
     if job_id is None or sent.get("job") != str(job_id):
-        return (gr.skip(),) * 11
+        return (gr.skip(),) * 13
     view = job_view(ctx, job_id)
     job = _job(ctx, job_id)
     status = job.status if job else ""
     activity = _if_changed(view.activity, "activity", sent)
     if sent.get("events") == str(len(view.events)) and sent.get("status") == status:
-        return (view.text,) + (gr.skip(),) * 7 + (activity, gr.skip(), sent)
+        return (view.text,) + (gr.skip(),) * 7 + (activity,) + (gr.skip(),) * 3 + (sent,)
+    controls = job_controls(job) if sent.get("status") != status else (gr.skip(), gr.skip())
     sent.update(events=str(len(view.events)), status=status)
-    return (view.text, *_results_outputs(ctx, job), *_figure_outputs(view.events), activity, gr.skip(), sent)
+    return (view.text, *_results_outputs(ctx, job), *_figure_outputs(view.events), activity, gr.skip(), *controls,
+            sent)
 
 
 def tick(ctx: LabContext, job_id: Optional[int], listed: Optional[dict[str, str]], drawn: Optional[dict[str, str]]):
@@ -202,6 +219,9 @@ def _job(ctx: LabContext, job_id: Optional[int]) -> Optional[Job]:
 def cancel_job(ctx: LabContext, job_id: Optional[int]) -> str:
     if job_id is None:
         return error("Pick a job first.")
+    job = _job(ctx, job_id)
+    if job is not None and job.status not in CANCELLABLE:  # a page that had not caught up yet
+        return error(f"Job {job.id} is {job.status}: nothing to cancel.")
     job = cancel(ctx.store, int(job_id), grace=5.0)
     return f"Job {job.id} is now {job.status}."
 
@@ -209,7 +229,10 @@ def cancel_job(ctx: LabContext, job_id: Optional[int]) -> str:
 def clone_job(ctx: LabContext, job_id: Optional[int]) -> str:
     if job_id is None:
         return error("Pick a job first.")
-    job = ctx.store.clone(int(job_id))
+    try:
+        job = ctx.store.clone(int(job_id), roots=ctx.roots)  # checked as a fresh submit is
+    except (KeyError, ConfigError) as e:
+        return error(str(e.args[0] if e.args else e))
     return ok(f"Cloned as job {job.id}.")
 
 
@@ -217,7 +240,7 @@ def resume_job(ctx: LabContext, job_id: Optional[int]) -> str:
     if job_id is None:
         return error("Pick a job first.")
     try:
-        job = ctx.store.resume(int(job_id))
+        job = ctx.store.resume(int(job_id), roots=ctx.roots)
     except (KeyError, ValueError) as e:
         return error(str(e.args[0] if e.args else e))
     return ok(f"Job {job.id} queued again; it continues from what its run directory holds.")
@@ -235,6 +258,13 @@ def rename_run(ctx: LabContext, name: Optional[str], label: Optional[str]) -> st
     return ok(f"Renamed to: {given}" if given else "The run is named for what it is again.")
 
 
+def rename_and_redraw(ctx: LabContext, job_id: Optional[int], name: Optional[str],
+                      label: Optional[str]) -> tuple[Any, ...]:
+    """Rename, then the results panel again (:func:`_results_outputs`), so that its `Run:` line and
+    the diagram's title say the new name at once rather than at the next status change."""
+    return (rename_run(ctx, name, label), *_results_outputs(ctx, _job(ctx, job_id)))
+
+
 # ---------------------------------------------------------------- layout and wiring
 class JobLinks(NamedTuple):
     """What the app wires to other pages: the picked job's evaluation and the buttons that open it."""
@@ -248,6 +278,7 @@ class _Panel(NamedTuple):
     links: JobLinks
     label: gr.Textbox
     rename: gr.Button
+    renamed: gr.HTML  # what the rename did, under its button
 
 
 def _results_panel() -> _Panel:
@@ -259,9 +290,11 @@ def _results_panel() -> _Panel:
         temperature = gr.Button("Open in the Temperature lab", elem_id="job-open-temperature", scale=1)
         cases = gr.Button("Open in Case studies", elem_id="job-open-cases", scale=1)
         label = gr.Textbox(label="Name this run (empty: named for what it is)", scale=2, elem_id="job-run-label")
-        rename = gr.Button("Rename", scale=1)
+        with gr.Column(scale=1):
+            rename = gr.Button("Rename", elem_id="job-rename")
+            renamed = gr.HTML(elem_id="job-renamed")
     return _Panel([results, figure, table, run, links], JobLinks(run, {"temperature": temperature, "cases": cases}),
-                  label, rename)
+                  label, rename, renamed)
 
 
 def build_jobs(ctx: LabContext) -> JobLinks:
@@ -284,13 +317,17 @@ def build_jobs(ctx: LabContext) -> JobLinks:
         config = gr.Code(language="yaml", interactive=False)
     listed, drawn = gr.State({}), gr.State({})  # what the browser was last sent: the list, the picked job
 
-    outputs = [status, *panel.outputs, training, sweep, log, config, drawn]
+    outputs = [status, *panel.outputs, training, sweep, log, config, cancel_btn, resume_btn, drawn]
     picked.change(functools.partial(show, ctx), inputs=[picked, drawn], outputs=outputs, show_progress="hidden")
+    picked.change(lambda: "", outputs=panel.renamed, queue=False, show_progress="hidden")  # it was another job's
     cancel_btn.click(functools.partial(cancel_job, ctx), inputs=picked, outputs=action)
     clone_btn.click(functools.partial(clone_job, ctx), inputs=picked, outputs=action)
     resume_btn.click(functools.partial(resume_job, ctx), inputs=picked, outputs=action)
-    panel.rename.click(functools.partial(rename_run, ctx), inputs=[panel.links.run, panel.label], outputs=action)
-    gr.on(None, functools.partial(refresh_all, ctx, None), inputs=listed, outputs=[table, picked, banner, listed],
+    panel.rename.click(functools.partial(rename_and_redraw, ctx), inputs=[picked, panel.links.run, panel.label],
+                       outputs=[panel.renamed, *panel.outputs])
+    # On load only (no inputs): run again on every change of ``listed``, it would move the picker
+    # off the job the user picked to the running one.
+    gr.on(None, functools.partial(refresh_all, ctx, None, None), outputs=[table, picked, banner, listed],
           show_progress="hidden")
     timer = gr.Timer(POLL_S, active=False)
     timer.tick(functools.partial(tick, ctx), inputs=[picked, listed, drawn],

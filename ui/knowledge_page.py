@@ -17,6 +17,9 @@ from ui.plots import coverage_figure
 
 INTRO = ("How much of the teacher's probability its top-K tokens hold (FIRST's concentrated knowledge), "
          "and what storing K tokens per position costs.")
+# shown until a store is picked: with none yet, nothing else on the page says where they come from
+NO_STORE = ("No top-k store picked. An `extract` job (Launch page → extract) stores a teacher's top-k tokens "
+            "and fills this page when it is done; a FIRST run's `topk/train` is listed too.")
 
 
 # ---------------------------------------------------------------- handlers
@@ -51,7 +54,7 @@ def knowledge_view(ctx: LabContext, name: Optional[str]):
     """(coverage figure or None, a line about the store) for the store called ``name``."""
     path = runs.topk_store(ctx.runs, name)
     if path is None:
-        return None, "Pick a top-k store (an `extract` job, or a FIRST run's `topk/train`)."
+        return None, NO_STORE
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
@@ -65,6 +68,6 @@ def knowledge_view(ctx: LabContext, name: Optional[str]):
 def build_knowledge(ctx: LabContext) -> None:
     gr.Markdown(INTRO)
     name, _ = run_picker(ctx, "Top-k store", catalogue=runs.store_names)
-    text = gr.Markdown()
+    text = gr.Markdown(NO_STORE)
     plot = gr.Plot(label="Top-K coverage")
     name.change(functools.partial(knowledge_view, ctx), inputs=name, outputs=[plot, text])

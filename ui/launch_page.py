@@ -9,7 +9,9 @@ user can cause with a message, never with Gradio's bare "Error".
 from __future__ import annotations
 
 import functools
+import re
 import shutil
+import sqlite3
 from typing import Any, Optional
 
 import gradio as gr
@@ -21,13 +23,18 @@ from lab.templates import template_names
 from lab.weights import NAMED_MODELS
 from ui import forms
 from ui.context import LabContext
-from ui.messages import error, ok
+from ui.messages import error, ok, refusal, store_fault
 from ui.uploads import accept_upload, upload_notes
 
 UPLOAD_TYPES = [".jsonl", ".json", ".csv"]
 # What a user can cause while a config is checked: a refused field, unreadable data, a file that vanished
 # or cannot be listed. Answered as a message; anything else is a bug and keeps its traceback.
 FORM_ERRORS = (*USER_ERRORS, OSError)
+REFUSED = "lab-refused"  # the class of the field a refusal names (ui.messages.CSS outlines it in red)
+FIELD_PATH = re.compile(r"([A-Za-z_]\w*)[\[.:]")  # a refusal starts with its field's path: `limit: …`, `ood[0].…`
+# Once the marks are drawn: the refused field (opened under "More options" if there) is brought into view.
+SCROLL_TO_REFUSED = f"""() => setTimeout(() => [...document.querySelectorAll('.{REFUSED}')]
+    .find(field => field.offsetParent !== null)?.scrollIntoView({{block: 'center'}}), 300)"""
 
 
 # ---------------------------------------------------------------- handlers
@@ -44,25 +51,60 @@ def submit_form(ctx: LabContext, kind: str, gpus: Any, processes: Any, *values: 
                 slurm: Optional[dict[str, Any]] = None) -> str:
     """Queue the form's config; the store validates and resolves it once, as for the CLI."""
     try:
-        job = ctx.submit(forms.form_config(kind, list(values)), gpus=gpus, processes=processes, executor=executor,
-                         slurm=slurm)
+        job = ctx.submit(forms.form_config(kind, list(values)), gpus=forms.number_value(gpus),
+                         processes=forms.number_value(processes), executor=executor, slurm=slurm)
     except FORM_ERRORS as e:
         return error(str(e))
+    except sqlite3.Error as e:
+        return error(store_fault(ctx.runs, e))
     where = " for Slurm; the Jobs tab shows its Slurm id once submitted" if job.executor == "slurm" else ""
     return ok(f"Job {job.id} queued ({kind}){where}; follow it on the Jobs tab.")
 
 
 SLURM_FIELDS = ("partition", "nodes", "gpus_per_node", "minutes", "account", "extra")
+SLURM_NUMBERS = ("nodes", "gpus_per_node", "minutes")  # typed as text, like every number on the form
 
 
 def submit_anywhere(ctx: LabContext, kind: str, gpus: Any, processes: Any, executor: Any, *rest: Any) -> str:
     """The form with its "Run on" choice: Slurm's fields (the first of ``rest``) go along only for
     Slurm, blank ones left to the cluster's defaults; the store checks every one."""
-    given, values = dict(zip(SLURM_FIELDS, rest[:len(SLURM_FIELDS)])), rest[len(SLURM_FIELDS):]
+    given = {k: forms.number_value(v) if k in SLURM_NUMBERS else v for k, v in zip(SLURM_FIELDS, rest)}
+    values = rest[len(SLURM_FIELDS):]
     if isinstance(given["extra"], str):
         given["extra"] = [line for line in given["extra"].splitlines() if line.strip()]
     slurm = {k: v for k, v in given.items() if v not in (None, "", [])} if executor == "slurm" else None
     return submit_form(ctx, kind, gpus, processes, *values, executor=executor, slurm=slurm)
+
+
+def _info(field: forms.Field) -> str:
+    """The line under a field's label: its help (a model field also says what else it takes)."""
+    return field.help + (" (type a hub id or a path)" if field.role == "model" else "")
+
+
+def field_marks(kind: str, shown: str) -> list[Any]:
+    """An update per form field (:func:`ui.forms.fields` order), then one for "More options": the
+    field a refusal names is marked and its info line says why, its accordion opened; every other
+    field is as it was drawn. A refusal naming no field of the form (gpus, slurm.nodes) marks none:
+    the message beside Submit names it."""
+    text = refusal(shown)
+    path = FIELD_PATH.match(text) if text else None
+    form = forms.fields(kind)
+    named = next((f for f in form if path and f.name == path.group(1)), None)
+    marks = [gr.update(elem_classes=[REFUSED], info=f"⚠️ {text}") if f is named else
+             gr.update(elem_classes=[], info=_info(f)) for f in form]
+    return [*marks, gr.update(open=True) if named and not forms.is_key(kind, named.name) else gr.skip()]
+
+
+def submit_and_mark(ctx: LabContext, kind: str, *args: Any) -> tuple[Any, ...]:
+    """Submit (:func:`submit_anywhere`), and mark the field a refusal names (:func:`field_marks`)."""
+    said = submit_anywhere(ctx, kind, *args)
+    return (said, *field_marks(kind, said))
+
+
+def show_and_mark(ctx: LabContext, kind: str, *values: Any) -> tuple[Any, ...]:
+    """"Show config" (:func:`show_config`), marking the field a refusal names as Submit does."""
+    said, yaml_box = show_config(ctx, kind, *values)
+    return (said, yaml_box, *field_marks(kind, said))
 
 
 def choose_preset(ctx: LabContext, kind: str, preset: Optional[str]) -> list[Any]:
@@ -86,14 +128,17 @@ def upload_questions(ctx: LabContext, path: Optional[str]) -> tuple[Any, Any, st
 
 # ---------------------------------------------------------------- layout
 def _widget(kind: str, field: forms.Field, value: Any) -> gr.components.Component:
-    label, info, elem_id = field.name, field.help, f"{kind}-{field.name}"
+    label, info, elem_id = field.name, _info(field), f"{kind}-{field.name}"
     if field.name == "dataset":
-        return gr.Dropdown(dataset_names(), value=value, label=label, info=info, elem_id=elem_id)
+        # What is typed is kept: a dropdown refusing it put the old name back without a word, and Submit
+        # ran a job on that; the store refuses an unknown name, listing the known ones.
+        return gr.Dropdown(dataset_names(), value=value, label=label, info=info, allow_custom_value=True,
+                           elem_id=elem_id)
     if field.name == "template":
         return gr.Dropdown([""] + template_names(), value=value or "", label=label, info=info,
                            allow_custom_value=True, elem_id=elem_id)
     if field.role == "model":
-        return gr.Dropdown(list(NAMED_MODELS), value=value, label=label, info=info + " (type a hub id or a path)",
+        return gr.Dropdown(list(NAMED_MODELS), value=value, label=label, info=info,
                            allow_custom_value=True, elem_id=elem_id)
     if field.widget == "choice":
         return gr.Dropdown(list(field.choices), value=value, label=label, info=info, elem_id=elem_id)
@@ -109,14 +154,15 @@ def _widget(kind: str, field: forms.Field, value: Any) -> gr.components.Componen
     return gr.Textbox(value=value, label=label, info=info, lines=lines, max_lines=20, elem_id=elem_id)
 
 
-def _fields(kind: str) -> list[gr.components.Component]:
-    """The kind's widgets in :func:`ui.forms.fields` order: key fields, then "More options"."""
+def _fields(kind: str) -> tuple[list[gr.components.Component], gr.Accordion]:
+    """The kind's widgets in :func:`ui.forms.fields` order: key fields, then "More options" (returned
+    too: a refusal naming a field in it opens it)."""
     form, values = forms.fields(kind), forms.preset_values(kind, None)
     with gr.Group():
         components = [_widget(kind, f, v) for f, v in zip(form, values) if forms.is_key(kind, f.name)]
-    with gr.Accordion("More options", open=False):
+    with gr.Accordion("More options", open=False) as more:
         components += [_widget(kind, f, v) for f, v in zip(form, values) if not forms.is_key(kind, f.name)]
-    return components
+    return components, more
 
 
 def _upload_box(ctx: LabContext, kind: str, components: list[gr.components.Component]) -> None:
@@ -137,35 +183,41 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     with gr.Row():
         preset = gr.Dropdown(list(forms.presets(kind)), value="defaults", label="Preset", scale=3,
                              info="defaults, or an example config (…-quick: offline on a CPU; …-paper: the paper's recipe)")
-        # No `minimum`: Gradio would refuse -1 with a bare "Error"; the store answers it naming the field.
-        gpus = gr.Number(value=0, precision=0, label="GPUs", scale=1, info="0: run on the CPU",
-                         elem_id=f"launch-gpus-{kind}")
-        processes = gr.Number(value=1, precision=0, label="CPU processes", scale=1, visible=kinds.get(kind).data_parallel,
-                              info="data-parallel on the CPU (gloo); a GPU job runs one per GPU",
-                              elem_id=f"launch-processes-{kind}")
+        # Text, not gr.Number, as every number of the form: gr.Number raises on NaN or text before any
+        # handler runs (a bare "Error"); the store answers each bad value naming the field.
+        gpus = gr.Textbox(value="0", label="GPUs", scale=1, info="0: run on the CPU", elem_id=f"launch-gpus-{kind}")
+        processes = gr.Textbox(value="1", label="CPU processes", scale=1, visible=kinds.get(kind).data_parallel,
+                               info="data-parallel on the CPU (gloo); a GPU job runs one per GPU",
+                               elem_id=f"launch-processes-{kind}")
     with gr.Accordion("Run on Slurm", open=ctx.executor == "slurm", visible=shutil.which("sbatch") is not None):
         with gr.Row():
             executor = gr.Radio(["local", "slurm"], value=ctx.executor, label="Run on", scale=1,
                                 info="slurm: the scheduler submits it with sbatch; runs/ must be shared with the nodes",
                                 elem_id=f"launch-executor-{kind}")
             partition = gr.Textbox(label="partition", placeholder="the cluster's default", scale=1)
-            nodes = gr.Number(value=1, precision=0, label="nodes", scale=1)
-            per_node = gr.Number(value=0, precision=0, label="GPUs per node", scale=1)
-            minutes = gr.Number(value=24 * 60, precision=0, label="time limit (minutes)", scale=1)
+            nodes = gr.Textbox(value="1", label="nodes", scale=1, elem_id=f"launch-nodes-{kind}")
+            per_node = gr.Textbox(value="0", label="GPUs per node", scale=1, elem_id=f"launch-gpus-per-node-{kind}")
+            minutes = gr.Textbox(value=str(24 * 60), label="time limit (minutes)", scale=1,
+                                 elem_id=f"launch-minutes-{kind}")
             account = gr.Textbox(label="account", placeholder="yours", scale=1)
         extra = gr.Textbox(label="more #SBATCH options, one per line", placeholder="--mem=32G", lines=2)
-    components = _fields(kind)
+    components, more = _fields(kind)
     _upload_box(ctx, kind, components)
-    with gr.Row():
-        show = gr.Button("Show config", variant="secondary")
-        submit = gr.Button(f"Submit {kind} job", variant="primary", elem_id=f"submit-{kind}")
-    message = gr.HTML(elem_id=f"launch-message-{kind}")
     yaml_box = gr.Code(label="Config (YAML): what will run; copy it to run from a terminal", language="yaml",
                        visible=False)
-    show.click(functools.partial(show_config, ctx, kind), inputs=components, outputs=[message, yaml_box])
-    submit.click(functools.partial(submit_anywhere, ctx, kind),
+    # Kept at the foot of the window while the form scrolls (it is taller than a screen): Submit, and
+    # what it answered, are always in view; the field a refusal names is marked and brought into view.
+    with gr.Column(elem_classes=["lab-submit-bar"], elem_id=f"launch-bar-{kind}"):
+        message = gr.HTML(elem_id=f"launch-message-{kind}")
+        with gr.Row():
+            show = gr.Button("Show config", variant="secondary")
+            submit = gr.Button(f"Submit {kind} job", variant="primary", elem_id=f"submit-{kind}")
+    marked = [*components, more]  # outputs for the marks only: the form must not dim while Submit runs
+    show.click(functools.partial(show_and_mark, ctx, kind), inputs=components, outputs=[message, yaml_box, *marked],
+               show_progress_on=message).then(None, js=SCROLL_TO_REFUSED)
+    submit.click(functools.partial(submit_and_mark, ctx, kind),
                  inputs=[gpus, processes, executor, partition, nodes, per_node, minutes, account, extra, *components],
-                 outputs=message)
+                 outputs=[message, *marked], show_progress_on=message).then(None, js=SCROLL_TO_REFUSED)
     preset.change(functools.partial(choose_preset, ctx, kind), inputs=preset, outputs=[*components, message])
 
 

@@ -10,11 +10,26 @@ CSS = """
 .lab-error { color: #b00020; background: #fdecea; border-radius: 6px; padding: 8px 12px; }
 .lab-ok { color: #1b5e20; background: #e8f5e9; border-radius: 6px; padding: 8px 12px; }
 .lab-note { color: #5d4037; background: #fff8e1; border-radius: 6px; padding: 8px 12px; }
+.lab-submit-bar { position: sticky; bottom: 0; z-index: 20; background: var(--body-background-fill);
+                  padding: 8px 0; border-top: 1px solid var(--border-color-primary); }
+.lab-submit-bar .lab-error, .lab-submit-bar .lab-ok, .lab-submit-bar .lab-note { max-height: 25vh; overflow: auto; }
+.lab-refused { box-shadow: inset 0 0 0 2px #b00020 !important; --block-info-text-color: #b00020; }
+/* a table header wraps between words, never inside one ("confide nce"): its column is at least a word wide */
+th.header-cell span.header { word-break: normal !important; overflow-wrap: normal !important; }
+/* gradio clips its container with overflow: hidden, which also stops a sticky bar; clip does not */
+.gradio-container { overflow: clip !important; }
 """
 
 
 def error(message: str) -> str:
     return f"<div class='lab-error'>⚠️ {html.escape(message)}</div>"
+
+
+def refusal(shown: str) -> str | None:
+    """The text of a message :func:`error` made (None for any other): what a page reads back to
+    mark the field a refusal names."""
+    head, tail = "<div class='lab-error'>⚠️ ", "</div>"
+    return html.unescape(shown[len(head):-len(tail)]) if shown.startswith(head) and shown.endswith(tail) else None
 
 
 def ok(message: str) -> str:

@@ -8,6 +8,7 @@ Inputs come from :mod:`lab.analysis` (summaries, sweeps, tables), a top-k store'
 from __future__ import annotations
 
 import functools
+import html
 import math
 from typing import Any, Callable, Optional, Sequence
 
@@ -21,6 +22,7 @@ from lab.templates import option_letters
 OVER = "#d62728"  # conf > acc: the model claims more than it achieves
 UNDER = "#1f77b4"  # conf < acc
 ACCURACY = "#7f7f7f"
+CLEAR = "rgba(0,0,0,0)"  # a hatched bar's ground: Plotly's default is opaque, hiding what lies beneath
 DIAGONAL = "#333333"
 ECE_COLOUR = "#d62728"
 NLL_COLOUR = "#1f77b4"
@@ -42,8 +44,8 @@ NARROW_NAME = "narrow bin (marked)"
 def _message_figure(text: str, title: str = "") -> go.Figure:
     """An empty figure carrying one centred message, axes hidden."""
     fig = go.Figure()
-    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 16})
-    fig.update_layout(title=title or None, xaxis={"visible": False}, yaxis={"visible": False})
+    fig.add_annotation(text=plain(text), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 16})
+    fig.update_layout(title=plain(title) if title else None, xaxis={"visible": False}, yaxis={"visible": False})
     return fig
 
 
@@ -64,6 +66,16 @@ def _pct(value: Optional[float]) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
 
 
+def plain(text: Any) -> str:
+    """User text (a run label, a model name, a question or an option) as Plotly shows it literally.
+
+    Plotly renders a subset of HTML (``<a href>``, ``<b>``, ``<br>``, ``<span style>``) in titles,
+    legends, annotations, hover and tick text, and decodes entities: a run renamed to
+    ``<a href="https://…">Log in again</a>`` would be a live link on every plot. Escaped, ``&lt;``
+    is drawn as ``<``. Quotes are kept: outside a tag they mean nothing to Plotly."""
+    return html.escape(str(text), quote=False)
+
+
 def wrap_label(label: str, width: int, max_lines: int = MAX_TITLE_LINES) -> str:
     """A run label (``00003 · bundled · obqa/test · …``) broken at its `` · `` separators into
     lines of at most ``width`` characters, at most ``max_lines`` of them, the last cut with "…":
@@ -78,15 +90,19 @@ def wrap_label(label: str, width: int, max_lines: int = MAX_TITLE_LINES) -> str:
     lines = [line if len(line) <= width else line[:width - 1] + "…" for line in lines[:max_lines]]
     if cut and not lines[-1].endswith("…"):
         lines[-1] = (lines[-1] if len(lines[-1]) < width else lines[-1][:width - 1]) + "…"
-    return "<br>".join(lines)
+    return "<br>".join(plain(line) for line in lines)  # cut first, so no entity is cut in half
 
 
 def _one_legend_entry_per_name(fig: go.Figure) -> None:
-    """Subplots repeat the same kinds of trace: only the first of each name goes into the legend."""
-    seen: set[str] = set()
-    for trace in fig.data:
-        trace.showlegend = trace.name not in seen
-        seen.add(trace.name)
+    """Subplots repeat the same kinds of trace: one of each name goes into the legend, the first
+    that draws something. Plotly lists no empty trace, so an entry given to an empty one (a
+    "before" plot with no under-confident bin) would leave the bars of its name unexplained."""
+    names = dict.fromkeys(trace.name for trace in fig.data)
+    for name in names:
+        same = [trace for trace in fig.data if trace.name == name]
+        keeper = next((trace for trace in same if trace.x is not None and len(trace.x)), same[0])
+        for trace in same:
+            trace.showlegend = trace is keeper
 
 
 def _bins(summary: dict) -> list[dict]:
@@ -174,14 +190,20 @@ def _add_narrow_marks(fig: go.Figure, bins: Sequence[dict], spans: Sequence[tupl
 
 def _add_gaps(fig: go.Figure, bins: Sequence[dict], centres: Sequence[float], widths: Sequence[float],
               where: dict) -> None:
-    """Red/blue bars from each bin's accuracy to its mean confidence. Both traces are always added,
-    so a run with no over-confident bin still has its (empty) trace and the legend stays put."""
-    for name, colour, keep in (("over-confident", OVER, lambda g: g > 0), ("under-confident", UNDER, lambda g: g < 0)):
+    """Red/blue bars from each bin's accuracy to its mean confidence; both traces are always added.
+    A red gap stands on the grey accuracy bar; a blue one lies over its top (from the confidence
+    up to the accuracy), so it is hatched on a clear ground: filled, it hid the grey there, and the
+    bar labelled "accuracy" seemed to end at the confidence."""
+    for name, colour, keep, pattern in (("over-confident", OVER, lambda g: g > 0, None),
+                                        ("under-confident", UNDER, lambda g: g < 0,
+                                         {"shape": "/", "solidity": 0.5, "fgcolor": UNDER, "bgcolor": CLEAR})):
         chosen = [(x, w, b) for x, w, b in zip(centres, widths, bins) if keep(b["conf"] - b["acc"])]
         fig.add_trace(go.Bar(
             x=[c[0] for c in chosen], y=[c[2]["conf"] - c[2]["acc"] for c in chosen],
             base=[c[2]["acc"] for c in chosen], width=[c[1] for c in chosen], name=name, marker_color=colour,
-            opacity=0.6, legendgroup=name, hovertemplate="gap (conf − acc) %{y:+.3f}<extra></extra>",
+            marker_pattern=pattern, marker_line={"color": colour, "width": 1.5} if pattern else None,
+            opacity=0.6 if pattern is None else 0.9, legendgroup=name,
+            hovertemplate="gap (conf − acc) %{y:+.3f}<extra></extra>",
         ), **where)
 
 
@@ -199,7 +221,7 @@ def _add_reliability(fig: go.Figure, summary: dict, col: Optional[int] = None, l
         legendgroup="accuracy", customdata=[[b["count"], b["conf"], b["lo"], b["hi"]] for b in bins],
         hovertemplate="accuracy %{y:.3f}<br>mean confidence %{customdata[1]:.3f}"
                       "<br>confidences %{customdata[2]:.3f}–%{customdata[3]:.3f}<br>%{customdata[0]} questions"
-                      f"<extra>{label}</extra>",
+                      f"<extra>{plain(label)}</extra>",
     ), **where)
     _add_gaps(fig, bins, centres, widths, where)
     _add_narrow_marks(fig, bins, spans, where)
@@ -226,24 +248,27 @@ def _reliability_layout(fig: go.Figure, count_px: int, title_lines: int, line_px
 
 # ---------------------------------------------------------------- reliability
 @_never_raises
-def reliability_figure(summary: dict, title: str = "") -> go.Figure:
+def reliability_figure(summary: dict, title: str = "", title_chars: int = 100) -> go.Figure:
     """Reliability diagram of one summary (:func:`lab.analysis.calibration_summary` or ``metrics.json``).
 
     Grey bars: accuracy per bin (its count above the plot). On top, the gap to the bin's mean
     confidence: red where over-confident (conf > acc), blue where under-confident. ``title``: a
-    run's label, wrapped when long.
+    run's label, wrapped into lines of at most ``title_chars`` characters (fewer where the figure
+    gets less than the page's width).
     """
     if not _bins(summary or {}):
         return _message_figure(NO_DATA, title)
     fig = go.Figure()
     _add_reliability(fig, summary, label=title)
-    text = wrap_label(title, 100) if title else ""
+    text = wrap_label(title, title_chars) if title else ""
     lines = text.count("<br>") + 1 if text else 0
     count_px = _count_row(summary, 1)[0]
     _reliability_layout(fig, count_px, lines, 20)
+    # Anchored at its bottom, Plotly sets a title's first line there and the others below it: each
+    # further line lifts the anchor by one, or the title runs onto the bin counts.
     fig.update_layout(yaxis_title="accuracy", title={
         "text": text or None, "y": 1, "yref": "paper", "yanchor": "bottom", "x": 0, "xref": "paper", "xanchor": "left",
-        "pad": {"b": count_px + 8}, "font": {"size": 15}})
+        "pad": {"b": count_px + 8 + max(lines - 1, 0) * 20}, "font": {"size": 15}})
     return fig
 
 
@@ -262,7 +287,7 @@ def side_by_side(summaries: Sequence[tuple[str, dict]]) -> go.Figure:
     count_px = max(_count_row(summary, len(summaries))[0] for _, summary in summaries)
     for col, ((label, summary), title) in enumerate(zip(summaries, titles), start=1):
         _add_reliability(fig, summary, col=col, label=label, cols=len(summaries))
-        fig.add_annotation(text=title, hovertext=label, x=0.5, y=1, xref="x domain", yref="y domain",
+        fig.add_annotation(text=title, hovertext=plain(label), x=0.5, y=1, xref="x domain", yref="y domain",
                            yanchor="bottom", yshift=count_px + 4, showarrow=False, font={"size": 12},
                            name=TITLE_NAME, row=1, col=col)
     _reliability_layout(fig, count_px, max(t.count("<br>") + 1 for t in titles), TITLE_LINE)
@@ -403,7 +428,7 @@ def option_bars(results: Sequence[dict]) -> go.Figure:
     for result in results:
         probs = list(result["probs"])
         labels = list(result.get("labels") or option_letters(len(probs)))
-        fig.add_trace(go.Bar(x=labels, y=probs, name=str(result.get("model", "")),
+        fig.add_trace(go.Bar(x=[plain(label) for label in labels], y=probs, name=plain(result.get("model", "")),
                              text=[f"{p:.0%}" for p in probs], textposition="outside"))
     fig.update_layout(barmode="group", xaxis_title="option", yaxis_title="probability", yaxis_range=[0, 1.1])
     return fig
@@ -428,11 +453,13 @@ def positionwise_figure(tables: Sequence[tuple[str, pd.DataFrame]]) -> go.Figure
         group = {"legendgroup": f"run {i}", "legendgrouptitle_text": wrap_label(label, 60, 2)}
         fig.add_trace(go.Bar(x=ranks, y=df["mean_prob"], name="mean probability of the rank-k token",
                              marker_color=colour, opacity=0.6, offsetgroup=str(i), alignmentgroup="runs",
-                             hovertemplate=f"%{{x}}: mean probability %{{y:.3f}}<extra>{label}</extra>", **group))
+                             hovertemplate=f"%{{x}}: mean probability %{{y:.3f}}<extra>{plain(label)}</extra>",
+                             **group))
         fig.add_trace(go.Scatter(x=ranks, y=df["answer_in_topk"], mode="lines+markers", name="answer within top k",
                                  line={"color": colour, "dash": "dot"}, marker={"symbol": "diamond", "size": 9},
                                  offsetgroup=str(i), alignmentgroup="runs",  # above the run's own bars
-                                 hovertemplate=f"answer within %{{x}}: %{{y:.1%}}<extra>{label}</extra>", **group))
+                                 hovertemplate=f"answer within %{{x}}: %{{y:.1%}}<extra>{plain(label)}</extra>",
+                                 **group))
     fig.update_layout(barmode="group", scattermode="group", xaxis_title="rank at the answer position",
                       yaxis_title="probability / fraction",
                       yaxis_range=[0, 1.05], legend_tracegroupgap=14)
@@ -459,17 +486,17 @@ def selective_figure(curves: Sequence[dict[str, Any]], threshold: Optional[float
         coverage, risk = list(curve["coverage"]), list(curve["risk"])
         fig.add_trace(go.Scatter(x=coverage, y=[1 - r for r in risk], mode="lines", line={"color": colour},
                                  name=wrap_label(label, 70, 2), hovertemplate="coverage %{x:.1%}: accuracy %{y:.1%}"
-                                 f"<extra>{label}</extra>", **group), row=1, col=1)
+                                 f"<extra>{plain(label)}</extra>", **group), row=1, col=1)
         fig.add_trace(go.Scatter(x=coverage, y=risk, mode="lines", line={"color": colour}, fill="tozeroy",
                                  opacity=0.3, name=f"AURC {curve['aurc']:.3f}", showlegend=True,
-                                 hovertemplate=f"coverage %{{x:.1%}}: risk %{{y:.1%}}<extra>{label}</extra>",
+                                 hovertemplate=f"coverage %{{x:.1%}}: risk %{{y:.1%}}<extra>{plain(label)}</extra>",
                                  **group), row=1, col=2)
         point = curve.get("at_threshold")
         if point and point[1] is not None:
             fig.add_trace(go.Scatter(x=[point[0]], y=[point[1]], mode="markers", showlegend=False,
                                      marker={"size": 12, "symbol": "circle-open", "line": {"width": 3}, "color": colour},
                                      hovertemplate="threshold: coverage %{x:.1%}, accuracy %{y:.1%}"
-                                                   f"<extra>{label}</extra>", **group), row=1, col=1)
+                                                   f"<extra>{plain(label)}</extra>", **group), row=1, col=1)
     fig.update_xaxes(range=[0, 1.02], title_text="coverage (share of questions answered)", tickformat=".0%")
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
     fig.update_layout(height=470, margin={"t": 60, "b": 60},
@@ -500,13 +527,13 @@ def robustness_figure(runs: Sequence[tuple[str, pd.DataFrame, float]]) -> go.Fig
                                  name="equal-width 95% interval", hoverinfo="skip", **group))
         fig.add_trace(go.Scatter(x=bins, y=df["width"], mode="lines+markers", line={"color": colour},
                                  name="equal-width bins", hovertemplate="%{x} bins: ECE %{y:.1%}"
-                                 f"<extra>{label}</extra>", **group))
+                                 f"<extra>{plain(label)}</extra>", **group))
         fig.add_trace(go.Scatter(x=bins, y=df["mass"], mode="lines", line={"color": colour, "dash": "dash"},
                                  name="equal-mass bins", hovertemplate="%{x} equal-mass bins: ECE %{y:.1%}"
-                                 f"<extra>{label}</extra>", **group))
+                                 f"<extra>{plain(label)}</extra>", **group))
         fig.add_trace(go.Scatter(x=[bins[0], bins[-1]], y=[smooth, smooth], mode="lines",
                                  line={"color": colour, "dash": "dot"}, name=f"smooth ECE {100 * smooth:.1f}%",
-                                 hovertemplate=f"smooth ECE (no bins) {100 * smooth:.1f}%<extra>{label}</extra>",
+                                 hovertemplate=f"smooth ECE (no bins) {100 * smooth:.1f}%<extra>{plain(label)}</extra>",
                                  **group))
     fig.update_layout(xaxis_title="number of bins", yaxis_title="ECE", yaxis_tickformat=".0%", yaxis_rangemode="tozero",
                       height=470, legend_tracegroupgap=14)

@@ -58,11 +58,16 @@ class Progress:
 
     @property
     def text(self) -> str:
+        """One measure of how far the stage is: the share of its tokens where the events weigh
+        them (``scoring 40% (by tokens, of 100)``), else the count (``scoring 16/100 (16%)``).
+        Never the count beside the tokens' share: the longest questions come first, so a count
+        of 0/100 at 40 % of the tokens reads as a contradiction."""
         if self.step is None or self.total is None:
             return f"{self.stage}… {format_seconds(self.elapsed_s)}"
-        share = self.fraction if self.fraction is not None else (self.step / self.total if self.total else 0)
-        pct = 100 * share
         eta = f", ETA {format_seconds(self.eta_s)}" if self.eta_s is not None else ""
+        if self.fraction is not None:
+            return f"{self.stage} {100 * self.fraction:.0f}% (by tokens, of {self.total}){eta}"
+        pct = 100 * self.step / self.total if self.total else 0
         return f"{self.stage} {self.step}/{self.total} ({pct:.0f}%){eta}"
 
 
@@ -82,11 +87,11 @@ def _counted(event: dict[str, Any]) -> bool:
 def progress(events: list[dict[str, Any]], now: Optional[float] = None) -> Optional[Progress]:
     """What the job does now: the latest counted step with its ETA, or the stage announced after it.
 
-    The percentage is of the work where the events weigh it (``tokens``: it moves inside a long
-    batch while the count of questions waits for the batch's end). A stage announced (``loading
-    model bundled``) or the worker's start, with no count since, is shown with the seconds since it
-    began (``now``: the current Unix time), so a job says what it does from its first second rather
-    than nothing until its first count.
+    The share done is of the work where the events weigh it (``tokens``: it moves inside a long
+    batch while the count of questions waits for the batch's end), else of the count. A stage
+    announced (``loading model bundled``) or the worker's start, with no count since, is shown with
+    the seconds since it began (``now``: the current Unix time), so a job says what it does from
+    its first second rather than nothing until its first count.
     """
     at = next((i for i in range(len(events) - 1, -1, -1)
                if _counted(events[i]) or events[i].get("stage") in MARKERS), None)
@@ -103,27 +108,60 @@ def progress(events: list[dict[str, Any]], now: Optional[float] = None) -> Optio
 
 
 def eta_seconds(events: list[dict[str, Any]]) -> Optional[float]:
-    """Seconds left in the stage of the last event (a counted one), at its rate since the stage began.
+    """Seconds left in the stage of the last event (a counted one): its work at its own rate, plus
+    the pauses still to come at their measured length.
 
     The stage's run is its counted events back to the latest stage announcement (or an earlier
-    run of the same stage). Where the events carry ``tokens``/``tokens_total`` the rate is in
+    run of the same stage). Where the events carry ``tokens``/``tokens_total`` the work is in
     tokens: scoring takes the longest questions first, so questions per second rise as it goes
     and a rate in questions would over-estimate what is left two- to four-fold (BoolQ); else in
     steps. Measured from the run's first event, a ``step`` 0 where the stage says one, so the
     first batch's time counts too.
+
+    A stage that stops for side work between two counts (``<stage>_eval``, the validation after
+    each epoch; ``<stage>_estep``, RCFT's E-step) would swing an ETA taken over its whole run:
+    low before each pause, high after it (a fine-tune read 11m02s, 1m38s, 5m25s, 6m58s). So the
+    work is timed between counts with no pause inside, and each kind of pause is added at its
+    mean length beyond that rate, as many times as it still comes at the period (in steps) it came
+    at so far. Before the first pause nothing of it is known, and the ETA counts the work alone.
     """
     last = events[-1]
-    run = [last]
-    for event in reversed(events[:-1]):
+    run = [len(events) - 1]  # indices of the run's counted events, newest first
+    for i in range(len(events) - 2, -1, -1):
+        event = events[i]
         if event.get("stage") in MARKERS:
             break
         if event.get("stage") == last["stage"] and _counted(event):
-            if event["step"] > run[-1]["step"] or event["total"] != last["total"]:
+            if event["step"] > events[run[-1]]["step"] or event["total"] != last["total"]:
                 break  # an earlier run of the same stage
-            run.append(event)
+            run.append(i)
     done_key, total_key = ("tokens", "tokens_total") if "tokens" in last and "tokens_total" in last else PROGRESS_KEYS
-    first = next(e for e in reversed(run) if done_key in e)
-    done, left = last[done_key] - first[done_key], last[total_key] - last[done_key]
+    counted = [i for i in reversed(run) if done_key in events[i]]
+    done, left = last[done_key] - events[counted[0]][done_key], last[total_key] - last[done_key]
     if done <= 0 or left <= 0:
         return None
-    return (last["time"] - first["time"]) / done * left
+    work_s, work, pauses = 0.0, 0, []  # pauses: (kind, its step, the interval's seconds and work)
+    for a, b in zip(counted, counted[1:]):
+        seconds, units = events[b]["time"] - events[a]["time"], events[b][done_key] - events[a][done_key]
+        side = [e for e in events[a + 1:b] if str(e.get("stage", "")).startswith(f"{last['stage']}_")]
+        if side:
+            pauses.append((side[0]["stage"], side[0].get("step", events[a]["step"]), seconds, units))
+        else:
+            work_s, work = work_s + seconds, work + units
+    if work <= 0:  # every interval held a pause: no clean rate, so the whole run's
+        return (last["time"] - events[counted[0]]["time"]) / done * left
+    rate = work_s / work
+    return rate * left + sum(_pauses_left(pauses, kind, rate, last) for kind in {p[0] for p in pauses})
+
+
+def _pauses_left(pauses: list[tuple[str, int, float, int]], kind: str, rate: float, last: dict[str, Any]) -> float:
+    """Seconds of the pauses of ``kind`` still to come: their mean length beyond the work done
+    during them (at ``rate``), times how many more come, at the period in steps they came at
+    (from step 0 when one has come)."""
+    seen = [(step, seconds - rate * units) for name, step, seconds, units in pauses if name == kind]
+    steps = [step for step, _ in seen]
+    period = (steps[-1] - steps[0]) / (len(steps) - 1) if len(steps) > 1 else steps[0]
+    if period <= 0:
+        return 0.0
+    coming = int((last["total"] - steps[-1]) // period)
+    return max(0.0, sum(extra for _, extra in seen) / len(seen)) * coming

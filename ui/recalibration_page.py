@@ -19,11 +19,10 @@ import pandas as pd
 
 from lab import analysis, calibrators, confidence, runs
 from lab.layout import CALIBRATORS_DIR
-from ui.components import run_picker
+from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error, note, ok
 from ui.plots import side_by_side
-from ui.selective_page import signal_choices
 
 BOOT = 1000
 DEFAULT_METHOD = "temperature"
@@ -34,6 +33,9 @@ INTRO = ("Fit a calibrator on a **validation** run, apply it to a **test** run o
 METRICS = (("ECE", "ece"), ("smooth ECE", "smece"), ("Brier (top label)", "brier"), ("NLL (top label)", "nll"),
            ("accuracy", "accuracy"))
 RED = "<div class='lab-error' style='font-weight:600'>{}</div>"
+# The bracket is a percentile bootstrap (lab.metrics.ece_bootstrap): the middle 95 % of the ECEs
+# of resampled test questions, not an interval that must hold the ECE measured on them all.
+ECE_LABEL = "ECE % [95% range of resampled ECE]"
 
 
 def method_choices() -> list[tuple[str, str]]:
@@ -46,9 +48,23 @@ def _with_interval(report: dict[str, Any]) -> str:
     return f"{100 * report['ece']:.2f}{interval}"
 
 
+def range_note(report: dict[str, Any]) -> str:
+    """Why an ECE can lie outside its bracket, said where one does (else ""): binned ECE is biased
+    upward, a resample's more so (it adds resampling noise, and |·| turns noise into error), so a
+    small ECE (a good calibrator's "after") can sit below the range of its resamples."""
+    outside = [side for side in ("before", "after") if report[side].get("ece_ci_low") is not None
+               and not report[side]["ece_ci_low"] <= report[side]["ece"] <= report[side]["ece_ci_high"]]
+    if not outside:
+        return ""
+    return (f"The ECE {' and '.join(outside)} lies outside its bracket: the bracket is the middle 95% of the ECEs of "
+            f"{BOOT} resamples of the test questions, and binned ECE is biased upward, a resample's more so, so a "
+            "small ECE can sit below it. Read the bracket as how much the ECE moves with the sample, not as an "
+            "interval for the true calibration error.")
+
+
 def metrics_table(report: dict[str, Any]) -> pd.DataFrame:
-    """Before and after, one metric a row; ECE in percent with its 95 % bootstrap interval."""
-    rows = [{"metric": "ECE % [95% CI]", "before": _with_interval(report["before"]),
+    """Before and after, one metric a row; ECE in percent with its 95 % bootstrap range (:data:`ECE_LABEL`)."""
+    rows = [{"metric": ECE_LABEL, "before": _with_interval(report["before"]),
              "after": _with_interval(report["after"])}]
     for name, key in METRICS[1:]:
         rows.append({"metric": name, "before": f"{report['before'][key]:.4f}", "after": f"{report['after'][key]:.4f}"})
@@ -83,7 +99,8 @@ def fit_and_apply(ctx: LabContext, fit_name: Optional[str], apply_name: Optional
     signal = confidence.SIGNALS.get(report["signal"])
     cautions = [analysis.small_sample_warning(report["after"]["n"]),
                 "" if signal.probability else f"The {signal.title} is a score, not a probability: the 'before' column "
-                                              "reads it as one, so its ECE says little; 'after' is a probability."]
+                                              "reads it as one, so its ECE says little; 'after' is a probability.",
+                range_note(report)]
     return message + "".join(note(c) for c in cautions if c), figure, metrics_table(report), cal
 
 
@@ -116,14 +133,15 @@ def build_recalibration(ctx: LabContext) -> None:
         signal = gr.Dropdown(signal_choices(), value=confidence.DEFAULT, label="Confidence signal (temperature "
                              "scaling always rescales the option probabilities)")
         bins = gr.Slider(5, 30, value=calibrators.DEFAULT_BINS, step=1, label="Bins (ECE, and histogram binning)")
-    with gr.Row():
+    with gr.Row(equal_height=False):
         run_button = gr.Button("Fit and apply", variant="primary", elem_id="recal-run")
-        save_button = gr.Button("Save this calibrator", elem_id="recal-save")
+        with gr.Column():  # "Saved as …" right under the button, not at the foot of the page out of view
+            save_button = gr.Button("Save this calibrator", elem_id="recal-save")
+            saved = gr.HTML(elem_id="recal-saved")
     message = gr.HTML(elem_id="recal-message")
     plot = gr.Plot(label="Reliability of the test run, before and after")
     table = gr.Dataframe(interactive=False, label="Before and after (test run)", elem_id="recal-table")
     fitted = gr.State(None)
-    saved = gr.HTML()
     run_button.click(functools.partial(fit_and_apply, ctx), inputs=[fit_name, apply_name, method, signal, bins],
                      outputs=[message, plot, table, fitted])
     save_button.click(functools.partial(save_calibrator, ctx), inputs=fitted, outputs=saved)

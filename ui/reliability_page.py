@@ -189,7 +189,8 @@ def build_reliability(ctx: LabContext) -> None:
         view = gr.Radio(list(VIEWS), value=VIEWS[0], label="View")
     calibrator = calibrator_picker(ctx)
     message = gr.HTML()
-    plot = gr.Plot(label="Reliability: bars = accuracy per bin, red = over-confident gap, blue = under-confident "
+    plot = gr.Plot(label="Reliability: grey = accuracy per bin, red = over-confident gap, hatched blue = "
+                         "under-confident "
                          "· ECE vs bins: where the lines part, the binning sets the ECE "
                          "· the camera icon (top right, on hover) saves a full-resolution PNG")
     export_button = gr.Button("Export the plot as HTML (self-contained, opens offline)")

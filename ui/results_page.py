@@ -12,6 +12,10 @@ from lab import analysis
 from ui.components import PICKER_POLL_S as POLL_S, export
 from ui.context import LabContext
 
+# The label wraps in its column and the numbers keep theirs, so at 1440 px every headline number is in view.
+WIDE = {"run": "300px", "oracle accuracy": "110px", "oracle ECE": "100px", "model": "160px", "scoring": "160px",
+        "folder": "160px"}
+COLUMN_WIDTHS = [WIDE.get(column, "84px") for column in analysis.RESULTS_COLUMNS]
 INTRO = ("Every evaluation under the runs directory, FIRST Table 1 style (ECE / accuracy / Trust per run "
          "and dataset; pipeline runs are named `<job>/eval/<model>-<set>`).")
 
@@ -37,7 +41,8 @@ def export_csv(ctx: LabContext):
 # ---------------------------------------------------------------- layout and wiring
 def build_results(ctx: LabContext) -> None:
     gr.Markdown(INTRO)
-    table = gr.Dataframe(interactive=False, elem_id="results-table")
+    table = gr.Dataframe(interactive=False, wrap=True, column_widths=COLUMN_WIDTHS, pinned_columns=1,
+                         elem_id="results-table")
     export_button = gr.Button("Export CSV")
     csv_file = gr.File(label="CSV", visible=False)
     seen = gr.State(None)

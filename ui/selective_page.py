@@ -10,6 +10,7 @@ the full-vocabulary probability of letter-scored runs.
 from __future__ import annotations
 
 import functools
+import html
 from typing import Any, NamedTuple, Optional
 
 import gradio as gr
@@ -18,7 +19,7 @@ import pandas as pd
 
 from lab import analysis, cases, confidence, metrics, runs, selective
 from ui.cases_page import COLUMN_WIDTHS, COLUMNS as CASE_COLUMNS, MAX_CHARS, shown_cases
-from ui.components import run_picker
+from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error, note
 from ui.plots import selective_figure
@@ -31,10 +32,15 @@ INTRO = ("A model that may abstain answers only where its confidence clears a th
          "of questions it then answers; **risk**: its error rate on them. **AURC** (↓) is the area under the "
          "risk–coverage curve, **E-AURC** (↓) what remains of it after the best possible ranking of these "
          "answers, **AUROC** (↑) the chance that a right answer is more confident than a wrong one (0.5: the "
-         "confidence says nothing). Tied confidences count as the mean over their orders.")
-TABLE_COLUMNS = ["run", "signal", "n", "accuracy", "AURC", "AURC 95% CI", "E-AURC", "AUROC", "AUROC 95% CI",
-                 "acc @ 50% coverage", "acc @ 80% coverage", "coverage at threshold", "accuracy at threshold",
-                 "dropped right", "dropped wrong"]
+         "confidence says nothing); **acc @ 50%** / **80%**: the accuracy of the most confident half / 80 % of the "
+         "answers. Tied confidences count as the mean over their orders.")
+# The run, then the numbers a reader came for (at 1440 px they were behind a scroll), then the details;
+# each with its width, so that no header breaks mid-word.
+TABLE_WIDTHS = {"run": "260px", "AUROC": "84px", "AURC": "84px", "acc @ 50%": "96px", "acc @ 80%": "96px",
+                "accuracy": "96px", "n": "64px", "AUROC 95% CI": "110px", "AURC 95% CI": "110px", "E-AURC": "84px",
+                "signal": "130px", "coverage at threshold": "110px", "accuracy at threshold": "110px",
+                "dropped right": "96px", "dropped wrong": "96px"}
+TABLE_COLUMNS = list(TABLE_WIDTHS)
 
 
 class SelectiveLink(NamedTuple):
@@ -44,10 +50,6 @@ class SelectiveLink(NamedTuple):
     names: gr.Dropdown
     signal: gr.Dropdown
     threshold: gr.Slider
-
-
-def signal_choices() -> list[tuple[str, str]]:
-    return [(confidence.SIGNALS.get(n).title, n) for n in confidence.SIGNALS.in_order()]
 
 
 def _interval(pair: Optional[list[float]]) -> str:
@@ -64,8 +66,8 @@ def run_row(label: str, signal: str, correct: np.ndarray, s: dict[str, Any], cut
     return {"run": label, "signal": confidence.SIGNALS.get(signal).title, "n": int(correct.size),
             "accuracy": _round(float(np.mean(correct))), "AURC": _round(s["aurc"]),
             "AURC 95% CI": _interval(s.get("aurc_ci")), "E-AURC": _round(s["e_aurc"]), "AUROC": _round(s["auroc"]),
-            "AUROC 95% CI": _interval(s.get("auroc_ci")), "acc @ 50% coverage": _round(s["acc_at_50"]),
-            "acc @ 80% coverage": _round(s["acc_at_80"]), "coverage at threshold": _round(cut["coverage"]),
+            "AUROC 95% CI": _interval(s.get("auroc_ci")), "acc @ 50%": _round(s["acc_at_50"]),
+            "acc @ 80%": _round(s["acc_at_80"]), "coverage at threshold": _round(cut["coverage"]),
             "accuracy at threshold": _round(cut["accuracy"]), "dropped right": cut["dropped_right"],
             "dropped wrong": cut["dropped_wrong"]}
 
@@ -108,7 +110,7 @@ def selective_view(ctx: LabContext, names: Optional[list[str]], signal: Optional
         return None, empty, NO_CASES, "", "".join(note(c) for c in cautions)
     run, pred, conf = first
     dropped = dropped_questions(pred, conf, threshold)
-    heading = (f"**{len(dropped)} questions of {run.label} fall below the threshold {threshold:.2f}** "
+    heading = (f"**{len(dropped)} questions of {html.escape(run.label)} fall below the threshold {threshold:.2f}** "
                f"({confidence.SIGNALS.get(signal).title}); least confident first.")
     return (selective_figure(curves, threshold), pd.DataFrame(rows, columns=TABLE_COLUMNS), dropped, heading,
             "".join(note(c) for c in cautions))
@@ -131,7 +133,7 @@ def build_selective(ctx: LabContext) -> SelectiveLink:
     message = gr.HTML()
     plot = gr.Plot(label="Accuracy and risk against coverage (the ring: where the threshold cuts)")
     table = gr.Dataframe(interactive=False, wrap=True, label="Selective prediction per run", elem_id="selective-table",
-                         column_widths=["300px"] + ["110px"] * (len(TABLE_COLUMNS) - 1), pinned_columns=1)
+                         column_widths=list(TABLE_WIDTHS.values()), pinned_columns=1)
     heading = gr.Markdown()
     dropped = gr.Dataframe(interactive=False, wrap=True, max_height=420, label="Dropped questions (first run picked)",
                            elem_id="selective-dropped", column_widths=COLUMN_WIDTHS, max_chars=MAX_CHARS,

@@ -245,8 +245,7 @@ def _read_files(spec: DatasetSpec, files: Iterable[Path]) -> Iterator[Row]:
 def _from_hub(spec: DatasetSpec, split: str, source: str,
               subject: str | None) -> tuple[str, Iterator[Row]]:
     """Load split ``source`` with ``datasets.load_dataset``; any failure becomes one DataError."""
-    how = (f"set data_files (--data-files on the command line) to its files, in this format: {spec.local_format}"
-           f"{_bundled_hint(spec)}.")
+    how = _local_way(spec)
     if spec.hub_path is None or spec.from_hub is None:
         raise DataError(f"{spec.name} has no copy on the Hugging Face hub: {how}")
     if source not in spec.hub_splits:
@@ -272,6 +271,37 @@ def _from_hub(spec: DatasetSpec, split: str, source: str,
         raise DataError(f"Could not load {spec.name} from the Hugging Face hub ({hub_name}): {reason}. "
                         f"If this machine is offline, {how}") from e
     return where, _hub_rows(spec.from_hub, table, hub_split)
+
+
+def _local_way(spec: DatasetSpec) -> str:
+    """What to do instead of loading the hub copy: its files, or its bundled sample."""
+    return (f"set data_files (--data-files on the command line) to its files, in this format: {spec.local_format}"
+            f"{_bundled_hint(spec)}.")
+
+
+def _in_hub_cache(hub_path: str) -> bool:
+    """Whether ``load_dataset`` has left a copy of ``hub_path`` on this machine, found without
+    importing ``datasets`` (seconds): its prepared tables (``<cache>/org___name``) or its download
+    in the hub cache (``datasets--org--name``)."""
+    from huggingface_hub import constants
+
+    prepared = Path(os.environ.get("HF_DATASETS_CACHE") or Path(constants.HF_HOME) / "datasets")
+    return ((prepared / hub_path.replace("/", "___")).is_dir()
+            or (Path(constants.HF_HUB_CACHE) / f"datasets--{hub_path.replace('/', '--')}").is_dir())
+
+
+def hub_copy_problem(name: str) -> str | None:
+    """Why the hub copy of dataset ``name`` cannot be loaded here (None: it can, or may): asked when a
+    config names no data files, so that Submit refuses it instead of the job failing once started."""
+    spec = DATASETS.get(name)
+    meant = f"the Hugging Face hub copy of {spec.name}" + (f" ({spec.hub_path})" if spec.hub_path else "") + " is meant"
+    if spec.hub_path is None or spec.from_hub is None:
+        return f"{meant}, but {spec.name} has no copy on the Hugging Face hub: {_local_way(spec)}"
+    if hub_reachable() or (hub_offline_mode() and _in_hub_cache(spec.hub_path)):
+        return None
+    why = ("HF_HUB_OFFLINE is set and the local Hugging Face cache has none" if hub_offline_mode()
+           else "the Hugging Face hub cannot be reached from this machine")
+    return f"{meant}, but {why}: {_local_way(spec)}"
 
 
 def _bundled_hint(spec: DatasetSpec) -> str:
