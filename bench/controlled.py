@@ -44,6 +44,7 @@ from lab.yamlio import dump_yaml, load_yaml  # noqa: E402
 TASK = Task()  # the shipped task: 8 objects, seed 0
 SIZES = {"pretrain": 600, "train": 100, "validation": 500, "test": 1000, "shifted": 1000, "pool": 1600}
 EPOCHS = 16  # experiments 1 and 2: enough for a hard-label fine-tune to memorise its 100 noisy labels
+COMMON = {"dataset": "synthetic", "device": "cpu", "seed": 0}  # experiments 1 and 2 (a cft job names data per source)
 
 
 def preset(name: str) -> dict[str, Any]:
@@ -51,15 +52,19 @@ def preset(name: str) -> dict[str, Any]:
 
 
 def job(out: Path, name: str, config: dict[str, Any]) -> Path:
-    """Run ``config`` in ``out/name`` (a finished run is kept: the worker's stages resume)."""
+    """Run ``config`` in ``out/name``. A finished run of the same config is kept; any other run
+    (killed, or its config changed: a CFT job given one more λ) resumes there, where the worker's
+    stages skip what is done. A changed setting of a stage that is done needs another ``name``."""
     target = out / name
     result = target / RESULT_FILE
-    if result.is_file() and json.loads(result.read_text()).get("status") == "succeeded":
+    path = out / "configs" / f"{name}.yaml"
+    text = dump_yaml(config)
+    if (result.is_file() and json.loads(result.read_text()).get("status") == "succeeded" and path.is_file()
+            and path.read_text() == text):
         return target
     target.mkdir(parents=True, exist_ok=True)
-    path = out / "configs" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_yaml(config))
+    path.write_text(text)
     start = time.time()
     code = run(path, target)
     if code != 0:
@@ -102,6 +107,45 @@ EVAL_HEAD = ["| model | test ECE % [95 % CI] | gap to oracle | test accuracy % |
              "shifted accuracy % |", "|---|---|---|---|---|---|---|"]
 
 
+def data_files(out: Path) -> dict[str, str]:
+    """The bench's splits (written under ``out/data`` on first use) as loader arguments ``split=path``."""
+    data = out / "data"
+    if not (data / "pool.jsonl").is_file():
+        write_splits(data, TASK, SIZES)
+    # The loaders know the splits train / validation / test / shifted: the bench's other parts are read as train.
+    return {part: f"{part if part in ('validation', 'test', 'shifted') else 'train'}={data / f'{part}.jsonl'}"
+            for part in SIZES}
+
+
+def base_model(out: Path, files: dict[str, str]) -> Path:
+    """The run of the *base*: the scratch model trained 3 epochs on its own pretrain questions."""
+    from lab.scratch import ScratchConfig, create
+    from lab.data import load_records
+
+    scratch = out / "scratch"
+    if not (scratch / "config.json").is_file():
+        create(scratch, load_records("synthetic", "train", [files["pretrain"]]).records, ScratchConfig())
+    return job(out, "base", {**preset("finetune-controlled"), **COMMON, "model": str(scratch),
+                             "data_files": [files["pretrain"]], "split": "train", "limit": None,
+                             "val_data_files": [files["validation"]], "val_limit": None, "epochs": 3})
+
+
+def full_finetune(out: Path, files: dict[str, str], base: Path) -> Path:
+    """Experiment 1's full fine-tune: the over-confident model that experiment 3 starts from."""
+    return job(out, "e1-full", {**preset("finetune-controlled"), **COMMON, "model": str(base / MODEL_DIR),
+                                "data_files": [files["train"]], "limit": None,
+                                "val_data_files": [files["validation"]], "val_limit": None, "epochs": EPOCHS})
+
+
+def cft_job(out: Path, files: dict[str, str], start: Path, name: str, **overrides: Any) -> Path:
+    """A CFT job from ``start`` (a finetune run: the over-confident model of experiment 1), on the
+    bench's pool and shifted split; ``overrides`` are top-level fields of the cft-controlled preset."""
+    return job(out, name, {
+        **preset("cft-controlled"), "device": "cpu", "seed": 0, "model": str(start / MODEL_DIR),
+        "in_domain": [{"dataset": "synthetic", "data_files": [files["pool"]], "split": "train"}],
+        "ood": [{"dataset": "synthetic", "data_files": [files["shifted"]], "split": "shifted"}], **overrides})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-controlled")
@@ -112,31 +156,14 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     out = args.out.resolve()
     start = time.time()
-    data = out / "data"
-    if not (data / "pool.jsonl").is_file():
-        write_splits(data, TASK, SIZES)
-    # The loaders know the splits train / validation / test / shifted: the bench's other parts are read as train.
-    files = {part: f"{part if part in ('validation', 'test', 'shifted') else 'train'}={data / f'{part}.jsonl'}"
-             for part in SIZES}
-    common = {"dataset": "synthetic", "device": "cpu", "seed": 0}
+    files = data_files(out)
 
     # ------------------------------------------------------------ the base model and experiment 1
-    from lab.scratch import ScratchConfig, create
-    from lab.data import load_records
-
-    scratch = out / "scratch"
-    if not (scratch / "config.json").is_file():
-        create(scratch, load_records("synthetic", "train", [files["pretrain"]]).records, ScratchConfig())
-    finetune = preset("finetune-controlled")
-    base = job(out, "base", {**finetune, **common, "model": str(scratch), "data_files": [files["pretrain"]],
-                             "split": "train", "limit": None, "val_data_files": [files["validation"]],
-                             "val_limit": None, "epochs": 3})
+    base = base_model(out, files)
     tuned = {
-        "full": job(out, "e1-full", {**finetune, **common, "model": str(base / MODEL_DIR),
-                                     "data_files": [files["train"]], "limit": None,
-                                     "val_data_files": [files["validation"]], "val_limit": None, "epochs": EPOCHS}),
-        "lora": job(out, "e1-lora", {**finetune, **common, "model": str(base / MODEL_DIR), "method": "lora",
-                                     "learning_rate": 3.0e-3, "lora_r": 16, "lora_alpha": 32,
+        "full": full_finetune(out, files, base),
+        "lora": job(out, "e1-lora", {**preset("finetune-controlled"), **COMMON, "model": str(base / MODEL_DIR),
+                                     "method": "lora", "learning_rate": 3.0e-3, "lora_r": 16, "lora_alpha": 32,
                                      "data_files": [files["train"]], "limit": None,
                                      "val_data_files": [files["validation"]], "val_limit": None, "epochs": EPOCHS}),
     }
@@ -145,35 +172,28 @@ def main() -> int:
                                  ("lora", base / MODEL_DIR, tuned["lora"] / ADAPTER_DIR)):
         for split in ("test", "shifted"):
             evaluations[name, split] = metrics(job(out, f"e1-eval-{name}-{split}", {
-                "kind": "evaluate", **common, "model": str(model), "adapter": str(adapter) if adapter else None,
+                "kind": "evaluate", **COMMON, "model": str(model), "adapter": str(adapter) if adapter else None,
                 "data_files": [files[split]], "split": split, "limit": None, "scoring": "letter", "template": "first",
                 "bootstrap": 1000}))
 
     # ------------------------------------------------------------ experiment 2: FIRST
     first = preset("first-controlled")
     first_run = job(out, "e2-first", {
-        **first, **common, "teacher": str(base / MODEL_DIR), "student": str(base / MODEL_DIR),
+        **first, **COMMON, "teacher": str(base / MODEL_DIR), "student": str(base / MODEL_DIR),
         "teacher_epochs": EPOCHS, "training": {**first["training"], "epochs": EPOCHS},
         "data_files": [files["train"], files["validation"], files["test"]], "train_limit": None, "val_limit": None,
         "test_limit": None, "ood": [{"dataset": "synthetic", "data_files": [files["shifted"]], "split": "shifted"}]})
 
     # ------------------------------------------------------------ experiment 3: CFT / RCFT
     cft = preset("cft-controlled")
-
-    def cft_job(name: str, **overrides: Any) -> Path:
-        """A CFT job from the over-confident model of experiment 1, on the bench's pool and shifted split."""
-        return job(out, name, {
-            **cft, "device": "cpu", "seed": 0, "model": str(tuned["full"] / MODEL_DIR),
-            "in_domain": [{"dataset": "synthetic", "data_files": [files["pool"]], "split": "train"}],
-            "ood": [{"dataset": "synthetic", "data_files": [files["shifted"]], "split": "shifted"}], **overrides})
-
-    cft_run = cft_job("e3-cft")
+    cft_run = cft_job(out, files, tuned["full"], "e3-cft")
     # RCFT trains on prompt + answer (as the paper): is what it does here the prompt's loss, the
     # regulariser, or the step size? λ = 0 isolates the first; a 5× smaller rate the last.
     diagnostics = {
-        "λ = 0 (prompt + answer SFT alone), learning rate 1e-3": cft_job("e3-rcft-lambda0", methods=["rcft"],
-                                                                          lambdas=[0.0]),
-        "learning rate 2e-4": cft_job("e3-rcft-lr2e-4", methods=["cft", "rcft"], lambdas=[0.0, 0.4, 1.8, 10.0],
+        "λ = 0 (prompt + answer SFT alone), learning rate 1e-3": cft_job(
+            out, files, tuned["full"], "e3-rcft-lambda0", methods=["rcft"], lambdas=[0.0]),
+        "learning rate 2e-4": cft_job(out, files, tuned["full"], "e3-rcft-lr2e-4", methods=["cft", "rcft"],
+                                      lambdas=[0.0, 0.4, 1.8, 10.0],
                                       training={**cft["training"], "learning_rate": 2.0e-4}),
     }
 

@@ -65,7 +65,11 @@ class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
     methods: list[Row] = field(default_factory=lambda: list(ROWS), metadata=doc(
         f"rows besides the base model: any of {ROWS}"))
     lambdas: list[float] = field(default_factory=lambda: [0.4, 1.0, 1.8], metadata=doc(
-        "RCFT's λ values (one row each)", ge=0, le=1000, max_items=32))
+        "RCFT's λ values (one row each). training.lambda_scale paper (default): L_SFT + λ·L_ECE, SFT a mean over "
+        "every prompt + answer token, L_ECE over questions at the answer, so λ weighs each question like "
+        "λ × its token count of cross-entropy (controlled task, 45 tokens: the regulariser pulls the answer as "
+        "hard as SFT at λ ≈ 0.1, 20× at 1.8); released: (1-λ)·L_SFT + λ·1e-3·L_ECE per bin, λ <= 1",
+        ge=0, le=1000, max_items=32))
     ts_objective: FitObjective = field(default="ece", metadata=doc(
         "what the temperature-scaling row's T minimises on validation: ece (a log grid, as the paper searches it) "
         "or nll (L-BFGS); the report shows both fits"))
