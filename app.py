@@ -21,6 +21,9 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from lab.versions import exit_if_unsupported
+
+exit_if_unsupported()  # before gradio and the pages load: an unsupported release refused in one line
 from jobs.scheduler import Scheduler, start_in_background
 from jobs.store import StoreError
 from ui.app import build

@@ -19,7 +19,7 @@ Dataclass fields are collected from the last base to the first, so a config list
 last-first to show them in reading order (model, data, prompt, evaluation, device).
 
 The defaults every kind starts from are the block below: the bundled model on the bundled
-OpenBookQA sample, so that each kind's defaults run on a fresh machine with no network and no
+OpenBookQA sample (an evaluation's own default is ARC-Easy, :mod:`lab.evaluate`), so that each kind's defaults run on a fresh machine with no network and no
 dataset files (``lab.data.samples``).
 """
 from __future__ import annotations

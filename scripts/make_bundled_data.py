@@ -8,13 +8,16 @@ samples of datasets whose licences allow redistribution ship inside the package 
 ``lab/data/bundled/SOURCES.md`` for their origins and licences). Every sampled file keeps its rows
 byte for byte and in their original order: a seeded ``random.Random(SEED).sample`` of the line
 numbers, sorted, so the readers read them as they read the originals and the sample is the same on
-every machine. ``--check`` regenerates into a temporary folder and compares it with the bundled
-files instead of writing, for CI or review.
+every machine. A whole file that ../shared/data lacks (ARC-Easy's dev file) is pinned by the sha256
+of the official release file instead, so it is checked on every machine, ../shared/data or not.
+``--check`` regenerates into a temporary folder and compares it with the bundled files instead of
+writing, for CI or review.
 """
 from __future__ import annotations
 
 import argparse
 import filecmp
+import hashlib
 import json
 import random
 import shutil
@@ -41,6 +44,12 @@ FILES: tuple[tuple[str, str, int | None], ...] = (
     ("arc_challenge/dev.jsonl", "arc_challenge/dev.jsonl", None),
     ("arc_challenge/test.jsonl", "arc_challenge/test.jsonl", None),
     ("boolq/dev.jsonl", "boolq/dev.jsonl", 500),
+)
+# Whole original files that ../shared/data does not hold, each checked by the sha256 of the official
+# release file (the OpenCompass data copy's Git LFS pointer, lab/data/bundled/SOURCES.md): (the same
+# path under the source and the target, sha256).
+PINNED: tuple[tuple[str, str], ...] = (
+    ("arc_easy/dev.jsonl", "f4364b808a68df6bf500ce1070fb0105d40cacd2391c210deb00ff83ba75d1f4"),
 )
 # Preference pairs for the CFT win rate offline: each OpenBookQA dev question with its right
 # answer as `chosen` and one wrong answer (seeded) as `rejected`.
@@ -71,6 +80,20 @@ def copy_sample(source: Path, target: Path, keep: int | None) -> None:
     target.write_bytes(b"".join(sample_lines(_lines(source), keep)))
 
 
+def copy_pinned(rel: str, sha256: str, source: Path, target: Path) -> None:
+    """A pinned file copied whole, from ``source`` where it has one, else the bundled copy (which so checks
+    itself); refused unless it is the release file, so a changed or damaged copy never ships."""
+    found = [path for path in (source / rel, TARGET / rel) if path.is_file()]
+    if not found:
+        raise ValueError(f"{source / rel}: missing; it is the release file with sha256 {sha256} "
+                         "(lab/data/bundled/SOURCES.md says where to get it)")
+    data = found[0].read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"{found[0]}: sha256 {hashlib.sha256(data).hexdigest()}, not the release file's {sha256}")
+    (target / rel).parent.mkdir(parents=True, exist_ok=True)
+    (target / rel).write_bytes(data)
+
+
 def preference_pairs(source: Path, seed: int = SEED) -> list[dict[str, str]]:
     """(question, right answer, a wrong answer) of every AI2-format question in ``source``."""
     rng = random.Random(seed)
@@ -87,6 +110,8 @@ def preference_pairs(source: Path, seed: int = SEED) -> list[dict[str, str]]:
 def build(source: Path, target: Path) -> None:
     for src, dst, keep in FILES:
         copy_sample(source / src, target / dst, keep)
+    for rel, sha256 in PINNED:
+        copy_pinned(rel, sha256, source, target)
     pairs = target / PAIRS_TARGET
     pairs.parent.mkdir(parents=True, exist_ok=True)
     pairs.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preference_pairs(source / PAIRS_SOURCE)),
@@ -112,13 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.source.is_dir():
         print(f"error: no source folder at {args.source}", file=sys.stderr)
         return 2
-    if not args.check:
-        build(args.source, TARGET)
-        print(f"wrote {TARGET}")
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        build(args.source, Path(tmp))
-        differ = _differences(Path(tmp), TARGET)
+    try:
+        if not args.check:
+            build(args.source, TARGET)
+            print(f"wrote {TARGET}")
+            return 0
+        with tempfile.TemporaryDirectory() as tmp:
+            build(args.source, Path(tmp))
+            differ = _differences(Path(tmp), TARGET)
+    except ValueError as e:  # a pinned file that is not the release file
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print("\n".join(f"differs: {d}" for d in differ) or "the bundled files are as this script makes them")
     return 1 if differ else 0
 

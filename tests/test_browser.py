@@ -90,7 +90,7 @@ def test_a_newcomers_first_ten_minutes(newcomer):
     page.get_by_role("tab", name="evaluate").click()
     _refused_and_nothing_queued(page, ctx)
 
-    # 1. The default evaluation, as it comes: the bundled model on the bundled OpenBookQA sample.
+    # 1. The default evaluation, as it comes: the bundled model on the bundled ARC-Easy dev file.
     submitted = time.perf_counter()
     _submit(page, r"Job 1 queued")
     _shot(page, "01-launch.png")
@@ -118,12 +118,13 @@ def test_a_newcomers_first_ten_minutes(newcomer):
     # 3. Both runs side by side, named for what they are.
     page.get_by_role("tab", name="Reliability").click()
     picker = page.locator("#reliability-runs")
-    picker.get_by_text(re.compile(r"00002 · bundled · obqa/test · letter")).wait_for()  # the newest, drawn
+    picker.get_by_text(re.compile(r"00002 · bundled · arc_easy/validation · letter")).wait_for()  # the newest, drawn
     picker.locator("input").click()
-    page.get_by_role("option", name=re.compile(r"00001 · bundled · obqa.test · cloze")).click()
+    page.get_by_role("option", name=re.compile(r"00001 · bundled · arc_easy.validation · cloze")).click()
     page.keyboard.press("Escape")
     both = page.locator(".js-plotly-plot >> visible=true").filter(has_text="00001").filter(has_text="00002")
     both.first.wait_for()  # one figure, a diagram per run, each titled by its name
+    both.first.scroll_into_view_if_needed()  # the README's picture: both diagrams whole, below the notes
     _shot(page, "03-reliability.png")
 
     # 4. The temperature lab opens on the newest run, drawn; typing and dragging T both redraw.
@@ -146,11 +147,12 @@ def test_a_newcomers_first_ten_minutes(newcomer):
     # 5. Case studies open on the newest run, over-confident wrong answers first, the filter explained.
     page.get_by_role("tab", name="Case studies").click()
     page.get_by_text(re.compile("wrong answers")).first.wait_for()
+    page.get_by_text(f"of {LIMIT} questions.").first.wait_for()  # the run's table, not only the page's text
     _shot(page, "05-cases.png")
 
     # 6. Results: both runs with their scoring and ECE interval, and as CSV.
     page.get_by_role("tab", name="Results").click()
-    page.wait_for_function("() => document.querySelector('#results-table').innerText.includes('cloze (cloze_plain)')")
+    page.wait_for_function("() => document.querySelector('#results-table').innerText.includes('cloze (cloze_qa)')")
     assert "letter (first)" in page.locator("#results-table").inner_text()
     page.get_by_role("button", name="Export CSV").click()
     deadline = time.time() + 30
@@ -271,7 +273,7 @@ def test_selective_prediction_and_the_recalibration_workbench(served_bare):
         page.locator("#recal-run").click()
         page.locator("#recal-message").get_by_text(re.compile("applied to test · ")).wait_for()
         page.locator(".js-plotly-plot >> visible=true").filter(has_text="before").first.wait_for()
-        assert "ECE % [95% CI]" in page.locator("#recal-table").inner_text()
+        assert "ECE % [95% range of resampled ECE]" in page.locator("#recal-table").inner_text()
         _shot(page, "10-recalibration.png", full_page=True)
         page.locator("#recal-save").click()
         page.get_by_text(re.compile("Saved as calibrators/")).wait_for()
@@ -290,4 +292,122 @@ def test_selective_prediction_and_the_recalibration_workbench(served_bare):
         page.locator(".js-plotly-plot >> visible=true").filter(has_text="val · ").filter(
             has_text="test · ").first.wait_for()
         _shot(page, "12-reliability-both.png")
+        browser.close()
+
+
+# ---------------------------------------------------------------- what a 1440 px screen shows (issue 30)
+EVIL = '<a href="https://evil.example">Log in again</a><b>x</b>'
+HEADERS = """id => Object.fromEntries([...document.querySelectorAll(`#${id} th.header-cell`)].map(th => {
+    const text = th.querySelector('span.header'), range = document.createRange();
+    range.selectNodeContents(text);
+    const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+    const box = th.getBoundingClientRect();
+    return [text.innerText.trim(), {left: box.left, right: box.right, lines}];
+}))"""
+
+
+def _headers_in_view(page, table_id: str, wanted: list[str]) -> None:
+    """Each of ``wanted`` is a header of the table, wholly inside the window, and no one-word header
+    is broken over two lines ("confide nce")."""
+    page.locator(f"#{table_id}").scroll_into_view_if_needed()
+    headers = page.evaluate(HEADERS, table_id)
+    width = page.viewport_size["width"]
+    for name in wanted:
+        assert 0 <= headers[name]["left"] and headers[name]["right"] <= width, (table_id, name, headers[name])
+    broken = [name for name, h in headers.items() if " " not in name and h["lines"] > 1]
+    assert not broken, (table_id, broken)
+
+
+def _in_view(page, selector: str) -> bool:
+    box = page.locator(selector).bounding_box()
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= page.viewport_size["height"]
+
+
+def _comparison(root: Path) -> None:
+    """A comparison of the bundled model and the untrained scratch one, as the lane writes it."""
+    import json
+
+    folder = root / "comparisons" / "20250101-000000-what-is-the-capital-of-norway"
+    folder.mkdir(parents=True)
+    answer = lambda probs, text, tokens: {"probs": probs, "prediction": max(range(4), key=probs.__getitem__),
+                                          "confidence": max(probs), "generation": {
+                                              "text": text, "tokens": tokens, "sequence_prob": 0.01,
+                                              "first_token_prob": 0.4}}
+    folder.joinpath("compare.json").write_text(json.dumps({
+        "questions": [{"question": "What is the capital of Norway?",
+                       "options": ["Oslo", "Helsinki", "Stockholm", "Copenhagen"], "answer": 0}],
+        "results": [{"label": "bundled", "model": "bundled", "adapter": None, "temperature": None,
+                     "answers": [answer([0.4, 0.3, 0.2, 0.1], "The capital of Norway is Oslo.", 8)]},
+                    {"label": "scratch", "model": "scratch", "adapter": None, "temperature": None,
+                     "answers": [answer([0.2, 0.3, 0.25, 0.25], "", 48)]}],
+        "template": "cft_chat", "created": 0, "seconds": 1.0}))
+
+
+def test_what_a_1440_px_screen_shows(served_bare):
+    """At 1440 × 900: a refusal beside Submit and on its field, which is brought into view; a typed
+    dataset name kept and refused; the headline columns of Results, Selective prediction and Compare
+    in view with no header broken mid-word; a run label's markup shown as text on a plot; the
+    calibrator's "Saved as" beside its button."""
+    from lab import runs
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ctx, url = served_bare
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        page.set_default_timeout(30_000)
+        page.goto(url)
+        page.get_by_role("tab", name="evaluate").click()
+
+        _fill(page, "evaluate-limit", "six")
+        _submit(page, "limit: must be an integer")
+        page.locator("#evaluate-limit.lab-refused").get_by_text("limit: must be an integer").wait_for()
+        page.wait_for_timeout(600)  # the page scrolls the refused field into view
+        assert _in_view(page, "#launch-message-evaluate") and _in_view(page, "#submit-evaluate")
+        assert _in_view(page, "#evaluate-limit")
+        _fill(page, "evaluate-limit", LIMIT)
+        dataset = _box(page, "evaluate-dataset")
+        dataset.click()
+        dataset.fill("openbookqa")
+        dataset.press("Tab")
+        _submit(page, "dataset: unknown dataset 'openbookqa'.*obqa")
+        assert dataset.input_value() == "openbookqa" and ctx.store.list() == []
+        page.wait_for_timeout(600)
+        _shot(page, "13-launch-refused.png")
+
+        _selective_runs(ctx.runs)
+        _comparison(ctx.runs)
+        runs.write_label(ctx.runs / "test", EVIL)
+        page.get_by_role("tab", name="Results").click()
+        page.wait_for_function("() => (document.querySelector('#results-table') || {}).innerText?.includes('val · ')")
+        _headers_in_view(page, "results-table", ["run", "ECE", "accuracy", "Trust", "AURC", "AUROC"])
+        _shot(page, "14-results.png")
+
+        page.get_by_role("tab", name="Selective prediction").click()
+        page.wait_for_function("() => /AURC/.test(document.querySelector('#selective-table').innerText)")
+        _headers_in_view(page, "selective-table", ["run", "AUROC", "AURC", "acc @ 50%", "acc @ 80%", "accuracy"])
+        _shot(page, "15-selective.png")
+
+        page.get_by_role("tab", name="Compare models").click()
+        _pick(page, "compare-history", "[Nn]orway")
+        page.wait_for_function("() => document.querySelector('#compare-answers').innerText.includes('scratch')")
+        _headers_in_view(page, "compare-answers", ["model", "prediction", "confidence", "correct", "answer",
+                                                   "option probabilities"])
+        assert page.locator("#compare-answers").get_by_text(re.compile(r"^\(blank: its 48 generated tokens")).count()
+        _shot(page, "16-compare.png")
+
+        page.get_by_role("tab", name="Reliability").click()
+        plot = page.locator(".js-plotly-plot >> visible=true").first
+        plot.get_by_text(EVIL).first.wait_for()  # the label as typed, in the title
+        assert page.locator('.js-plotly-plot a[href*="evil.example"]').count() == 0
+
+        page.get_by_role("tab", name="Recalibration").click()
+        _pick(page, "recal-fit", "^val · ")
+        _pick(page, "recal-apply", "^&lt;a|^<a")
+        page.locator("#recal-run").click()
+        page.locator("#recal-message").get_by_text(re.compile("applied to")).wait_for()
+        page.locator("#recal-save").click()
+        page.locator("#recal-saved").get_by_text(re.compile("Saved as calibrators/")).wait_for()
+        assert _in_view(page, "#recal-saved") and _in_view(page, "#recal-save")
         browser.close()

@@ -28,7 +28,7 @@ NOTES = {"SOURCES.md", "LICENSES"}  # beside the data, not data
 SPLITS = [("obqa", "train", 2000), ("obqa", "validation", 500), ("obqa", "dev", 500), ("obqa", "test", 500),
           ("mmlu", "dev", 285), ("mmlu", "validation", 1531), ("mmlu", "val", 1531),
           ("medmcqa", "validation", 1000), ("arc_challenge", "validation", 299), ("arc_challenge", "test", 1172),
-          ("boolq", "validation", 500)]
+          ("arc_easy", "validation", 570), ("boolq", "validation", 500)]
 
 _touched: list[str] = []  # what was opened or listed under ../shared while a test watched
 
@@ -105,7 +105,7 @@ def test_the_registered_samples_are_the_files_there_and_nothing_else():
     assert all(path.exists() for path in registered)
     data = [p for p in samples.ROOT.rglob("*") if p.is_file() and p.relative_to(samples.ROOT).parts[0] not in NOTES]
     assert all(any(p == r or r in p.parents for r in registered) for p in data)  # no file that nothing names
-    assert with_sample() == ["arc_challenge", "boolq", "medmcqa", "mmlu", "obqa", "synthetic"]
+    assert with_sample() == ["arc_challenge", "arc_easy", "boolq", "medmcqa", "mmlu", "obqa", "synthetic"]
 
 
 def test_the_samples_are_small_and_each_file_is_accounted_for_in_sources_md():
@@ -131,16 +131,35 @@ def test_the_bundled_preference_pairs_prefer_the_right_answer():
         assert pair.rejected != pair.chosen
 
 
-def test_sampling_is_seeded_and_keeps_the_original_order():
+def _make_bundled_data():
+    """scripts/make_bundled_data.py as a module (scripts/ is not a package)."""
     sys.path.insert(0, str(REPO / "scripts"))
     try:
-        import make_bundled_data as make
+        import make_bundled_data
     finally:
         sys.path.remove(str(REPO / "scripts"))
+    return make_bundled_data
+
+
+def test_sampling_is_seeded_and_keeps_the_original_order():
+    make = _make_bundled_data()
     lines = [f"{i}\n".encode() for i in range(100)]
     drawn = make.sample_lines(lines, 10)
     assert drawn == make.sample_lines(lines, 10) and drawn == sorted(drawn, key=lambda b: int(b))
     assert make.sample_lines(lines, None) == lines and make.sample_lines(lines, 500) == lines
+
+
+def test_a_pinned_file_is_refused_unless_it_is_the_release_file(tmp_path):
+    """ARC-Easy's dev file is not in ../shared/data: the script checks it by the release file's sha256."""
+    make = _make_bundled_data()
+    [(rel, sha256)] = make.PINNED
+    make.copy_pinned(rel, sha256, tmp_path / "no-source", tmp_path / "made")  # the bundled copy checks itself
+    assert (tmp_path / "made" / rel).read_bytes() == (samples.ROOT / rel).read_bytes()
+    changed = tmp_path / "source" / rel
+    changed.parent.mkdir(parents=True)
+    changed.write_bytes((samples.ROOT / rel).read_bytes().replace(b'"answerKey":"A"', b'"answerKey":"B"', 1))
+    with pytest.raises(ValueError, match="not the release file's"):
+        make.copy_pinned(rel, sha256, tmp_path / "source", tmp_path / "made")
 
 
 def test_the_script_remakes_exactly_the_bundled_files(shared_data):
@@ -203,7 +222,7 @@ def test_bundled_with_a_split_or_for_a_dataset_without_a_sample_is_refused_namin
     with pytest.raises(ConfigError, match=r"^data_files\[1\]: 'train=bundled': 'bundled' stands alone"):
         parse_config({"kind": "evaluate", "dataset": "obqa", "data_files": ["bundled", "train=bundled"]}, [tmp_path])
     message = ("data_files[0]: csqa has no bundled sample; 'bundled' in data_files names one for: arc_challenge, "
-               "boolq, medmcqa, mmlu, obqa, synthetic.")
+               "arc_easy, boolq, medmcqa, mmlu, obqa, synthetic.")
     with pytest.raises(ConfigError) as refused:
         parse_config({"kind": "finetune", "dataset": "csqa", "data_files": ["bundled"]}, [tmp_path])
     assert str(refused.value).startswith(message)

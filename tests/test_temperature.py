@@ -149,9 +149,9 @@ def test_artefact_round_trip_and_errors(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="not a temperature file"):
         load_temperature(tmp_path / "bad.json")
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="from 0.001 to 1000"):
         load_temperature(-1)
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="from 0.001 to 1000"):
         EvalConfig(temperature=0)
 
 

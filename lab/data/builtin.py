@@ -94,7 +94,7 @@ register(_ai2("arc_challenge", "ARC-Challenge: grade-school science, 3-5 options
               "allenai/ai2_arc", "ARC-Challenge", "question",
               (("validation", "arc_challenge/dev.jsonl"), ("test", "arc_challenge/test.jsonl"))))
 register(_ai2("arc_easy", "ARC-Easy: grade-school science, 3-5 options (Clark et al. 2018)",
-              "allenai/ai2_arc", "ARC-Easy", "question"))
+              "allenai/ai2_arc", "ARC-Easy", "question", (("validation", "arc_easy/dev.jsonl"),)))
 
 # ---------------------------------------------------------------- BoolQ
 # Yes/no questions over a passage. The files and the hub agree except that only the files carry

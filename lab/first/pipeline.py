@@ -163,7 +163,7 @@ def _evaluations(cfg: FirstConfig) -> list[tuple[str, dict[str, Any]]]:
     """(set name, spec): the in-domain test first, then each out-of-domain set, named by its dataset
     or, where that name is taken (the controlled task's shifted split of the same dataset), dataset/split."""
     specs = [{"dataset": cfg.dataset, "data_files": cfg.data_files, "subject": cfg.subject, "split": cfg.test_split,
-              "limit": cfg.test_limit}, *cfg.ood]
+              "limit": cfg.test_limit}, *({"split": "test", **entry} for entry in cfg.ood)]  # an ood set's split: test
     named: list[tuple[str, dict[str, Any]]] = []
     for spec in specs:
         name = spec["dataset"]
