@@ -17,9 +17,11 @@ from typing import Optional, Sequence
 
 from lab.events import EVENTS_FILE, read_events
 from jobs import failures
+from jobs.preflight import submit_notes
 from jobs.scheduler import Scheduler, cancel, start_in_background
 from jobs.store import JobStore, StoreError
 from lab.config import ConfigError
+from lab.versions import exit_if_unsupported
 from lab.yamlio import load_yaml
 
 DEFAULT_ROOT = Path(os.environ.get("CALIBRATION_LAB_RUNS", "runs"))
@@ -48,6 +50,9 @@ def cmd_submit(store: JobStore, args) -> int:
         print(f"error: cannot read {args.config}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(job.id)
+    # What it will take, on stderr: stdout stays the job id alone, for scripts that read it.
+    for line in submit_notes(job.kind, job.config_dict, job.gpus):
+        print(line, file=sys.stderr)
     return 0
 
 
@@ -174,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    exit_if_unsupported()  # the jobs it submits or serves would fail in the worker otherwise
     args = build_parser().parse_args(argv)
     try:
         store = JobStore(args.root)

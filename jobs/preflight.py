@@ -4,34 +4,51 @@
 (:mod:`jobs.scheduler`) hands out ``jobs.launch.visible_gpus()`` and fails a job asking for more the
 moment it looks at it, so a form saying "queued" would only be a failure postponed.
 
-Will the model fit? A rough estimate, said before the wait, not after.
-
-Parameters are counted from the safetensors headers (exact, and readable without torch or
-loading any weights); memory per parameter depends on what the job does with them:
+Will the model fit? Said before the wait, not after, per GPU (data-parallel ranks each hold a
+full copy): parameters are counted from the safetensors headers (exact, and readable without torch
+or loading any weights), and what a job holds per parameter depends on what it does with them:
 
 - inference: the weights, plus 20 % for activations and the KV cache;
-- full fine-tuning with AdamW: weights + gradients (job dtype) + two fp32 moments (8 bytes), plus 20 %;
-- LoRA: the frozen weights plus about 2 % trainable parameters with their own gradients and moments;
-- QLoRA: the same on 4-bit weights (half a byte each).
+- training: :func:`lab.train.estimates.training_memory`, the trainer's own code path counted term by
+  term — fp32 master weights, gradients and AdamW moments for a full fine-tune under bf16 autocast,
+  the frozen base in bf16 or 4-bit plus the adapters (their exact size, from the weight shapes and
+  ``lora_r``) for LoRA/QLoRA, activations and the fp32 logits for batches of ``batch_size`` ×
+  ``max_length`` tokens (the longest a batch can be; the worker reports the estimate again at the
+  longest example it really has) — plus :data:`CUDA_CONTEXT`.
+
+Will its checkpoints fit? :func:`check_disk` refuses a training job at submit when the disk of the
+runs folder has less free than its checkpoints need at once (:func:`lab.train.estimates.disk_peak`);
+the worker checks again before each save. :func:`submit_notes` says both sizes when a job is queued.
 
 Which models a job loads, and whether it trains them, comes from its kind's config declarations
 (every ``model`` field; its ``trained_by`` field names the training method), so a FIRST job's
 teacher and student and every model of a comparison are checked, and a new kind needs nothing here.
-Activations of long sequences and large batches come on top; the warning says so.
+A pipeline that trains one model several times (FIRST's students, CFT's rows) is counted once per
+model: its disk need is a lower bound, and the check before each save covers the rest.
 """
 from __future__ import annotations
 
+import dataclasses
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 from jobs.launch import visible_gpus
 from lab import kinds
 from lab.config import ConfigError, spec_of, walk
-from lab.weights import BYTES, count_parameters, local_model_dir
+from lab.train.config import KEPT_CHECKPOINTS, TrainConfig
+from lab.train.estimates import (GPU, NF4_BYTES, checkpoint_bytes, describe, disk_peak, run_checkpoint_bytes,
+                                 training_memory)
+from lab.weights import BYTES, count_parameters, local_model_dir, model_shape, size_text
 
-HEADROOM = 1.2
-LORA_TRAINABLE = 0.02
+HEADROOM = 1.2  # inference: what a forward pass needs beyond the weights (activations, the KV cache)
+LORA_TRAINABLE = 0.02  # a model without a Llama-type config.json: its adapters' share, roughly
+# What a GPU holds before any tensor: the CUDA runtime, cuBLAS's workspace, the kernels (typically
+# 0.3-0.6 GiB with PyTorch 2.x; the GPU bench measures it).
+CUDA_CONTEXT = 0.5 * 1024**3
 GIB = 1024**3
 
 
@@ -67,19 +84,87 @@ def check_devices(kind: str, values: Mapping[str, Any], gpus: int, here: bool) -
             raise ConfigError(f"{path}: mps is the GPU of Apple's machines; this one runs {sys.platform}: use auto or cpu")
 
 
-def estimate_bytes(n_params: int, dtype: str, method: str) -> float:
-    width = BYTES[dtype]
-    if method == "inference":
-        per_param = width
-    elif method == "full":
-        per_param = 2 * width + 8
-    elif method == "lora":
-        per_param = width + LORA_TRAINABLE * (2 * width + 8)
-    elif method == "qlora":
-        per_param = 0.5 + LORA_TRAINABLE * (2 * width + 8)
+def inference_bytes(n_params: int, dtype: str) -> float:
+    """A model used for inference: its weights in ``dtype``, plus :data:`HEADROOM`."""
+    return n_params * BYTES[dtype] * HEADROOM
+
+
+def _is_training_run(kind: str) -> bool:
+    """The kind's config is a ``TrainConfig`` (one training run), not a pipeline with a ``training:`` section."""
+    return issubclass(kinds.get(kind).config, TrainConfig)
+
+
+def training_settings(kind: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``TrainConfig`` values a kind trains its models with, defaults filled: a finetune job's own
+    fields, a pipeline's ``training:`` section (the field declared with ``entries=TrainConfig``)."""
+    if _is_training_run(kind):
+        given: Mapping[str, Any] = config
     else:
-        raise ValueError(f"Expected method 'inference', 'full', 'lora' or 'qlora', but got {method!r}")
-    return n_params * per_param * HEADROOM
+        fields = dataclasses.fields(kinds.get(kind).config)
+        section = next((f.name for f in fields if spec_of(f).entries is TrainConfig), None)
+        given = (config.get(section) or {}) if section else {}
+    return {f.name: given.get(f.name, _setting(TrainConfig, {}, f.name)) for f in dataclasses.fields(TrainConfig)}
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """What one model of a job needs: GPU memory at the peak and, when trained, disk for checkpoints."""
+
+    path: str  # the config field
+    model: str
+    method: str  # inference, full, lora or qlora
+    n_params: int
+    memory: float  # peak bytes per GPU, the CUDA context not included
+    how: str  # what the memory figure counts, for the messages
+    checkpoint: float = 0.0  # bytes of one checkpoint (0: not trained)
+    final: float = 0.0  # bytes of the trained weights it leaves
+
+    @property
+    def weights_only(self) -> float:
+        """A checkpoint's bytes with ``save_optimizer: false``."""
+        return checkpoint_bytes(self.final, 0, save_optimizer=False)
+
+
+def _rough(n_params: int, method: str, dtype: str) -> tuple[float, int]:
+    """(bytes, trainable parameters) of a model without a Llama-type config.json: each parameter's
+    weight, gradient and moments as :mod:`lab.train.estimates` counts them, no activations."""
+    trainable = n_params if method == "full" else int(LORA_TRAINABLE * n_params)
+    base = {"full": 0, "lora": BYTES[dtype], "qlora": NF4_BYTES}[method] * n_params
+    return base + 16 * trainable, trainable
+
+
+def _training_plan(path: str, model: str, method: str, model_dir: Path, n_params: int, dtype: str,
+                   settings: Mapping[str, Any]) -> ModelPlan:
+    shape = model_shape(model_dir)
+    batch, length, r = settings["batch_size"], settings["max_length"], settings["lora_r"]
+    if shape is None:
+        memory, trainable = _rough(n_params, method, dtype)
+        return ModelPlan(path, model, method, n_params, memory,
+                         f"{method}, activations not counted: no Llama-type config.json",
+                         checkpoint_bytes(4 * trainable, trainable, settings["save_optimizer"]), 4 * trainable)
+    estimate = training_memory(shape, method, batch, length, GPU, BYTES[dtype], r, settings["lora_dropout"])
+    checkpoint, final = run_checkpoint_bytes(shape, method, r, settings["save_optimizer"])
+    how = f"{method}, batches of {batch} × {length} tokens (max_length): {describe(estimate)}"
+    return ModelPlan(path, model, method, n_params, estimate.peak, how, checkpoint, final)
+
+
+def plan(kind: str, config: Mapping[str, Any]) -> list[ModelPlan]:
+    """A :class:`ModelPlan` per model field whose model is on this machine (hub ids that are not
+    downloaded have no size to read), for a job on a GPU in the config's ``dtype``."""
+    dtype = config.get("dtype", "auto")
+    dtype = "bfloat16" if dtype == "auto" else dtype
+    settings = training_settings(kind, config)
+    plans = []
+    for path, model, method in models(kind, dict(config)):
+        model_dir = local_model_dir(model)
+        n_params = count_parameters(model_dir) if model_dir else None
+        if n_params is None:
+            continue
+        if method == "inference":
+            plans.append(ModelPlan(path, model, method, n_params, inference_bytes(n_params, dtype), dtype))
+        else:
+            plans.append(_training_plan(path, model, method, model_dir, n_params, dtype, settings))
+    return plans
 
 
 def free_gpu_memory() -> dict[int, float]:
@@ -119,20 +204,54 @@ def check(kind: str, config: dict[str, Any], gpus: tuple[int, ...], free: Option
     is what must fit it; a pipeline loads its models one after another, so each must fit alone."""
     if not gpus:
         return []
-    dtype = config.get("dtype", "auto")
-    dtype = "bfloat16" if dtype == "auto" else dtype
     warnings = []
-    for path, model, method in models(kind, config):
-        model_dir = local_model_dir(model)
-        n_params = count_parameters(model_dir) if model_dir else None
-        if n_params is None:
-            continue
-        need = estimate_bytes(n_params, dtype, method)
+    for p in plan(kind, config):
+        need = p.memory + CUDA_CONTEXT
         free = free_gpu_memory() if free is None else free
         have = min((free[g] for g in gpus if g in free), default=None)
         if have is not None and need > have:
             warnings.append(
-                f"{path}: {model} ({n_params / 1e9:.2f} B parameters, {dtype}, {method}) needs about "
-                f"{need / GIB:.1f} GiB per GPU before activations; GPU(s) {','.join(map(str, gpus))} have "
-                f"{have / GIB:.1f} GiB free. Use LoRA, bf16, a smaller model, or free the GPU.")
+                f"{p.path}: {p.model} ({p.n_params / 1e9:.2f} B parameters, {p.how}) needs about {need / GIB:.1f} "
+                f"GiB per GPU at its peak, with the CUDA context; GPU(s) {','.join(map(str, gpus))} have "
+                f"{have / GIB:.1f} GiB free. Use LoRA or QLoRA, a smaller batch_size or max_length, a smaller "
+                "model, or free the GPU.")
     return warnings
+
+
+def disk_need(plans: list[ModelPlan], weights_only: bool = False) -> float:
+    """Disk the trained models' checkpoints and weights take at once (:func:`disk_peak`, each
+    trained model counted once); ``weights_only``: were ``save_optimizer`` off."""
+    return disk_peak([(p.weights_only if weights_only else p.checkpoint, p.final) for p in plans if p.checkpoint],
+                     KEPT_CHECKPOINTS)
+
+
+def check_disk(kind: str, config: Mapping[str, Any], root: Path) -> None:
+    """Refuse a training job whose checkpoints will not fit on ``root``'s disk, naming both sizes."""
+    plans = [p for p in plan(kind, config) if p.checkpoint]
+    if not plans:
+        return
+    need, free = disk_need(plans), shutil.disk_usage(root).free
+    if need <= free:
+        return
+    field = "save_optimizer" if _is_training_run(kind) else "training"
+    smaller = (f"; save_optimizer: false (weights only) needs {size_text(disk_need(plans, weights_only=True))}"
+               if training_settings(kind, config)["save_optimizer"] else "")
+    raise ConfigError(f"{field}: the checkpoints need {size_text(need)} of disk at once ({KEPT_CHECKPOINTS} kept, "
+                      f"a new one written beside it, and the trained weights), but {root} has {size_text(free)} "
+                      f"free: free space{smaller}")
+
+
+def submit_notes(kind: str, config: Mapping[str, Any], gpus: int) -> list[str]:
+    """What a queued job will take, one line each: GPU memory per model (GPU jobs) and the disk its
+    checkpoints need."""
+    plans = plan(kind, config)
+    notes = [f"{p.path}: about {size_text(p.memory + CUDA_CONTEXT)} of GPU memory at its peak, with the CUDA "
+             f"context ({p.how})" for p in plans if gpus]
+    trained = [p for p in plans if p.checkpoint]
+    if trained:
+        optimizer = training_settings(kind, config)["save_optimizer"]
+        sizes = ", ".join(f"{p.path} {size_text(p.checkpoint)}" for p in trained)
+        notes.append(f"checkpoints: {sizes} each ({'with' if optimizer else 'without'} the optimizer's state), "
+                     f"{KEPT_CHECKPOINTS} kept; {size_text(disk_need(trained))} of disk at once with the trained "
+                     "weights" + ("" if _is_training_run(kind) else " (at least: a pipeline trains a model more than once)"))
+    return notes

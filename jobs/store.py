@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import psutil
 
-from jobs.preflight import check_devices, check_gpu_request
+from jobs.preflight import check_devices, check_disk, check_gpu_request
 from jobs.slurm import parse_options
 from lab.config import ConfigError, check_int
 from lab.events import START, read_events
@@ -253,6 +253,7 @@ class JobStore:
                 raise ConfigError(f"processes: this machine has {os.cpu_count()} CPU cores; ask for that many or fewer")
         check_devices(kind.name, parsed.to_dict(), options.gpus_per_node if options else gpus,
                       here=roots is not None and executor == "local")
+        check_disk(kind.name, parsed.to_dict(), self.root)  # its run directory will be under the root
         text = dump_yaml({"kind": kind.name, **parsed.to_dict()})
         slurm_json = options.to_json() if options else None
         folders = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]

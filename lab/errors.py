@@ -17,6 +17,12 @@ class Stopped(Exception):
     """The user asked a job to stop; raised at its next safe point, after saving what it has."""
 
 
-# What the user can mend: reported as "bad input" with exit code 2 and no traceback. A plain
-# ValueError is not here: raised by the lab's own code it is a bug, and keeps its traceback.
-USER_ERRORS = (ConfigError, DataError, ModelLoadError, ScoringError, UnknownNameError, FileNotFoundError)
+class DiskFull(RuntimeError):
+    """A checkpoint or the trained weights would not fit on the disk: said before writing, with the
+    bytes needed and free, rather than filling the disk mid-file."""
+
+
+# What the user can mend: reported as "bad input" (a full disk in its own words) with exit code 2 and
+# no traceback. A plain ValueError is not here: raised by the lab's own code it is a bug, and keeps its
+# traceback.
+USER_ERRORS = (ConfigError, DataError, ModelLoadError, ScoringError, UnknownNameError, FileNotFoundError, DiskFull)

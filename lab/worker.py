@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from lab.config import ConfigError
-from lab.errors import USER_ERRORS, Stopped
+from lab.errors import USER_ERRORS, DiskFull, Stopped
 from lab.events import START, EventWriter
 from lab.files import write_atomic
 from lab.kinds import config_text, load_config
@@ -195,8 +195,8 @@ def run(config_path: Path, run_dir: Path) -> int:
         ctx.events.emit("stopped", message=str(e))
         _write_result(run_dir, "cancelled", f"stopped by request ({e})")
         return 130
-    except USER_ERRORS as e:
-        _write_result(run_dir, "failed", f"bad input: {e}")
+    except USER_ERRORS as e:  # a full disk is no bad input, and its message says so itself
+        _write_result(run_dir, "failed", str(e) if isinstance(e, DiskFull) else f"bad input: {e}")
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # out of memory, or a bug in the lab (not the user's input): keep the traceback

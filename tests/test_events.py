@@ -41,8 +41,7 @@ def test_failure_summaries():
 def test_preflight_counts_parameters_exactly_and_warns_when_it_will_not_fit():
     n = count_parameters(bundled_model_dir())
     assert n == 134_515_008  # SmolLM2-135M: tied embeddings stored once
-    assert preflight.estimate_bytes(1000, "bfloat16", "inference") == 1000 * 2 * 1.2
-    assert preflight.estimate_bytes(1000, "float32", "full") == 1000 * (4 + 4 + 8) * 1.2
+    assert preflight.inference_bytes(1000, "bfloat16") == 1000 * 2 * 1.2  # training: tests/test_estimates.py
     gib = 1024**3
     assert preflight.check("evaluate", {"model": "bundled"}, (0,), free={0: 10 * gib}) == []
     warning = preflight.check("evaluate", {"model": "bundled"}, (0,), free={0: 0.1 * gib})

@@ -269,7 +269,7 @@ def test_a_hub_dataset_this_machine_cannot_load_is_refused_at_submit(fresh, no_h
     said = launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", dataset="csqa", data_files=""))
     assert said.startswith("<div class='lab-error'>⚠️ data_files: empty, so the Hugging Face hub copy of csqa")
     assert "set data_files" in said
-    with pytest.raises(ConfigError, match=r"^data_files: the custom dataset has no hub copy"):
+    with pytest.raises(ConfigError, match=r"^data_files: empty, so the Hugging Face hub copy of custom is meant, but custom has no copy on the Hugging Face hub"):
         ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": []})
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr("lab.data.loaders.hub_reachable", lambda: False)

@@ -69,3 +69,43 @@ def test_a_stop_request_ends_training_keeping_a_checkpoint(tiny_model_dir, csqa_
     assert list((tmp_path / "checkpoints").glob("checkpoint-1"))
     state = json.loads(next((tmp_path / "checkpoints").glob("checkpoint-1/trainer_state.json")).read_text())
     assert state["global_step"] == 1
+
+
+def test_checkpoint_rotation_leaves_no_mtime_notice_in_the_job_log(tmp_path):
+    """Issue 30: a fine-tune's log said "mtime may not be reliable on this filesystem": transformers
+    says so whenever two checkpoints were saved within a second (a small model's epochs), then
+    orders them by step, as our checkpoints are named. Nothing is wrong, so nothing is said."""
+    import logging
+
+    from transformers.trainer_utils import sort_checkpoints
+    from transformers.utils import logging as hf_logging
+
+    said: list[str] = []
+    listener = logging.Handler()
+    listener.emit = lambda record: said.append(record.getMessage())
+    source = logging.getLogger("transformers.trainer_utils")  # where transformers says it
+    source.addHandler(listener)
+    hf_logging.warning_once.cache_clear()  # said earlier in this process: said again
+    try:
+        for step in (5, 10):
+            (tmp_path / f"checkpoint-{step}").mkdir()
+        assert sort_checkpoints(str(tmp_path), use_mtime=True) == [str(tmp_path / "checkpoint-5"),
+                                                                    str(tmp_path / "checkpoint-10")]
+    finally:
+        source.removeHandler(listener)
+    assert not [m for m in said if "mtime" in m]
+
+
+def test_a_lora_model_is_made_and_loaded_without_a_future_warning(tiny_model_dir, tmp_path):
+    """Issue 30's log noise, in a LoRA job: peft reads transformers' `is_gradient_checkpointing`,
+    renamed in transformers 5, and every LoRA job's log carried the FutureWarning it raises."""
+    import warnings
+
+    from lab.train.trainer import prepare_model
+
+    cfg = TrainConfig(model=str(tiny_model_dir), method="lora", dataset="csqa", epochs=1)
+    with warnings.catch_warnings(record=True) as caught:
+        model, _, _ = prepare_model(cfg)
+        model.save_pretrained(tmp_path / "adapter")
+        load_model(str(tiny_model_dir), adapter=str(tmp_path / "adapter"), device="cpu")
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []

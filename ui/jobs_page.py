@@ -21,6 +21,7 @@ from jobs.store import HEARTBEAT_STALE_S, RESUMABLE, Job, JobStore
 from lab import runs
 from lab.config import ConfigError
 from lab.layout import LOG_FILE
+from lab.train.estimates import MEMORY_EVENT
 from ui.context import LabContext
 from ui.job_results import NOTHING, job_results
 from ui.messages import error, note, ok
@@ -92,6 +93,9 @@ def job_view(ctx: LabContext, job_id: Optional[int]) -> JobView:
     lines = [f"### Job {job.id} · {job.kind} · **{job.status}**",
              f"Elapsed {format_seconds(job.elapsed()) or '–'}" + (f" · {p.text}" if p else "")
              + (f" · runs on {job.devices}" if job.devices else "") + f" · run directory `{job.run_dir}`"]
+    memory = [e["message"] for e in events if e.get("stage") == MEMORY_EVENT and e.get("message")]
+    if memory:  # the training stage's own estimate, at its longest example (docs/jobs.md, "Memory and disk")
+        lines.append(f"Memory (estimate): {memory[-1]}")
     if job.status in WENT_WRONG and job.error:
         lines.append(error(f"What went wrong: {job.error}"))
     elif job.error:  # a cancellation's reason ("stopped by request"): said, not as an error

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import gradio as gr
 
+from jobs.preflight import submit_notes
 from lab import kinds
 from lab.data import DataError, dataset_names
 from lab.errors import USER_ERRORS
@@ -23,7 +24,7 @@ from lab.templates import template_names
 from lab.weights import NAMED_MODELS
 from ui import forms
 from ui.context import LabContext
-from ui.messages import error, ok, refusal, store_fault
+from ui.messages import error, note, ok, refusal, store_fault
 from ui.uploads import accept_upload, upload_notes
 
 UPLOAD_TYPES = [".jsonl", ".json", ".csv"]
@@ -58,7 +59,8 @@ def submit_form(ctx: LabContext, kind: str, gpus: Any, processes: Any, *values: 
     except sqlite3.Error as e:
         return error(store_fault(ctx.runs, e))
     where = " for Slurm; the Jobs tab shows its Slurm id once submitted" if job.executor == "slurm" else ""
-    return ok(f"Job {job.id} queued ({kind}){where}; follow it on the Jobs tab.")
+    notes = submit_notes(job.kind, job.config_dict, job.gpus)  # its GPU memory and checkpoints' disk
+    return ok(f"Job {job.id} queued ({kind}){where}; follow it on the Jobs tab.") + "".join(map(note, notes))
 
 
 SLURM_FIELDS = ("partition", "nodes", "gpus_per_node", "minutes", "account", "extra")

@@ -1,0 +1,219 @@
+"""Memory and checkpoint estimates (lab.train.estimates): hand counts from a small config's dimensions,
+then what PyTorch really allocates on this CPU — a training step under the memory profiler, in fp32
+and under bf16 autocast as on a GPU, and the lab's own trainer — and what peft really trains.
+
+What a CPU cannot check is the GPU's own kernels (flash attention, fused AdamW on CUDA, a bool
+dropout mask) and the CUDA context: docs/gpu-checklist.md says what the GPU bench compares."""
+import dataclasses
+
+import pytest
+import torch
+
+from lab.train.estimates import (CHECKPOINT_EXTRA, CPU, GPU, NF4_BYTES, Precision, TrainingMemory, checkpoint_bytes,
+                                 disk_peak, run_checkpoint_bytes, training_memory)
+from lab.weights import count_parameters, model_shape
+
+# The small config of the hand counts: head_dim 16, so q is 64 wide and k, v 32.
+H, I, LAYERS, HEADS, KV_HEADS, V = 64, 128, 2, 4, 2, 1000
+B, T = 2, 16
+N = B * T  # tokens in a micro-batch
+R = 8  # LoRA rank
+# (out, in) of one layer's linear weights: q, k, v, o, gate, up, down.
+LINEARS = [(64, 64), (32, 64), (32, 64), (64, 64), (128, 64), (128, 64), (64, 128)]
+N_LINEAR = LAYERS * sum(o * i for o, i in LINEARS)  # 73,728
+P = N_LINEAR + LAYERS * 2 * H + H + V * H  # + two norms a layer, the final norm, the (tied) embedding: 138,048
+ADAPTER = R * LAYERS * sum(o + i for o, i in LINEARS)  # 16,384
+
+
+def _save(path, **dims):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=dims.get("vocab", V), hidden_size=dims.get("hidden", H),
+                         intermediate_size=dims.get("intermediate", I), num_hidden_layers=dims.get("layers", LAYERS),
+                         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=256,
+                         tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    return _save(tmp_path_factory.mktemp("small") / "model")
+
+
+@pytest.fixture(scope="module")
+def shape(small):
+    return model_shape(small)
+
+
+def test_the_shape_is_read_from_config_and_headers(small, shape):
+    assert shape.n_params == count_parameters(small) == P == 138_048
+    assert sorted(shape.linears) == sorted(LINEARS * LAYERS) and shape.n_linear == N_LINEAR
+    assert (shape.hidden, shape.intermediate, shape.layers, shape.vocab) == (H, I, LAYERS, V)
+    assert (shape.heads, shape.kv_heads, shape.head_dim) == (HEADS, KV_HEADS, 16)
+    assert shape.lora_params(R) == ADAPTER == 16_384
+
+
+def test_peft_trains_exactly_the_adapter_parameters_counted(small, shape):
+    """The reference is peft itself: target_modules="all-linear", as prepare_model asks."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    model = get_peft_model(LlamaForCausalLM.from_pretrained(small),
+                           LoraConfig(r=R, target_modules="all-linear", task_type="CAUSAL_LM"))
+    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == shape.lora_params(R)
+
+
+def test_full_fine_tune_by_hand(shape):
+    m = training_memory(shape, "full", B, T, GPU)
+    assert m.weights == 4 * P and m.gradients == 4 * P and m.optimizer == 8 * P  # fp32 master weights, AdamW
+    assert m.weight_copies == 2 * (N_LINEAR + V * H)  # autocast's bf16 copy of every linear, output layer too
+    per_layer = (2 * (8 * H + 4)  # two RMSNorms: fp32 input and output, 1/rms
+                 + 5 * 2 * H + 2 * I  # q, k, v, gate, up cast their input to bf16; down's input
+                 + 2 * (2 * 64 + 2 * 32) + 4 * HEADS  # SDPA's q, k, v, output; fp32 log-sum-exp per head
+                 + 3 * 2 * I)  # SiLU's input and output, up's output
+    head = 8 * H + 4 + 2 * H + 8  # final norm, output layer's bf16 input, the labels
+    assert per_layer == 3096 and m.activations == N * (LAYERS * per_layer + head) == 219_008
+    assert m.logits == 3 * 4 * N * V == 384_000
+    assert m.layer_backward == 4 * N_LINEAR / LAYERS + 4 * V * H + N * 4 * 2 * I == 436_224
+    assert m.peak == 4 * P + 8 * P + m.weight_copies + m.activations + m.layer_backward == 2_587_264
+    assert list(m.peak_parts()) == ["weights", "optimizer", "weight copies", "activations", "layer backward"]
+
+
+def test_a_deeper_model_on_one_token_peaks_at_the_optimizer_step(shape):
+    deeper = dataclasses.replace(shape, layers=8, linears=tuple(LINEARS * 8), n_params=8 * (36_864 + 2 * H) + H + V * H)
+    m = training_memory(deeper, "full", 1, 1, GPU)
+    assert m.peak == 16 * 360_000 and list(m.peak_parts()) == ["weights", "gradients", "optimizer"]
+
+
+def test_lora_by_hand(shape):
+    m = training_memory(shape, "lora", B, T, GPU, base_dtype_bytes=2, lora_r=R, lora_dropout=0.05)
+    assert m.weights == 2 * P + 4 * ADAPTER  # the frozen base in bf16, fp32 adapters
+    assert (m.gradients, m.optimizer, m.weight_copies) == (4 * ADAPTER, 8 * ADAPTER, 2 * ADAPTER)
+    inputs = 5 * H + 64 + I  # Σ of one layer's linear input widths
+    per_layer = (2 * (4 * H + 4)  # RMSNorms with frozen weights: fp32 input, 1/rms
+                 + (1 + 2) * inputs + 7 * 2 * R  # per linear: CUDA's bool dropout mask, bf16 input, A's output
+                 + 2 * (2 * 64 + 2 * 32) + 4 * HEADS + 3 * 2 * I)
+    first = 4 * H + 4 + 3 * H  # the first layer's input needs no gradient: its first norm and q, k, v masks
+    assert per_layer == 3336 and m.activations == N * (LAYERS * per_layer - first + 4 * H + 4 + 8) == 207_616
+    assert m.layer_backward == 4 * ADAPTER / LAYERS + N * 4 * 2 * I
+    assert m.peak == m.weights + 8 * ADAPTER + 2 * ADAPTER + m.activations + 384_000 == 1_097_088
+
+
+def test_qlora_by_hand(shape):
+    m = training_memory(shape, "qlora", B, T, GPU, lora_r=R)
+    assert NF4_BYTES == 0.5 + 1 / 64 + 4 / (64 * 256)  # 4.127 bits a weight with double quantisation
+    assert m.weights == NF4_BYTES * N_LINEAR + 4 * (P - N_LINEAR) + 4 * ADAPTER  # the rest upcast to fp32
+    assert m.weight_copies == 2 * V * H  # the fp32 output layer's bf16 cast, kept for backward
+    # Gradient checkpointing: each layer keeps its fp32 input; the top one is recomputed in backward.
+    assert m.activations == N * (LAYERS * 4 * H + 4 * H + 4 + 8) == 24_960
+    recomputed = 3336 + 2 * (5 * H + 64 + I)  # LoRA's layer, plus the 4-bit matmuls' bf16 inputs
+    assert m.layer_backward == 4 * ADAPTER / LAYERS + N * 4 * 2 * I + N * recomputed
+    assert m.peak == m.weights + 8 * ADAPTER + 2 * V * H + m.activations + m.logits == pytest.approx(1_028_882)
+
+
+def test_checkpoint_sizes_and_the_disk_they_take_at_once_by_hand(shape):
+    full, final = run_checkpoint_bytes(shape, "full", R, save_optimizer=True)
+    assert full == 12 * P + CHECKPOINT_EXTRA and final == 4 * P  # fp32 weights + AdamW's moments
+    assert run_checkpoint_bytes(shape, "full", R, save_optimizer=False) == (4 * P + CHECKPOINT_EXTRA, 4 * P)
+    for method in ("lora", "qlora"):  # the fp32 adapter alone
+        assert run_checkpoint_bytes(shape, method, R, True) == (12 * ADAPTER + CHECKPOINT_EXTRA, 4 * ADAPTER)
+    assert checkpoint_bytes(100, 10, save_optimizer=True) == 100 + 80 + CHECKPOINT_EXTRA
+    assert disk_peak([(full, final)], kept=1) == 2 * full  # the old one goes once the new one is whole
+    assert disk_peak([(full, final)], kept=2) == 3 * full
+    assert disk_peak([(10, 4), (6, 1)], kept=1) == (10 + 4) + (6 + 1) + 6  # the last run's save on top
+    assert disk_peak([], kept=1) == 0
+
+
+# ---------------------------------------------------------------- against what PyTorch allocates on this CPU
+def _peak_bytes(step, preexisting: bool) -> int:
+    """The most bytes of tensors alive at once while ``step`` runs, from torch's memory profiler
+    (the CPU's counterpart of torch.cuda.max_memory_allocated); ``preexisting``: count the tensors
+    ``step`` uses that were allocated before it (the weights and moments of a warmed-up step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        from torch.profiler._memory_profiler import Action
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                     with_stack=True) as prof:
+            step()
+        timeline = prof._memory_profile().timeline
+    except (ImportError, AttributeError) as e:  # a private API: another torch may move it
+        pytest.skip(f"torch's memory profiler is not where this test looks: {e}")
+    counted = (Action.CREATE, Action.PREEXISTING) if preexisting else (Action.CREATE,)
+    seen, live, peak = set(), 0, 0  # a running sum: the profiler may give two allocations one key
+    for _, action, (key, _), size in timeline:
+        if action in counted:
+            seen.add(key)
+            live += size
+        elif action == Action.DESTROY and key in seen:  # not a tensor from before that we never counted
+            live -= size
+        peak = max(peak, live)
+    return peak
+
+
+CASES = {  # (method, precision, gradient checkpointing); bf16 autocast runs on a CPU too, with fp32 dropout masks
+    "full fp32": ("full", CPU, False),
+    "full bf16 autocast": ("full", Precision(compute=2, mask=4), False),
+    "lora fp32": ("lora", CPU, False),
+    "lora bf16 autocast": ("lora", Precision(compute=2, mask=4), False),
+    "lora checkpointed": ("lora", Precision(compute=2, mask=4), True),  # QLoRA's structure, without bitsandbytes
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_training_step_allocates_what_the_estimate_says(case, tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    method, precision, checkpointing = CASES[case]
+    path = _save(tmp_path / "model", hidden=128, intermediate=352, layers=3, vocab=4000)
+    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if method == "lora":
+        model = get_peft_model(model.to(torch.bfloat16 if precision.autocast else torch.float32),
+                               LoraConfig(r=R, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"))
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+        model.enable_input_require_grads()
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], fused=True)
+    ids = torch.randint(0, 4000, (4, 64))
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision.autocast):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # the moments exist from the second step on
+    measured = _peak_bytes(step, preexisting=True)
+    estimate = training_memory(model_shape(path), method, 4, 64, precision, 2 if precision.autocast else 4, R, 0.05,
+                               checkpointing=checkpointing)
+    assert estimate.peak == pytest.approx(measured, rel=0.03), estimate.parts()
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_the_lab_trainer_allocates_what_it_reports(method, tiny_model_dir, csqa_files, tmp_path, monkeypatch):
+    """The whole training code path — prepare_model, transformers' Trainer, accelerate — on this CPU
+    (fp32), against the estimate the job reports in its ``memory`` event (at its longest example).
+    Two epochs: the batch holding the longest example then also comes after the first step, when
+    AdamW's moments exist (the estimate's assumption; a long run meets it)."""
+    from transformers import Trainer
+
+    from lab.events import EventWriter, read_events
+    from lab.train.config import TrainConfig
+    from lab.train.trainer import finetune
+
+    measured = []
+    train = Trainer.train
+    monkeypatch.setattr(Trainer, "train", lambda self, **kw: measured.append(
+        _peak_bytes(lambda: train(self, **kw), preexisting=True)))  # the loop alone: loading is not profiled
+    cfg = TrainConfig(model=str(tiny_model_dir), method=method, dataset="csqa", data_files=csqa_files, limit=8,
+                      val_split=None, epochs=2, batch_size=4)
+    finetune(cfg, tmp_path / "run", EventWriter(tmp_path / "events.jsonl"))
+    (event,) = [e for e in read_events(tmp_path / "events.jsonl")[0] if e["stage"] == "memory"]
+    assert "of RAM at the peak, batches of 4 ×" in event["message"]
+    assert event["peak"] == pytest.approx(measured[0], rel=0.03)
+    assert {f.name for f in dataclasses.fields(TrainingMemory)} <= set(event)  # every term, for the GPU bench
