@@ -70,14 +70,21 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         "loaded (default: a quarter of the RAM on the CPU, half of its GPU)")
     parser.add_argument("--lane-idle", type=float, default=600.0, help="seconds without a compare before the lane "
                         "exits and frees its memory")
+    # "open" by default: opening the Compare page says a compare is coming, and typing the question
+    # takes longer than the lane's warm-up; at the server's start it would hold a model's memory (on
+    # a GPU, beside training) for a page nobody may open, and give it back unused after --lane-idle.
+    parser.add_argument("--lane-preload", choices=("open", "start", "off"), default="open",
+                        help="when the lane loads the Compare form's models before the first compare: when the "
+                             "page opens (default), also when the server starts, or never (the first compare "
+                             "waits for them)")
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     auth = resolve_auth(args.host, args.auth)
-    ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()),
-                     LaneOptions(args.lane_device, args.lane_memory, args.lane_idle), executor=args.executor)
+    lane = LaneOptions(args.lane_device, args.lane_memory, args.lane_idle, args.lane_preload)
+    ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()), lane, executor=args.executor)
     ctx.exports.mkdir(parents=True, exist_ok=True)
     try:
         ctx.store  # opened now: a store SQLite cannot read stops the server with what to do, not a traceback

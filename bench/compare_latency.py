@@ -11,13 +11,18 @@ the same base with a LoRA adapter (random, made here: only its cost matters). Me
 - **cold**: the lane's first compare (its worker starts, torch imports, the base loads once and
   the adapter attaches to it);
 - **warm**: the next compares, same models, a new question each time (median of ``--repeats``);
+- **pre-loaded**: the first compare in a new lane that was pre-loaded as the Compare page opened
+  (:meth:`jobs.lane.Lane.preload`, waited for: the user types the question meanwhile) with the
+  models the form showed: both models, or the form's default (the bundled model alone) and then
+  the adapter picked, which the first compare attaches;
 - **warm, list of 3**: three questions in one request;
 - **during training**: a warm compare while ``examples/finetune-quick.yaml`` (on 1,000 questions) trains in its own
   process on the same CPU (the lane does not queue behind it; the CPU is shared, so it is slower).
 
 Then the case the issue measured (41 s through the job queue): the bundled model with itself at
-T = 2, which the lane asks once, in a fresh lane, cold and warm. Prints seconds and the ratios
-cold / warm and job path / warm.
+T = 2, which the lane asks once, in a fresh lane, cold, warm, and pre-loaded with the form's
+default (the bundled model). Prints seconds and the ratios cold / warm, cold / pre-loaded (issue
+31's goal: at least 10) and job path / warm.
 """
 from __future__ import annotations
 
@@ -69,6 +74,22 @@ def _timed(lane: Lane, runs: Path, adapter: Optional[str], *questions: str) -> f
     start = time.perf_counter()
     lane.call("compare", {"config": config, "out": str(history_dir(runs, config["questions"]))})
     return time.perf_counter() - start
+
+
+def _preloaded(home: Path, runs: Path, preload: list[dict], adapter: Optional[str],
+               question: str) -> tuple[float, float]:
+    """(seconds the pre-load took, seconds of the first compare after it) in a new lane: the page was
+    opened with ``preload`` in its form, and the question typed once the lane was warm."""
+    lane = Lane(home, device="cpu")
+    try:
+        warmup = lane.preload(preload)
+        while not warmup.done:
+            time.sleep(0.05)
+        if warmup.error:
+            raise SystemExit(f"the pre-load failed: {warmup.error}")
+        return warmup.seconds, _timed(lane, runs, adapter, question)
+    finally:
+        lane.stop()
 
 
 def _job_path(runs: Path, adapter: str, question: str) -> float:
@@ -135,27 +156,41 @@ def main() -> None:
             held = lane.status()["held"]
         finally:
             lane.stop()
+        both = [{"model": "bundled"}, {"model": "bundled", "adapter": adapter}]
+        both_load, both_first = _preloaded(runs / ".lane-both", runs, both, adapter, QUESTIONS[1])
+        base_load, base_first = _preloaded(runs / ".lane-base", runs, both[:1], adapter, QUESTIONS[1])
         same = Lane(runs / ".lane-same", device="cpu")  # the issue's case: one model with itself at T = 2
         try:
             same_cold = _timed(same, runs, None, QUESTIONS[0])
             same_warm = statistics.median(_timed(same, runs, None, q) for q in QUESTIONS[1:1 + args.repeats])
         finally:
             same.stop()
+        same_load, same_first = _preloaded(runs / ".lane-same-pre", runs, both[:1], None, QUESTIONS[0])
     print("compare of 2 models (bundled, bundled + LoRA) on 1 question with 4 options, 24 new tokens, CPU")
-    print(f"  job path (fresh process)    {job:7.2f} s")
-    print(f"  lane, cold (first compare)  {cold:7.2f} s")
-    print(f"  lane, warm (median of {args.repeats})   {warm:7.2f} s   cold/warm {cold / warm:5.1f}x   "
-          f"job/warm {job / warm:5.1f}x")
-    print(f"  lane, warm, 3 questions     {listed:7.2f} s")
+    _line("job path (fresh process)", job)
+    _line("lane, cold (first compare)", cold)
+    _line(f"lane, warm (median of {args.repeats})", warm,
+          f"cold/warm {cold / warm:5.1f}x   job/warm {job / warm:5.1f}x")
+    _line("lane, pre-loaded with both, first compare", both_first,
+          f"cold/pre-loaded {cold / both_first:5.1f}x   (the pre-load took {both_load:.2f} s)")
+    _line("lane, pre-loaded with bundled, first compare", base_first,
+          f"cold/pre-loaded {cold / base_first:5.1f}x   (the pre-load took {base_load:.2f} s; the compare "
+          "attaches the adapter)")
+    _line("lane, warm, 3 questions", listed)
     if during is not None:
-        print(f"  lane, warm, during training {during:7.2f} s   ({during / warm:.1f}x warm; the training job was "
+        _line("lane, warm, during training", during, f"({during / warm:.1f}x warm; the training job was "
               f"{'still' if still else 'no longer'} running when it answered)")
     print(f"  held after: {', '.join(h['model'] + (' + adapter' if h['adapter'] else '') for h in held)} "
           "(the base loaded once)")
     print("bundled and bundled at T = 2 (one model, asked once; T rescales its option probabilities)")
-    print(f"  lane, cold                  {same_cold:7.2f} s")
-    print(f"  lane, warm (median of {args.repeats})   {same_warm:7.2f} s   cold/warm {same_cold / same_warm:5.1f}x")
+    _line("lane, cold", same_cold)
+    _line(f"lane, warm (median of {args.repeats})", same_warm, f"cold/warm {same_cold / same_warm:5.1f}x")
+    _line("lane, pre-loaded with bundled, first compare", same_first,
+          f"cold/pre-loaded {same_cold / same_first:5.1f}x   (the pre-load took {same_load:.2f} s)")
 
+
+def _line(label: str, seconds: float, ratios: str = "") -> None:
+    print(f"  {label:<46}{seconds:7.2f} s   {ratios}".rstrip())
 
 if __name__ == "__main__":
     main()

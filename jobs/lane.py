@@ -8,6 +8,11 @@ two tabs asking at once each get their own answer), and lets it exit when idle. 
 dies (killed, out of memory), the requests it was answering fail with the reason and the next one
 starts a new worker and says so.
 
+A cold compare pays for the worker's start (torch imported), the models' load and their first
+forward pass, seconds each; a warm one only for its questions. :meth:`Lane.preload` pays the cold
+part in the background, when the Compare page opens, so that the user's first compare is a warm
+one; the page reads the pre-load's progress (:class:`Warmup`) to say it is still warming.
+
 On a machine with GPUs the operator picks the lane's device (``--lane-device cuda:1`` gives it
 GPU 1 alone; ``cpu`` keeps it off the GPUs) and its memory budget (``--lane-memory`` GiB).
 """
@@ -26,9 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
+from lab.files import write_atomic
+
 STARTUP_S = 120.0  # importing torch and transformers on a loaded machine
 REQUEST_S = 3600.0  # a hundred questions on four large models on a CPU
 LOG_NAME = "lane.log"
+WARMUPS_NAME = "warmups.json"  # how long the last pre-load of each set of models took: the page's "about N s"
 
 
 class LaneError(RuntimeError):
@@ -45,6 +53,30 @@ class Reply:
 
     result: dict[str, Any]
     notice: Optional[str] = None
+
+
+@dataclass
+class Warmup:
+    """A pre-load of the lane (:meth:`Lane.preload`): its worker started and ``models`` loaded before
+    anyone asked. Its thread fills it in as it goes; readers only read."""
+
+    models: tuple[str, ...]  # as the page names them: "bundled", "base + adapter"
+    started: float  # time.time()
+    expected_s: Optional[float]  # how long the last pre-load of these models took here; None: never measured
+    stage: str = "starting the lane"  # the latest news: "loading bundled"
+    error: Optional[str] = None  # why it failed, if it did
+    pid: Optional[int] = None  # the worker it warmed, once it has
+    seconds: Optional[float] = None  # how long it took, once it is over (failed or not)
+
+    @property
+    def done(self) -> bool:
+        return self.seconds is not None
+
+
+def model_name(entry: dict[str, Any]) -> str:
+    """A compare config's model entry as the page names it: the model, with its adapter's folder name."""
+    adapter = entry.get("adapter")
+    return f"{entry['model']} + {Path(adapter).name}" if adapter else str(entry["model"])
 
 
 def describe_exit(code: Optional[int]) -> str:
@@ -71,6 +103,11 @@ class Lane:
         self._ids = itertools.count(1)
         self._ready: Optional[dict[str, Any]] = None
         self._lost: Optional[str] = None  # why the last worker ended, if it died: told with the next answer
+        # Starting a worker takes seconds (torch imports): one start at a time, under its own lock,
+        # so that pid, last_status and preload never wait for it.
+        self._start_lock = threading.Lock()
+        self._seen: Optional[dict[str, Any]] = None  # the worker's last answer to "held"
+        self._warmup: Optional[Warmup] = None
 
     @property
     def log_path(self) -> Path:
@@ -79,6 +116,13 @@ class Lane:
     # ------------------------------------------------------------ the worker process
     def _command(self) -> tuple[list[str], dict[str, str]]:
         env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+        # The lane runs beside training jobs on the same cores. OpenMP's threads spin while they wait
+        # for each other, and a spinning thread whose partner was descheduled burns its time slice.
+        # A warm compare of the bundled model (one question) on this project's 2-core machine took
+        # 0.24-0.30 s spinning and 0.35-0.48 s waiting passively with nothing else running, but
+        # 0.3-6.5 s spinning and 0.42-0.59 s passively beside other busy processes: passive, for an
+        # answer that does not depend on what else runs. An operator's own setting is kept.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         device = self.device
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
@@ -139,14 +183,17 @@ class Lane:
 
     def _ensure(self) -> Optional[str]:
         """A running worker; returns the notice to give when this had to replace a dead one."""
-        with self._lock:
-            proc = self._proc
-            if proc is not None and proc.poll() is None:
-                return None
-            lost, self._lost = self._lost, None
-            if proc is not None and proc.returncode != 0:  # dead before its reader noticed
-                lost = f"The inference lane {describe_exit(proc.returncode)}"
-            self._proc = self._start()
+        with self._start_lock:
+            with self._lock:
+                proc = self._proc
+                if proc is not None and proc.poll() is None:
+                    return None
+                lost, self._lost = self._lost, None
+                if proc is not None and proc.returncode != 0:  # dead before its reader noticed
+                    lost = f"The inference lane {describe_exit(proc.returncode)}"
+            started = self._start()
+            with self._lock:
+                self._proc = started
         return f"{lost}; a new one was started, so its models were loaded again." if lost else None
 
     # ------------------------------------------------------------ requests
@@ -191,15 +238,77 @@ class Lane:
                 self._waiting.pop(rid, None)
 
     def status(self) -> dict[str, Any]:
-        """Whether the worker runs, and (when it does) what it holds; never starts one."""
+        """Whether the worker runs, and (when it does) what it holds; never starts one. Asking is a
+        request, which the worker's idle timeout counts: a poll must read :meth:`last_status`."""
         with self._lock:
             running = self._proc is not None and self._proc.poll() is None
         if not running:
             return {"running": False}
         try:
-            return {"running": True, **self.call("held", {}, timeout=10).result}
+            held = self.call("held", {}, timeout=10).result
         except LaneError:
             return {"running": False}
+        self._seen = held
+        return {"running": True, **held}
+
+    def last_status(self) -> dict[str, Any]:
+        """:meth:`status` without asking the worker: whether it runs, and what it last said it holds
+        (no ``held`` when that was another worker, or nothing was asked yet)."""
+        with self._lock:
+            proc, ready, seen = self._proc, self._ready, self._seen
+        if proc is None or proc.poll() is not None:
+            return {"running": False}
+        if seen is not None and seen.get("pid") == proc.pid:
+            return {"running": True, **seen}
+        return {"running": True, **(ready or {}), "pid": proc.pid}
+
+    # ------------------------------------------------------------ pre-load
+    @property
+    def warmup(self) -> Optional[Warmup]:
+        """The last pre-load, under way or over; None if there was none."""
+        return self._warmup
+
+    def preload(self, models: list[dict[str, Any]]) -> Optional[Warmup]:
+        """Start the worker and load ``models`` (compare entries: ``model``, ``adapter``) in the
+        background, and return at once: the pre-load started, or None when there is nothing to warm
+        (a worker runs, or is starting: it is warm, and holds what was last compared) or one is under
+        way. The worker loads them within its budget, as a compare would, and its idle timeout counts
+        from the pre-load's end as from any request's: a pre-load nobody uses is given back."""
+        names = tuple(model_name(m) for m in models)
+        expected = self._warmups().get(", ".join(names))
+        with self._lock:
+            if not names or (self._warmup is not None and not self._warmup.done) or self._start_lock.locked() \
+                    or (self._proc is not None and self._proc.poll() is None):
+                return None
+            warmup = self._warmup = Warmup(names, time.time(), expected)
+        threading.Thread(target=self._preload, args=(warmup, models), daemon=True, name="lane-preload").start()
+        return warmup
+
+    def _preload(self, warmup: Warmup, models: list[dict[str, Any]]) -> None:
+        start = time.monotonic()
+        try:
+            held = self.call("preload", {"models": models}, progress=lambda text: setattr(warmup, "stage", text)).result
+        except LaneError as e:
+            warmup.error = str(e)
+        else:
+            self._seen, warmup.pid = held, held["pid"]
+            self._remember(", ".join(warmup.models), time.monotonic() - start)
+        warmup.seconds = time.monotonic() - start  # last: it marks the pre-load as over
+
+    def _warmups(self) -> dict[str, float]:
+        """Seconds the last pre-load of each set of models took, by their names (kept across restarts)."""
+        try:
+            found = json.loads((self.home / WARMUPS_NAME).read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def _remember(self, key: str, seconds: float) -> None:
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.home / WARMUPS_NAME, json.dumps({**self._warmups(), key: round(seconds, 1)}, indent=1))
+        except OSError:  # only the next estimate is lost
+            pass
 
     @property
     def pid(self) -> Optional[int]:
@@ -207,8 +316,9 @@ class Lane:
             return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def stop(self, grace: float = 10.0) -> None:
-        """End the worker: closing its stdin asks it to exit; a kill follows after ``grace`` seconds."""
-        with self._lock:
+        """End the worker: closing its stdin asks it to exit; a kill follows after ``grace`` seconds.
+        A worker being started (a pre-load's) is waited for, then ended, never left behind."""
+        with self._start_lock, self._lock:
             proc, self._proc = self._proc, None
         if proc is None:
             return

@@ -23,6 +23,7 @@ import logging
 import os
 import select
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -31,6 +32,8 @@ from typing import Any, BinaryIO, Callable, Optional, Sequence
 from lab.errors import USER_ERRORS
 
 IDLE_S = 600.0  # a lane nobody asked for ten minutes gives its memory back
+# What a pre-load asks each model once: the Compare page's example, a few tokens (decoding included)
+WARMUP = {"options": ["Oslo", "Helsinki", "Stockholm", "Copenhagen"], "max_new_tokens": 4}
 READ_BYTES = 1 << 16
 
 log = logging.getLogger("lab.lane")
@@ -52,7 +55,24 @@ def _held(args: dict[str, Any], cache, progress: Progress) -> dict[str, Any]:
                      for e in cache.held()]}
 
 
-OPS: dict[str, Callable[[dict[str, Any], Any, Progress], dict[str, Any]]] = {"compare": _compare, "held": _held}
+def _preload(args: dict[str, Any], cache, progress: Progress) -> dict[str, Any]:
+    """``args``: ``models`` ([{model, adapter}], validated by the server). Loads each within the
+    budget, as a compare would, and asks it one throwaway question: a model's first forward pass costs
+    seconds more than the next ones (its weights paged in, the CPU kernels set up), which the first
+    compare should not pay either. Returns what is held, as ``held`` does."""
+    from lab.compare import CompareConfig, compare
+
+    with tempfile.TemporaryDirectory(prefix="lane-preload-") as out:
+        for n, entry in enumerate(args["models"]):
+            name = entry["model"] + (f" + {Path(entry['adapter']).name}" if entry.get("adapter") else "")
+            progress(f"loading {name}")
+            cfg = CompareConfig.from_dict({**WARMUP, "models": [entry]})
+            compare(cfg, Path(out) / str(n), log=lambda text: None, cache=cache)
+    return _held(args, cache, progress)
+
+
+OPS: dict[str, Callable[[dict[str, Any], Any, Progress], dict[str, Any]]] = {
+    "compare": _compare, "held": _held, "preload": _preload}
 
 
 def _reason(error: BaseException) -> str:

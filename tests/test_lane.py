@@ -1,5 +1,6 @@
 """The inference lane: models kept within a budget, a worker that survives bad requests and is
 replaced after a kill, callers that get their own answers, and a history that outlives the server."""
+import json
 import os
 import signal
 import threading
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobs.lane import Lane, LaneError
+from jobs.lane import WARMUPS_NAME, Lane, LaneError
 from lab.model_cache import DoesNotFit, ModelCache, footprint
 from lab.models import LoadedModel
 from lab.runs import comparison_choices
@@ -195,6 +196,32 @@ def test_an_idle_lane_exits_and_the_next_request_starts_it_quietly(tmp_path):
         lane.stop()
 
 
+def test_a_preload_warms_the_models_and_gives_them_back_when_idle(tmp_path, tiny_model_dir):
+    """The Compare page's pre-load: the worker starts and loads the model in the background; the
+    page's polls (last_status) do not keep it alive, and it exits after its idle timeout."""
+    model = {"model": str(tiny_model_dir)}
+    lane = Lane(tmp_path / ".lane", device="cpu", idle_s=2)
+    try:
+        warmup = lane.preload([model])
+        assert warmup.models == (str(tiny_model_dir),) and warmup.expected_s is None
+        assert lane.preload([model]) is None  # one at a time
+        deadline = time.time() + 120
+        while not warmup.done and time.time() < deadline:
+            time.sleep(0.1)
+        assert warmup.error is None and warmup.pid == lane.pid is not None
+        assert [h["model"] for h in lane.last_status()["held"]] == [str(tiny_model_dir)]
+        assert lane.preload([model]) is None  # a running lane is warm already
+        while lane.pid is not None and time.time() < deadline:
+            lane.last_status()  # the page's poll, here every 0.2 s: it must not keep the lane alive
+            time.sleep(0.2)
+        assert lane.pid is None and lane.last_status() == {"running": False}
+        # kept for the next pre-load of the same models, whose line says "about N s"
+        kept = json.loads((tmp_path / ".lane" / WARMUPS_NAME).read_text())
+        assert kept == {str(tiny_model_dir): pytest.approx(warmup.seconds, abs=0.1)}
+    finally:
+        lane.stop()
+
+
 # ---------------------------------------------------------------- the page, through the lane
 def test_the_page_compares_a_list_and_reopens_it_after_a_restart(tmp_path, tiny_model_dir):
     from ui import compare_page
@@ -209,7 +236,8 @@ def test_the_page_compares_a_list_and_reopens_it_after_a_restart(tmp_path, tiny_
     finally:
         ctx.lane.stop()
     assert "Starting the inference lane" in said[0][0] and any("model 2 of 2" in s[0] for s in said)
-    message, picker, figure, table, csv, result, history, status = said[-1]
+    message, picker, figure, answers, csv, result, history, status = said[-1]
+    table = answers["value"]  # an update that also sets the columns' widths
     assert "Done in" in message and picker["visible"] and len(picker["choices"]) == 3
     assert len(table) == 6 and table["correct"].iloc[0] in (True, False) and Path(csv["value"]).is_file()
     assert [t.name for t in figure.data] == [str(tiny_model_dir), f"{tiny_model_dir} at T = 2"]
@@ -222,5 +250,5 @@ def test_the_page_compares_a_list_and_reopens_it_after_a_restart(tmp_path, tiny_
     reopened = compare_page.reopen(again, name)
     assert compare_page.parse_questions(reopened[0]) == compare_page.parse_questions(text)
     assert reopened[7:9] == (compare_page.gr.update(value=model), compare_page.gr.update(value=model))
-    assert reopened[-4:-2] == ("", "2.0") and len(reopened[4]) == 6
+    assert reopened[-4:-2] == ("", "2.0") and len(reopened[4]["value"]) == 6
     assert compare_page.reopen(again, "../../etc") == (compare_page.gr.skip(),) * 15

@@ -130,6 +130,8 @@ def build(ctx: LabContext) -> gr.Blocks:
             tab.select(functools.partial(timer_states, timers[tab_id], every), outputs=every, show_progress="hidden")
             poll_when_shown(demo, tab, timers[tab_id])
         _wire_links(ctx, tabs, built, timers)
+        # Opening the Compare page warms the inference lane for the models its form shows.
+        tabs_by_id["compare"].select(**built["compare"].on_open)
         preload_plots(demo)
         register_api(ctx)
     # The pages' own events (uploads, sliders, the loaders of callable values) are not an API:

@@ -1,10 +1,13 @@
 """Compare on your own questions: 1–4 models (with adapters and fitted temperatures) side by side.
 
 The models run in the inference lane (:class:`jobs.lane.Lane`), a worker beside the training
-queue that keeps them loaded: the first compare starts it and loads the models, later ones reuse
-them, and none waits for a training job. The web server never loads torch. Every comparison is
-kept under ``runs/comparisons/`` and listed in History, across server restarts; a ``compare`` job
-(``python -m jobs submit``) writes the same ``compare.json`` and is listed there too.
+queue that keeps them loaded: opening the page starts it and loads the models the form shows
+(``app.py --lane-preload``), so that the first compare is as quick as the next ones, and none waits
+for a training job. A line under the Compare button says whether the lane is still warming up and
+what it holds, read from the server's side (asking the worker would keep an idle lane alive). The
+web server never loads torch. Every comparison is kept under ``runs/comparisons/`` and listed in
+History, across server restarts; a ``compare`` job (``python -m jobs submit``) writes the same
+``compare.json`` and is listed there too.
 
 A saved calibrator (the Recalibration workbench's) can be applied to every model's option
 probabilities: the answers table gains a "calibrated confidence" column, recomputed from the
@@ -15,13 +18,14 @@ from __future__ import annotations
 import functools
 import queue
 import threading
+import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 import gradio as gr
 import pandas as pd
 
-from jobs.lane import LaneError
+from jobs.lane import LaneError, Warmup, model_name
 from lab import calibrators, metrics, runs
 from lab.compare import MAX_MODELS, format_questions, history_dir, parse_questions, read_result
 from lab.errors import USER_ERRORS
@@ -36,14 +40,17 @@ from ui.uploads import ALLOWED_SUFFIXES, accept_upload
 
 # (label, "model|adapter") of every model a name loads (lab.weights): bundled, the default, then scratch
 NAMED = [(name, f"{name}|") for name in NAMED_MODELS]
+FORM_MODELS = (NAMED[0][1],) + (None,) * (MAX_MODELS - 1)  # what the model pickers show as the page opens
 EXAMPLE = "What is the capital of Norway?\nOslo\nHelsinki\nStockholm\nCopenhagen"
 INTRO = ("Ask your own questions. With options you see each model's probability for every option "
          "(letter scoring, the CFT chat prompt) and its generated answer; without options, the answers only. "
-         "Models stay loaded between compares, so the first one takes a while and the next ones seconds.")
+         "Models stay loaded between compares (and start loading as this page opens); the line under Compare "
+         "says whether they are ready.")
 QUESTIONS_HELP = ("One question per block, blocks separated by a blank line: the question on the first line, "
                   "its options one per line below (none: a free-text answer). Put * before the right option "
                   "to have it marked.")
 NOT_RUNNING = "Inference lane: not running (the next compare starts it)."
+LANE_POLL_S = 2.0  # how soon the lane's line says that its warm-up is over, while the page is shown
 CALIBRATED = "calibrated confidence"  # the answers table's column when a calibrator is picked
 # Each column of the answers table (lab.compare.COLUMNS, and the calibrated confidence) its width: at 1440 px
 # the answer and its probabilities are in view, and no header breaks mid-word.
@@ -165,15 +172,66 @@ def calibrated_answers(ctx: LabContext, result: Optional[dict[str, Any]], calibr
     return answers_table(table), csv, note
 
 
-def lane_status(ctx: LabContext) -> str:
-    """What the lane holds: the models a user may wait for, and the memory they take."""
-    status = ctx.lane.status()
+def warming_line(warmup: Warmup, now: float) -> str:
+    """The lane's line while it pre-loads: what it is doing, how long that took last time, and so far."""
+    expected = (f"about {warmup.expected_s:.0f} s" if warmup.expected_s is not None
+                else "the first time here takes seconds to a minute")
+    return (f"Inference lane: warming up, {warmup.stage}… ({expected}; {now - warmup.started:.0f} s so far). "
+            "A compare asked now starts as soon as it is ready.")
+
+
+def describe_lane(status: dict[str, Any], warmup: Optional[Warmup]) -> str:
+    """A running lane's device, what it holds and the memory that takes (the models a user may wait
+    for), and how its warm-up went; or that it does not run."""
+    failed = ""
+    if warmup is not None and warmup.error:
+        when = time.strftime("%H:%M", time.localtime(warmup.started))
+        failed = f" The pre-load of {', '.join(warmup.models)} at {when} failed: {warmup.error}"
     if not status.get("running"):
-        return NOT_RUNNING
+        return NOT_RUNNING + failed
+    warmed = warmup is not None and not warmup.error and warmup.pid == status["pid"]
+    state = f"ready on {status['device']} (pid {status['pid']}), warmed up in {warmup.seconds:.1f} s" if warmed \
+        else f"running on {status['device']} (pid {status['pid']})"
+    if "held" not in status:
+        return f"Inference lane: {state}.{failed}"
     held = ", ".join(f"{h['model']}{' + ' + Path(h['adapter']).name if h['adapter'] else ''} "
                      f"({size_text(h['bytes'])})" for h in reversed(status["held"])) or "nothing yet"
-    return (f"Inference lane: running on {status['device']} (pid {status['pid']}), holds {held}; "
-            f"{size_text(status['used'])} of {size_text(status['budget'])} used.")
+    return (f"Inference lane: {state}; holds {held}; {size_text(status['used'])} of {size_text(status['budget'])} "
+            f"used.{failed}")
+
+
+def lane_line(ctx: LabContext) -> str:
+    """The lane's line, from what the server knows: never a request to the worker, whose idle
+    timeout counts requests (this is the page's poll)."""
+    warmup = ctx.lane.warmup
+    if warmup is not None and not warmup.done:
+        return warming_line(warmup, time.time())
+    return describe_lane(ctx.lane.last_status(), warmup)
+
+
+def lane_status(ctx: LabContext) -> str:
+    """The lane's line after asking the worker what it holds (after a compare, which was a request anyway)."""
+    ctx.lane.status()
+    return lane_line(ctx)
+
+
+def form_models(ctx: LabContext, pickers: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """The models the form's pickers show, each once, as a pre-load names them ({model, adapter});
+    validated as their compare will be, and none when one is not valid (the compare will say why)."""
+    try:
+        cfg, _ = request(ctx, EXAMPLE, (*pickers, *[""] * len(pickers)))
+    except ValueError:
+        return []
+    entries = [{key: m[key] for key in ("model", "adapter") if m.get(key)} for m in cfg.models]
+    return list({model_name(e): e for e in entries}.values())
+
+
+def opened(ctx: LabContext, *pickers: Any) -> str:
+    """The page was opened: the lane starts and loads the models the form shows, in the background
+    (unless ``--lane-preload off``, or a lane runs already: it is warm), and its line says so."""
+    if ctx.lane_options.preload != "off":
+        ctx.lane.preload(form_models(ctx, pickers))
+    return lane_line(ctx)
 
 
 def run_compare(ctx: LabContext, text: Any, *models_and_temps: Any) -> Iterator[tuple[Any, ...]]:
@@ -197,10 +255,16 @@ def run_compare(ctx: LabContext, text: Any, *models_and_temps: Any) -> Iterator[
         finally:
             news.put(None)
 
-    cold = ctx.lane.pid is None
+    warmup = ctx.lane.warmup
+    if warmup is not None and not warmup.done:
+        first = f"The inference lane is still warming up ({warmup.stage}): the compare starts as soon as it is ready…"
+    elif ctx.lane.pid is None:
+        first = ("Starting the inference lane: torch and the models load once (seconds to a minute); "
+                 "the next compares reuse them…")
+    else:
+        first = "Comparing…"
     threading.Thread(target=ask, daemon=True, name="compare").start()
-    yield (ok("Starting the inference lane: torch and the models load once (seconds to a minute); "
-              "the next compares reuse them…" if cold else "Comparing…"), *skip)
+    yield (ok(first), *skip)
     while (item := news.get()) is not None:
         yield (ok(f"{item}…"), *skip)
     if "error" in answer:
@@ -261,7 +325,15 @@ def rescan(ctx: LabContext, n: int = MAX_MODELS) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- layout and wiring
-def build_compare(ctx: LabContext) -> gr.Dropdown:
+class CompareControls(NamedTuple):
+    """What the app wires around the page: History, and the event its opening (its tab's select)
+    runs, which pre-loads the form's models."""
+
+    history: gr.Dropdown
+    on_open: dict[str, Any]  # keyword arguments of the tab's select event
+
+
+def build_compare(ctx: LabContext) -> CompareControls:
     gr.Markdown(INTRO)
     with gr.Row():
         questions = gr.Textbox(label="Questions", value=EXAMPLE, lines=8, max_lines=30, elem_id="compare-question",
@@ -273,13 +345,14 @@ def build_compare(ctx: LabContext) -> gr.Dropdown:
     with gr.Row():
         for i in range(MAX_MODELS):
             with gr.Column(min_width=160):
-                models.append(gr.Dropdown(choices, value=NAMED[0][1] if i == 0 else None, label=f"Model {i + 1}",
+                models.append(gr.Dropdown(choices, value=FORM_MODELS[i], label=f"Model {i + 1}",
                                           allow_custom_value=True, elem_id=f"compare-model-{i + 1}"))
                 temps.append(gr.Textbox(label=f"Temperature (number or {TEMPERATURE_FILE})", value="",
                                         elem_id=f"compare-temperature-{i + 1}"))
     with gr.Row():
         run = gr.Button("Compare", variant="primary", elem_id="compare-run")
         rescan_button = gr.Button("Rescan trained models")
+    status = gr.Markdown(NOT_RUNNING, elem_id="compare-lane")
     message = gr.HTML(elem_id="compare-message")
     question = gr.Dropdown([], label="Question drawn", visible=False, elem_id="compare-drawn")
     plot = gr.Plot(label="Option probabilities")
@@ -292,7 +365,6 @@ def build_compare(ctx: LabContext) -> gr.Dropdown:
     result = gr.State(None)
     history, _ = run_picker(ctx, "History (every comparison, also after a restart)",
                                         catalogue=runs.comparison_choices, elem_id="compare-history", pick_newest=False)
-    status = gr.Markdown(NOT_RUNNING)
 
     # the table as the models answered, then with the picked calibrator's column (from the result kept)
     recalibrate = {"fn": functools.partial(calibrated_answers, ctx), "inputs": [result, calibrator, history],
@@ -307,4 +379,8 @@ def build_compare(ctx: LabContext) -> gr.Dropdown:
     calibrator.change(**recalibrate)
     upload.upload(functools.partial(load_file, ctx), inputs=upload, outputs=[questions, message])
     rescan_button.click(functools.partial(rescan, ctx), outputs=models)
-    return history
+    gr.Timer(LANE_POLL_S, active=False).tick(functools.partial(lane_line, ctx), outputs=status, show_progress="hidden")
+    if ctx.lane_options.preload == "start":  # the server is starting: the form will show its defaults
+        ctx.lane.preload(form_models(ctx, FORM_MODELS))
+    return CompareControls(history, {"fn": functools.partial(opened, ctx), "inputs": models, "outputs": status,
+                                     "show_progress": "hidden"})

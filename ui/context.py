@@ -49,11 +49,15 @@ class ResultCache:
 
 @dataclass(frozen=True)
 class LaneOptions:
-    """The inference lane's settings (``app.py --lane-device/--lane-memory/--lane-idle``)."""
+    """The inference lane's settings (``app.py --lane-device/--lane-memory/--lane-idle/--lane-preload``)."""
 
     device: str = "auto"  # cpu, cuda:N or auto (the first GPU if there is one)
     memory_gb: Optional[float] = None  # None: a quarter of the RAM on the CPU, half the GPU
     idle_s: float = 600.0
+    # when the lane loads the Compare form's models before the first compare: "open" (the page opens),
+    # "start" (the server starts, and the page opens) or "off". Off here, so that a context built in
+    # a test or a script starts no process; app.py's --lane-preload default is "open".
+    preload: str = "off"
 
 
 @dataclass(frozen=True)
