@@ -25,16 +25,23 @@ def _chromium() -> str:
     return path
 
 
+def _page(playwright, height: int = 1000, width: int = 1440):
+    """Headless Chromium (the machine's own, no sandbox: it runs as root here) and a page of that
+    size whose waits give up after 30 s."""
+    browser = playwright.chromium.launch(executable_path=_chromium(), headless=True,
+                                         args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(30_000)
+    return browser, page
+
+
 @pytest.fixture
 def newcomer(served_bare, bundled, monkeypatch):
     """A browser on the app as a user's machine runs it: nothing but the package, no hub."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.set_default_timeout(30_000)
+        browser, page = _page(p, height=1000)
         yield page, served_bare
         browser.close()
 
@@ -243,10 +250,7 @@ def test_selective_prediction_and_the_recalibration_workbench(served_bare):
     ctx, url = served_bare
     _selective_runs(ctx.runs)
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.set_default_timeout(30_000)
+        browser, page = _page(p, height=1000)
         page.goto(url)
 
         page.get_by_role("tab", name="Selective prediction").click()
@@ -353,10 +357,7 @@ def test_what_a_1440_px_screen_shows(served_bare):
     sync_api = pytest.importorskip("playwright.sync_api")
     ctx, url = served_bare
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        page.set_default_timeout(30_000)
+        browser, page = _page(p, height=900)
         page.goto(url)
         page.get_by_role("tab", name="evaluate").click()
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lab.evaluate import EvalConfig, write_evaluation
-from tests.test_browser import _box, _chromium, _fill, _pick, _shot
+from tests.test_browser import _box, _fill, _page, _pick, _shot
 from ui.components import PICKER_POLL_S
 
 VIEWPORT = {"width": 1440, "height": 900}
@@ -68,10 +68,7 @@ def app(tmp_path, poll_s, monkeypatch):
 def browser_page(app):
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        page = browser.new_page(viewport=VIEWPORT)
-        page.set_default_timeout(30_000)
+        browser, page = _page(p, height=VIEWPORT["height"], width=VIEWPORT["width"])
         yield page, app
         browser.close()
 
