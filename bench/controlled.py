@@ -146,17 +146,28 @@ def cft_job(out: Path, files: dict[str, str], start: Path, name: str, **override
         "ood": [{"dataset": "synthetic", "data_files": [files["shifted"]], "split": "shifted"}], **overrides})
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-controlled")
+def arguments(description: str, out_help: str = "where the bench's jobs run (a rerun skips finished ones)"
+              ) -> argparse.ArgumentParser:
+    """The options every controlled-task bench takes: its folder and torch's CPU threads."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-controlled", help=out_help)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    args = parser.parse_args()
+    return parser
+
+
+def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, str]]:
+    """torch's threads set, and the bench's folder (resolved) with its data files in it."""
     import torch
 
     torch.set_num_threads(args.threads)
     out = args.out.resolve()
+    return out, data_files(out)
+
+
+def main() -> int:
+    args = arguments(__doc__.splitlines()[0]).parse_args()
+    out, files = prepare(args)
     start = time.time()
-    files = data_files(out)
 
     # ------------------------------------------------------------ the base model and experiment 1
     base = base_model(out, files)

@@ -36,7 +36,7 @@ from typing import Any, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/controlled.py, run as a plain script
 
-from controlled import (REPO, base_model, cft_job, data_files, ece_cell, full_finetune, pct,  # noqa: E402
+from controlled import (REPO, arguments, base_model, cft_job, ece_cell, full_finetune, pct, prepare,  # noqa: E402
                         preset)
 from lab.layout import MODEL_DIR  # noqa: E402
 
@@ -117,21 +117,15 @@ def run_name(seed: int, estep_steps: Optional[int]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-controlled",
-                        help="bench/controlled.py's folder: its base and over-confident model are reused")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser = arguments(__doc__.splitlines()[0], "bench/controlled.py's folder: its base and over-confident model "
+                       "are reused")
     parser.add_argument("--lambdas", type=float, nargs="+", default=[1.8],
                         help="the λ of the 2 × 2 (the first seed's per-epoch job also has the preset's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--estep-steps", type=int, default=5, help="the frequent E-step's interval, optimiser steps")
     args = parser.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
-    out = args.out.resolve()
+    out, files = prepare(args)
     begin = time.time()
-    files = data_files(out)
     start = full_finetune(out, files, base_model(out, files))
     cft = preset("cft-controlled")
     runs: dict[tuple[int, Optional[int]], Path] = {}

@@ -35,7 +35,7 @@ from lab.config import PATH_ROLES, ConfigError, validate, walk
 from lab.data import DATASETS, DataError, samples, with_sample
 from lab.data.loaders import hub_copy_problem, list_folder, split_entry
 from lab.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
-from lab.reads import PathNotAllowed, inside
+from lab.reads import PathNotAllowed, inside, resolved_entries
 from lab.weights import NAMED_MODELS
 
 MAX_FILES = 10_000  # files one config may resolve to (a glob over a huge tree is refused, not walked)
@@ -68,13 +68,10 @@ class Policy:
         """Every entry of ``folder`` (a model, an adapter) resolves inside the roots: no symlink leads out."""
         if self.roots is None:
             return
-        seen = 0
-        for parent, dirs, files in os.walk(folder):
-            for name in itertools.chain(dirs, files):
-                seen += 1
-                if seen > MAX_TREE:
-                    raise ConfigError(f"{field}: {given!r} holds more than {MAX_TREE:,} entries; is it a model folder?")
-                self.check(field, Path(os.path.realpath(os.path.join(parent, name))), given)
+        for seen, (_, resolved) in enumerate(resolved_entries(folder), 1):
+            if seen > MAX_TREE:
+                raise ConfigError(f"{field}: {given!r} holds more than {MAX_TREE:,} entries; is it a model folder?")
+            self.check(field, resolved, given)
 
 
 def _real(text: str) -> Path:

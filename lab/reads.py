@@ -105,6 +105,15 @@ def read_text(path: Path, encoding: str = "utf-8-sig") -> str:
         return f.read()
 
 
+def resolved_entries(folder: Path) -> Iterator[tuple[Path, Path]]:
+    """``(entry, where it resolves)`` for every file and folder under ``folder``: what a check that
+    no link leads out of the allowed folders walks, at submit (:mod:`lab.paths`) and here."""
+    for parent, dirs, files in os.walk(folder):
+        for name in itertools.chain(dirs, files):
+            entry = Path(parent, name)
+            yield entry, Path(os.path.realpath(entry))
+
+
 def check_folder(folder: Path) -> None:
     """Every entry of ``folder`` (a model, an adapter) resolves inside the job's folders: no link leads
     out. ``from_pretrained`` opens the files itself, so this runs just before it does."""
@@ -113,8 +122,6 @@ def check_folder(folder: Path) -> None:
     real = Path(os.path.realpath(folder))
     if not allowed(real):
         raise _outside(Path(folder), real)
-    for parent, dirs, files in os.walk(real):
-        for name in itertools.chain(dirs, files):
-            entry = Path(os.path.realpath(os.path.join(parent, name)))
-            if not allowed(entry):
-                raise _outside(Path(parent, name), entry)
+    for entry, resolved in resolved_entries(real):
+        if not allowed(resolved):
+            raise _outside(entry, resolved)

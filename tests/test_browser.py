@@ -35,6 +35,18 @@ def _page(playwright, height: int = 1000, width: int = 1440):
     return browser, page
 
 
+def _recalibrate(page, method: str):
+    """On the Recalibration page: fit ``method`` on the val run, apply it to the test run; the
+    before/after figure (a locator: wait for it)."""
+    page.get_by_role("tab", name="Recalibration").click()
+    _pick(page, "recal-fit", "^val · ")
+    _pick(page, "recal-apply", "^test · ")
+    page.locator("#recal-method").get_by_text(method).click()
+    page.locator("#recal-run").click()
+    page.locator("#recal-message").get_by_text(re.compile("applied to test · ")).wait_for()
+    return page.locator(".js-plotly-plot >> visible=true").filter(has_text="before").first
+
+
 @pytest.fixture
 def newcomer(served_bare, bundled, monkeypatch):
     """A browser on the app as a user's machine runs it: nothing but the package, no hub."""
@@ -270,13 +282,7 @@ def test_selective_prediction_and_the_recalibration_workbench(served_bare):
         page.get_by_text(re.compile(r"of \d+ questions")).first.wait_for()
         assert page.locator("#cases-table [role=row]").count() > 1
 
-        page.get_by_role("tab", name="Recalibration").click()
-        _pick(page, "recal-fit", "^val · ")
-        _pick(page, "recal-apply", "^test · ")
-        page.locator("#recal-method").get_by_text("isotonic regression").click()
-        page.locator("#recal-run").click()
-        page.locator("#recal-message").get_by_text(re.compile("applied to test · ")).wait_for()
-        page.locator(".js-plotly-plot >> visible=true").filter(has_text="before").first.wait_for()
+        _recalibrate(page, "isotonic regression").wait_for()
         assert "ECE % [95% range of resampled ECE]" in page.locator("#recal-table").inner_text()
         _shot(page, "10-recalibration.png", full_page=True)
         page.locator("#recal-save").click()

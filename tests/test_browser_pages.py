@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lab.evaluate import EvalConfig, write_evaluation
-from tests.test_browser import _box, _fill, _page, _pick, _shot
+from tests.test_browser import _box, _fill, _page, _pick, _recalibrate, _shot
 from ui.components import PICKER_POLL_S
 
 VIEWPORT = {"width": 1440, "height": 900}
@@ -206,13 +206,7 @@ def test_the_workbench_legend_names_every_bar_it_draws(browser_page):
     page, (ctx, url) = browser_page
     write_runs(ctx.runs, RUNS[:2])
     page.goto(url)
-    page.get_by_role("tab", name="Recalibration").click()
-    _pick(page, "recal-fit", "^val · ")
-    _pick(page, "recal-apply", "^test · ")
-    page.locator("#recal-method").get_by_text("Platt scaling").click()
-    page.locator("#recal-run").click()
-    page.locator("#recal-message").get_by_text(re.compile("applied to test · ")).wait_for()
-    figure = page.locator(".js-plotly-plot >> visible=true").filter(has_text="before").first
+    figure = _recalibrate(page, "Platt scaling")
     figure.wait_for()
     legend = figure.locator(".legend").text_content()
     assert "accuracy" in legend and "over-confident" in legend and "under-confident" in legend
