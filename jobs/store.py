@@ -24,7 +24,7 @@ import sqlite3
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
@@ -251,10 +251,11 @@ class JobStore:
             check_gpu_request(gpus)
             if processes > (os.cpu_count() or 1):
                 raise ConfigError(f"processes: this machine has {os.cpu_count()} CPU cores; ask for that many or fewer")
-        check_devices(kind.name, parsed.to_dict(), options.gpus_per_node if options else gpus,
+        values = parsed.to_dict()
+        check_devices(kind.name, values, options.gpus_per_node if options else gpus,
                       here=roots is not None and executor == "local")
-        check_disk(kind.name, parsed.to_dict(), self.root)  # its run directory will be under the root
-        text = dump_yaml({"kind": kind.name, **parsed.to_dict()})
+        check_disk(kind.name, values, self.root)  # its run directory will be under the root
+        text = dump_yaml({"kind": kind.name, **values})
         slurm_json = options.to_json() if options else None
         folders = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]
         now = time.time()
@@ -265,7 +266,7 @@ class JobStore:
             run_dir.mkdir(parents=True)  # new, never an old job's: _next_id is past every directory
             (run_dir / CONFIG_FILE).write_text(text, encoding="utf-8")
             job_file = {"gpus": gpus, "processes": processes, "executor": executor,
-                        "slurm": json.loads(slurm_json) if slurm_json else None, "roots": folders}
+                        "slurm": asdict(options) if options else None, "roots": folders}
             (run_dir / JOB_FILE).write_text(json.dumps(job_file) + "\n", encoding="utf-8")
             db.execute(
                 "INSERT INTO jobs (id, kind, config, status, gpus, processes, executor, slurm, position, created, "
