@@ -17,7 +17,7 @@ MIN_SKIP := not letter_matches_naive and not cloze_matches_naive and not end_to_
 HOST ?= 127.0.0.1
 PORT ?= 7860
 
-.PHONY: setup setup-test setup-min run test test-min bench clean
+.PHONY: setup setup-test setup-min run test test-fast test-min bench clean
 
 setup: $(VENV)/.runtime-installed
 setup-test: $(VENV)/.test-installed
@@ -46,8 +46,13 @@ $(VENV_MIN)/.min-installed: requirements-min.txt scripts/install_torch.sh
 run: setup
 	$(PY) app.py --host $(HOST) --port $(PORT) $(if $(wildcard ../shared/data),--allow-path ../shared/data)
 
+# The whole suite (what CI runs), with the 15 slowest tests named at its end.
 test: setup-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
+
+# The fast tier: every test not marked `slow` (pytest.ini's markers), under 3 minutes on two cores.
+test-fast: setup-test
+	$(PY) -m pytest -q -m "not slow" --durations=15
 
 test-min: setup-min
 	$(PY_MIN) -m pytest -q $(MIN_TESTS) -k "$(MIN_SKIP)"

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a plain script from anywhere
 
 from jobs.lane import Lane  # noqa: E402
-from lab.compare import history_dir  # noqa: E402
+from lab.kinds.compare.run import history_dir  # noqa: E402
 
 OPTIONS = ["Oslo", "Helsinki", "Stockholm", "Copenhagen"]
 QUESTIONS = ["What is the capital of Norway?", "What is the capital of Sweden?", "What is the capital of Denmark?",
@@ -53,7 +53,7 @@ def _adapter(folder: Path) -> str:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from lab.models import load_model
+    from lab.models.loading import load_model
 
     torch.manual_seed(0)
     loaded = load_model("bundled", device="cpu")

@@ -4,7 +4,7 @@
 
 A task from :mod:`lab.data.synthetic` (8 objects, 4 colours, the stated answer the rule's with
 q = 0.95 in bright light and 0.6 in dim light; the shifted split 0.8 / 0.45) and a small Llama
-created from scratch (:mod:`lab.scratch`). The *base* model learns the rule on 600 questions of
+created from scratch (:mod:`lab.models.scratch`). The *base* model learns the rule on 600 questions of
 its own (3 epochs); every experiment starts from it, as the papers start from a pretrained model:
 
 1. **Epochs on noisy labels** (the alignment-calibration paper's "ECE grows with epochs"): the
@@ -36,10 +36,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
 from lab.data.synthetic import Task, write_splits  # noqa: E402
-from lab.events import read_events  # noqa: E402
-from lab.layout import ADAPTER_DIR, EVENTS_FILE, METRICS_FILE, MODEL_DIR, RESULT_FILE  # noqa: E402
-from lab.worker import run  # noqa: E402
-from lab.yamlio import dump_yaml, load_yaml  # noqa: E402
+from lab.core.events import read_events  # noqa: E402
+from lab.core.layout import ADAPTER_DIR, EVENTS_FILE, METRICS_FILE, MODEL_DIR, RESULT_FILE  # noqa: E402
+from lab.jobkit.worker import run  # noqa: E402
+from lab.core.yamlio import dump_yaml, load_yaml  # noqa: E402
 
 TASK = Task()  # the shipped task: 8 objects, seed 0
 SIZES = {"pretrain": 600, "train": 100, "validation": 500, "test": 1000, "shifted": 1000, "pool": 1600}
@@ -119,7 +119,7 @@ def data_files(out: Path) -> dict[str, str]:
 
 def base_model(out: Path, files: dict[str, str]) -> Path:
     """The run of the *base*: the scratch model trained 3 epochs on its own pretrain questions."""
-    from lab.scratch import ScratchConfig, create
+    from lab.models.scratch import ScratchConfig, create
     from lab.data import load_records
 
     scratch = out / "scratch"
@@ -226,7 +226,7 @@ def render(out: Path, evaluations: dict, tuned: dict[str, Path], first_run: Path
         f"torch {torch.__version__}; this invocation took {seconds / 60:.1f} min (jobs already finished in "
         f"`{out.name}/` are not rerun). Configs: `{out.name}/configs/`, built from `examples/*-controlled.yaml`.", "",
         f"Task: `Task()` (8 objects, seed 0) of `lab.data.synthetic`, splits {', '.join(f'{k} {v}' for k, v in SIZES.items())}. "
-        "Model: `lab.scratch` defaults, trained 3 epochs on the pretrain split (the *base*). All figures in percent "
+        "Model: `lab.models.scratch` defaults, trained 3 epochs on the pretrain split (the *base*). All figures in percent "
         "but NLL; 95 % intervals from 1,000 bootstrap resamples of the questions.", "",
         "## 1. Fine-tuning epochs on noisy labels, full vs LoRA", "",
         f"The base fine-tuned {EPOCHS} epochs on the 100 train questions (constant learning rate: full 1e-3, "

@@ -22,9 +22,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
 
 from lab.data import load_records
-from lab.models import load_model
-from lab.scoring import right_padded, score_cloze, score_letter, split_pairs
-from lab.templates import Prompt, get_template
+from lab.models.loading import load_model
+from lab.models.scoring import right_padded, score_cloze, score_letter, split_pairs
+from lab.data.templates import Prompt, get_template
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "arc_challenge" / "test.jsonl"
 

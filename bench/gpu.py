@@ -5,7 +5,7 @@
 
 Written for a lent GPU machine that has torch but neither the network nor the bundled GGUF, gradio
 or datasets (docs/gpu-checklist.md says what to carry there): it imports nothing of the UI, and
-every model is made from a config — the ``scratch`` model (:mod:`lab.scratch`, from the lab's
+every model is made from a config — the ``scratch`` model (:mod:`lab.models.scratch`, from the lab's
 cache) and a Llama of the bundled model's kind (SmolLM2: tied embeddings, grouped-query attention,
 SwiGLU) scaled to about 1 B parameters, random weights, with the scratch tokenizer. Each section is
 printed and written to ``<out>/gpu_<device>.md`` as soon as it is done, so a call cut short keeps
@@ -13,7 +13,7 @@ what it finished; every section runs even when one before it failed (a GPU call 
 and the exit code is 1 if any failed. The figures only a GPU can give come first, and sections not
 begun within ``--budget`` seconds are skipped, so that the run ends within about 8 minutes.
 
-1. **Scoring throughput**: tokens/s of :mod:`lab.scoring`'s letter and cloze scorers on ARC-Easy
+1. **Scoring throughput**: tokens/s of :mod:`lab.models.scoring`'s letter and cloze scorers on ARC-Easy
    with the ~1 B model, given the batches an evaluation plans, against a bare forward over the same
    batches: the scorer's own forward calls, each timed alone (synchronised before and after) in
    the same run, so the ratio is the share of the scorer's time that is the model's forward, and
@@ -28,9 +28,9 @@ begun within ``--budget`` seconds are skipped, so that the run ends within about
    before it, against pre-flight's estimate (:func:`jobs.preflight.plan`, which, like that counter,
    leaves out the CUDA context) and the estimate the worker reports at the longest example.
 4. **first and cft end to end**: the controlled presets (examples/), shortened, each a config run
-   by the lab's worker (:func:`lab.worker.run`) in this process on the scratch model: succeeded or
+   by the lab's worker (:func:`lab.jobkit.worker.run`) in this process on the scratch model: succeeded or
    failed, with the error (and the log's last lines on stderr).
-5. **Evaluation parity**: letter evaluations (:func:`lab.evaluate.evaluate`) of the same synthetic
+5. **Evaluation parity**: letter evaluations (:func:`lab.kinds.evaluate.run.evaluate`) of the same synthetic
    questions in fp32 and bf16: accuracy, ECE, the largest |Δp| and the answers that change, on the
    untrained scratch model (near-uniform confidences) and on the teacher FIRST trained in 4.
 6. **Clean exit**: child processes left, stopped if any (a device call waits for them).
@@ -64,20 +64,22 @@ from bench.topk_store import sync, timed  # noqa: E402
 from jobs import preflight  # noqa: E402
 from lab import versions  # noqa: E402
 from lab.data import load_records  # noqa: E402
-from lab.errors import ModelLoadError  # noqa: E402
-from lab.evaluate import EvalConfig, evaluate  # noqa: E402
-from lab.events import EventWriter, read_events  # noqa: E402
-from lab.layout import CHECKPOINTS_DIR, EVENTS_FILE, MODEL_DIR, PREDICTIONS_FILE, RESULT_FILE  # noqa: E402
-from lab.models import load_model, load_tokenizer, select_device  # noqa: E402
-from lab.scoring import (Encoded, batch_tokens, encode_prompts, plan_batches, score_cloze, score_letter,  # noqa: E402
+from lab.core.errors import ModelLoadError  # noqa: E402
+from lab.kinds.evaluate.run import evaluate  # noqa: E402
+from lab.kinds.evaluate.config import EvalConfig
+from lab.core.events import EventWriter, read_events  # noqa: E402
+from lab.core.layout import CHECKPOINTS_DIR, EVENTS_FILE, MODEL_DIR, PREDICTIONS_FILE, RESULT_FILE  # noqa: E402
+from lab.models.loading import load_model, select_device  # noqa: E402
+from lab.models.tokenizers import load_tokenizer
+from lab.models.scoring import (Encoded, batch_tokens, encode_prompts, plan_batches, score_cloze, score_letter,  # noqa: E402
                          scored_length)
-from lab.templates import default_template, get_template  # noqa: E402
-from lab.train.config import TrainConfig  # noqa: E402
-from lab.train.data import pad_batch  # noqa: E402
-from lab.train.trainer import folder_bytes, prepare_model, run_training  # noqa: E402
-from lab.weights import SCRATCH, count_parameters, local_model_dir, size_text  # noqa: E402
-from lab.worker import run as run_job  # noqa: E402
-from lab.yamlio import dump_yaml  # noqa: E402
+from lab.data.templates import default_template, get_template  # noqa: E402
+from lab.training.config import TrainConfig  # noqa: E402
+from lab.training.data import pad_batch  # noqa: E402
+from lab.training.trainer import folder_bytes, prepare_model, run_training  # noqa: E402
+from lab.models.weights import SCRATCH, count_parameters, local_model_dir, size_text  # noqa: E402
+from lab.jobkit.worker import run as run_job  # noqa: E402
+from lab.core.yamlio import dump_yaml  # noqa: E402
 
 # Peak dense (no sparsity) bf16 tensor FLOP/s from NVIDIA's data sheets, by a part of what
 # torch.cuda.get_device_name says; the first match counts, so the variants come before "H100".
@@ -292,7 +294,7 @@ class Bench:
         return [f"- device: {name}; peak: {peak}",
                 f"- python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
                 f"transformers {transformers.__version__}",
-                f"- scratch model (lab.scratch, from the lab's cache): {count_parameters(self.scratch):,} parameters",
+                f"- scratch model (lab.models.scratch, from the lab's cache): {count_parameters(self.scratch):,} parameters",
                 f"- Llama for throughput and fine-tuning: hidden {s.hidden}, {s.layers} layers, {s.heads} heads, "
                 f"{s.kv_heads} KV heads, intermediate {s.intermediate}, vocabulary {s.vocab}, tied: "
                 f"**{self.n_params:,} parameters** ({self.n_params / 1e9:.3f} B), random weights, made and saved in "
@@ -336,7 +338,7 @@ class Bench:
         return table(["model", "questions", "accuracy fp32 / bf16", "ECE fp32 / bf16", "max abs Δp",
                       "answers changed"], rows) + [
             "", f"Letter scoring (template `{template}`) of the synthetic test split on {self.device}, each dtype "
-                "loaded and evaluated by lab.evaluate."]
+                "loaded and evaluated by lab.kinds.evaluate.run."]
 
     def throughput(self) -> list[str]:
         loaded = load_model(str(self.big))  # auto: bf16 on a GPU, fp32 on a CPU, as an evaluation loads it
@@ -452,7 +454,7 @@ def refused(device: torch.device, small: bool) -> Optional[str]:
     if device.type != "cuda" and not small:
         return "error: no CUDA GPU here; the full sizes train a 1 B model. Run with --small on a CPU."
     if local_model_dir(SCRATCH) is None:
-        from lab.scratch import default_model
+        from lab.models.scratch import default_model
 
         try:
             default_model()

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain s
 
 from jobs.scheduler import Scheduler  # noqa: E402
 from jobs.store import JobStore  # noqa: E402
-from lab.events import EVENTS_FILE, EventWriter, read_events  # noqa: E402
+from lab.core.events import EVENTS_FILE, EventWriter, read_events  # noqa: E402
 
 CONFIG = {"kind": "evaluate", "model": "bundled", "dataset": "arc_challenge", "limit": 1}
 REPEATS = 5

@@ -4,12 +4,12 @@
 
 One batch of ``--batch`` × ``--seq`` real tokens (this repository's own source text) with the
 last 30 % of each row supervised, as a completion-only batch would. Teacher: the top-5 ids and
-log-probs of one forward of the same model (detached), as ``lab.distill`` stores them. Timed,
+log-probs of one forward of the same model (detached), as ``lab.kinds.extract`` stores them. Timed,
 median of ``--repeats`` after one warm-up each, the steps interleaved so that load from other
 processes hits both alike:
 
 - hard: forward with ``labels=`` (transformers' own cross-entropy) + backward;
-- kd: forward without labels + :func:`lab.distill.losses.topk_kl_loss` + backward;
+- kd: forward without labels + :func:`lab.training.kd_losses.topk_kl_loss` + backward;
 - kd+tail: the same with ``tail=True`` (one extra (N, V) copy for the student's tail).
 
 Prints wall and CPU times and kd / hard (target ≤ 1.15). Ratios, not absolute times, carry over
@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
 
-from lab.distill.losses import topk_kl_loss
-from lab.models import load_model
+from lab.training.kd_losses import topk_kl_loss
+from lab.models.loading import load_model
 
 TOP_K = 5
 SUPERVISED = 0.3  # fraction of each row (its end) whose tokens carry a label

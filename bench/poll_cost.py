@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a plain script from anywhere
 
 from jobs.store import JobStore  # noqa: E402
-from lab.events import EventWriter  # noqa: E402
+from lab.core.events import EventWriter  # noqa: E402
 
 JOBS = 120
 SETTLE_S = 8.0

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/controlled.py,
 
 from controlled import (REPO, arguments, base_model, cft_job, ece_cell, full_finetune, pct, prepare,  # noqa: E402
                         preset)
-from lab.layout import MODEL_DIR  # noqa: E402
+from lab.core.layout import MODEL_DIR  # noqa: E402
 
 SWEEP = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0, 1.8, 10.0)  # the λ the measured pull is shown at
 TARGET = REPO / "bench" / "results" / "rcft_lambda_cpu.md"
@@ -49,9 +49,9 @@ def answer_pull(model_dir: Path, records: Sequence[Any], template: str, batch_si
                 edges: str, weights: Optional[Path] = None) -> dict[str, Any]:
     """Each RCFT term's gradient on the option logits at the answer position, per training question.
 
-    The terms are the trainer's (:class:`lab.cft.trainer.RCFTTrainer` on ``lambda_scale: paper``):
+    The terms are the trainer's (:class:`lab.training.cft.RCFTTrainer` on ``lambda_scale: paper``):
     the model's mean cross-entropy over every supervised token of a batch (prompt + answer) and
-    :func:`lab.cft.losses.ece_regulariser` with the bins of an E-step on this model, over batches
+    :func:`lab.training.cft_losses.ece_regulariser` with the bins of an E-step on this model, over batches
     of ``batch_size`` consecutive training questions. ``weights``: a trainer checkpoint to score
     instead of ``model_dir``'s weights (a checkpoint holds no tokenizer).
 
@@ -62,11 +62,12 @@ def answer_pull(model_dir: Path, records: Sequence[Any], template: str, batch_si
     """
     import torch
 
-    from lab import metrics
-    from lab.cft.losses import bin_accuracy, ece_regulariser
-    from lab.models import load_model
-    from lab.train.data import build_examples, pad_option_batch
-    from lab.train.trainer import letter_probs, supervised_positions
+    from lab.calibration import metrics
+    from lab.training.cft_losses import bin_accuracy, ece_regulariser
+    from lab.models.loading import load_model
+    from lab.training.data import build_examples, pad_option_batch
+    from lab.training.trainer import letter_probs
+    from lab.training.tokens import supervised_positions
 
     loaded = load_model(str(model_dir), device="cpu", dtype="float32")
     model, tokenizer = loaded.model, loaded.tokenizer
@@ -138,8 +139,8 @@ def main() -> int:
             runs[seed, every] = cft_job(out, files, start, run_name(seed, every), seed=seed, methods=["rcft"],
                                         lambdas=lambdas, training=training)
 
-    from lab.cft.config import CftConfig
-    from lab.cft.pipeline import load_pool
+    from lab.kinds.cft.config import CftConfig
+    from lab.kinds.cft.run import load_pool
 
     first = runs[args.seeds[0], None]
     cfg = CftConfig.from_dict(json.loads((first / "report.json").read_text())["config"])

@@ -4,7 +4,7 @@ one model and task): what the README's "When to trust an answer" figures come fr
     python bench/recalibration.py                 # evaluates the bundled model on bundled OBQA first
     python bench/recalibration.py --val V --test T [--out bench/results/recalibration_cpu.md]
 
-For each calibrator (lab.calibrators): the test run's ECE (95 % bootstrap interval), smooth ECE,
+For each calibrator (lab.calibration.calibrators): the test run's ECE (95 % bootstrap interval), smooth ECE,
 top-label Brier and NLL before and after, fitted on the validation run; and, for contrast, the
 same calibrator fitted on the test questions themselves and scored there (what the workbench
 refuses): how much in-sample fitting flatters. Then AURC / E-AURC / AUROC of each confidence signal
@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import analysis, calibrators, confidence, metrics, selective  # noqa: E402
+from lab.calibration import calibrators, confidence, metrics, selective
+from lab.results import analysis  # noqa: E402
 
 
 def _evaluate(split: str, out: Path) -> Path:

@@ -20,9 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
-from lab.events import EVENTS_FILE, read_events  # noqa: E402
-from lab.kinds import load_config  # noqa: E402
-from lab.worker import run  # noqa: E402
+from lab.core.events import EVENTS_FILE, read_events  # noqa: E402
+from lab.jobkit.kinds import load_config  # noqa: E402
+from lab.jobkit.worker import run  # noqa: E402
 
 
 def stage_times(run_dir: Path) -> list[tuple[str, float]]:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab.config import ConfigError  # noqa: E402
-from lab.kinds import parse_config  # noqa: E402
-from lab.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml  # noqa: E402
+from lab.core.config import ConfigError  # noqa: E402
+from lab.jobkit.kinds import parse_config  # noqa: E402
+from lab.core.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml  # noqa: E402
 
 BOMB = ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
         "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"

@@ -4,8 +4,9 @@
 
 One slider move recomputes, from a run's stored option probabilities: the probabilities at the
 new temperature and two summaries (ECE, NLL, Brier, cw-ECE, accuracy, reliability table; at T and
-at T = 1) — what ``ui.temperature_page.temperature_view`` does per move; the 81-point ECE/NLL sweep
-is computed once per run and cached. Timed on synthetic runs of 1,000 and 10,000 four-option
+at T = 1) — the numbers ``ui.temperature_page.slider_moved`` recomputes per move (it also draws the
+figures and bootstraps the ECE's interval, not timed here); the 81-point ECE/NLL sweep is computed
+once per run and cached. Timed on synthetic runs of 1,000 and 10,000 four-option
 questions. The baseline, measured in the same
 run, is what re-scoring would cost instead: the bundled model's letter-scoring time per question
 (32 ARC-Challenge-like prompts) times the run's size.
@@ -21,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
 
-from lab import analysis  # noqa: E402
+from lab.results import analysis  # noqa: E402
 from lab.data.record import MCQRecord  # noqa: E402
 
 REPEATS = 5
@@ -42,9 +43,9 @@ def slider_move(pred: analysis.Predictions, t: float) -> None:
 
 
 def scoring_seconds_per_question(n: int = 32) -> float:
-    from lab.models import load_model
-    from lab.scoring import score_letter
-    from lab.templates import get_template
+    from lab.models.loading import load_model
+    from lab.models.scoring import score_letter
+    from lab.data.templates import get_template
 
     loaded = load_model("bundled", device="cpu")
     render = get_template("cft_chat").render

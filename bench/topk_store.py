@@ -22,9 +22,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
 
 from lab.data import load_records
-from lab.distill.extract import extract_topk
-from lab.models import load_model
-from lab.scoring import _order
+from lab.kinds.extract.store import extract_topk
+from lab.models.loading import load_model
+from lab.models.scoring import _order
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commonsenseqa" / "train.jsonl"
 K = 5

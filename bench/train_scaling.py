@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a plain script from anywhere
 
 from jobs.launch import Launch, build_command, job_env  # noqa: E402
-from lab.events import read_events  # noqa: E402
-from lab.yamlio import dump_yaml  # noqa: E402
+from lab.core.events import read_events  # noqa: E402
+from lab.core.yamlio import dump_yaml  # noqa: E402
 
 
 def run(model: str, processes: int, batch: int, steps: int, root: Path) -> tuple[float, float, float]:

@@ -65,8 +65,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
 from lab.data import load_records
-from lab.models import bundled_model_dir
-from lab.templates import get_template
+from lab.models.bundled import bundled_model_dir
+from lab.data.templates import get_template
 
 
 @dataclass(frozen=True)

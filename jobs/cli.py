@@ -15,14 +15,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence
 
-from lab.events import EVENTS_FILE, read_events
 from jobs import failures
 from jobs.preflight import submit_notes
 from jobs.scheduler import Scheduler, cancel, start_in_background
 from jobs.store import JobStore, StoreError
-from lab.config import ConfigError
+from lab.core.config import ConfigError
+from lab.core.events import EVENTS_FILE, read_events
+from lab.core.yamlio import load_yaml
 from lab.versions import exit_if_unsupported
-from lab.yamlio import load_yaml
 
 DEFAULT_ROOT = Path(os.environ.get("CALIBRATION_LAB_RUNS", "runs"))
 

@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 from typing import Optional
 
-from lab.layout import LOG_FILE
+from lab.core.layout import LOG_FILE
 
 TAIL_LINES = 40
 TAIL_BYTES = 64 * 1024  # what a tail reads at most: 40 lines of a log, with room to spare

@@ -1,7 +1,7 @@
 """The server's handle on the inference lane: one worker process beside the training queue.
 
 Interactive model calls (a compare on the user's questions) go to a long-lived worker
-(:mod:`lab.lane`) that keeps models loaded, instead of queueing as jobs behind training for the
+(:mod:`lab.kinds.compare.lane`) that keeps models loaded, instead of queueing as jobs behind training for the
 only slot and loading their models every time. The web server stays free of torch: it starts the
 worker on the first request, talks to it over pipes (JSON lines, requests told apart by id, so
 two tabs asking at once each get their own answer), and lets it exit when idle. If the worker
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
-from lab.files import write_atomic
+from lab.core.files import write_atomic
 
 STARTUP_S = 120.0  # importing torch and transformers on a loaded machine
 REQUEST_S = 3600.0  # a hundred questions on four large models on a CPU
@@ -128,7 +128,7 @@ class Lane:
             env["CUDA_VISIBLE_DEVICES"] = ""
         elif device.startswith("cuda:"):
             env["CUDA_VISIBLE_DEVICES"], device = device.partition(":")[2], "cuda"
-        command = [self.python, "-m", "lab.lane", "--device", device, "--idle", str(self.idle_s)]
+        command = [self.python, "-m", "lab.kinds.compare.lane", "--device", device, "--idle", str(self.idle_s)]
         if self.memory_gb is not None:
             command += ["--budget", str(self.memory_gb)]
         return command, env

@@ -3,7 +3,7 @@
 One device: ``python -m lab run CONFIG --run-dir DIR``. Several GPUs, several CPU processes, or
 several machines: the same module under ``accelerate launch`` (``--num_processes``,
 ``--num_machines``, ``--machine_rank``, ``--main_process_ip``), never a launcher of our own; each
-rank runs the same config, the work is split across ranks (:mod:`lab.distributed`) and only rank
+rank runs the same config, the work is split across ranks (:mod:`lab.models.distributed`) and only rank
 0 writes events and results. Without GPUs the ranks train over torch's gloo backend: the same
 launcher, process group, samplers and gathers as NCCL on GPUs, which is how the test suite runs
 them on a CPU. ``slurm_script`` writes the batch file
@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+from lab.core.layout import LOG_FILE
 
 
 def visible_gpus() -> list[int]:
@@ -112,7 +114,14 @@ def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int, pa
     Rank 0's hostname is the rendezvous address; ``srun`` starts one ``accelerate launch`` per
     node with that node's rank. ``run_dir`` must be on a file system every node and the lab share;
     the job runs from this checkout (``--chdir``) with this Python, so the nodes must see both.
+
+    Both output streams go to the run directory's log (``--output`` and ``--error``, named
+    absolutely, as the config and run directory the worker is given are: the job's working folder
+    is the checkout, not the folder the lab was started from), so that Slurm never writes its
+    default ``slurm-<id>.out`` into the checkout or the current folder.
     """
+    config, run_dir = Path(os.path.abspath(config)), Path(os.path.abspath(run_dir))
+    log = str(run_dir / LOG_FILE).replace("%", "%%")  # Slurm expands %j, %x … in these names; %% is a %
     # The user's options come first and the lab's own after them: for an option given twice sbatch
     # takes the last, so nothing a user adds can move the log, the working folder or the resources.
     lines = [
@@ -123,7 +132,8 @@ def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int, pa
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={gpus_per_node}" if gpus_per_node else f"#SBATCH --cpus-per-task={processes}",
         f"#SBATCH --time={minutes}",
-        f"#SBATCH --output={run_dir}/log.txt",
+        f"#SBATCH --output={log}",
+        f"#SBATCH --error={log}",
         "#SBATCH --open-mode=append",  # a resumed run adds to its log rather than replacing it
         f"#SBATCH --chdir={PROJECT_DIR}",
     ]

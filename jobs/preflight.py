@@ -9,7 +9,7 @@ full copy): parameters are counted from the safetensors headers (exact, and read
 or loading any weights), and what a job holds per parameter depends on what it does with them:
 
 - inference: the weights, plus 20 % for activations and the KV cache;
-- training: :func:`lab.train.estimates.training_memory`, the trainer's own code path counted term by
+- training: :func:`lab.training.estimates.training_memory`, the trainer's own code path counted term by
   term — fp32 master weights, gradients and AdamW moments for a full fine-tune under bf16 autocast,
   the frozen base in bf16 or 4-bit plus the adapters (their exact size, from the weight shapes and
   ``lora_r``) for LoRA/QLoRA, activations and the fp32 logits for batches of ``batch_size`` ×
@@ -17,7 +17,7 @@ or loading any weights), and what a job holds per parameter depends on what it d
   longest example it really has) — plus :data:`CUDA_CONTEXT`.
 
 Will its checkpoints fit? :func:`check_disk` refuses a training job at submit when the disk of the
-runs folder has less free than its checkpoints need at once (:func:`lab.train.estimates.disk_peak`);
+runs folder has less free than its checkpoints need at once (:func:`lab.training.estimates.disk_peak`);
 the worker checks again before each save. :func:`submit_notes` says both sizes when a job is queued.
 
 Which models a job loads, and whether it trains them, comes from its kind's config declarations
@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 from jobs.launch import visible_gpus
-from lab import kinds
-from lab.config import ConfigError, spec_of, walk
-from lab.train.config import KEPT_CHECKPOINTS, TrainConfig
-from lab.train.estimates import (GPU, NF4_BYTES, checkpoint_bytes, describe, disk_peak, run_checkpoint_bytes,
-                                 training_memory)
-from lab.weights import BYTES, count_parameters, local_model_dir, model_shape, size_text
+from lab.core.config import ConfigError, spec_of, walk
+from lab.jobkit import kinds
+from lab.models.weights import BYTES, count_parameters, local_model_dir, model_shape, size_text
+from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
+from lab.training.estimates import (GPU, NF4_BYTES, checkpoint_bytes, describe, disk_peak, run_checkpoint_bytes,
+                                    training_memory)
 
 HEADROOM = 1.2  # inference: what a forward pass needs beyond the weights (activations, the KV cache)
 LORA_TRAINABLE = 0.02  # a model without a Llama-type config.json: its adapters' share, roughly
@@ -127,7 +127,7 @@ class ModelPlan:
 
 def _rough(n_params: int, method: str, dtype: str) -> tuple[float, int]:
     """(bytes, trainable parameters) of a model without a Llama-type config.json: each parameter's
-    weight, gradient and moments as :mod:`lab.train.estimates` counts them, no activations."""
+    weight, gradient and moments as :mod:`lab.training.estimates` counts them, no activations."""
     trainable = n_params if method == "full" else int(LORA_TRAINABLE * n_params)
     base = {"full": 0, "lora": BYTES[dtype], "qlora": NF4_BYTES}[method] * n_params
     return base + 16 * trainable, trainable

@@ -33,12 +33,12 @@ from typing import Any, Callable, Iterator, Optional
 
 import psutil
 
-from lab.events import EVENTS_FILE, EventWriter
-from lab.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
 from jobs import failures, preflight, slurm
 from jobs.launch import Launch, build_command, job_env, visible_gpus
 from jobs.process import job_process, reap, terminate_tree
 from jobs.store import Job, JobStore
+from lab.core.events import EVENTS_FILE, EventWriter
+from lab.core.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
 
 Launcher = Callable[[Job, Launch], list[str]]
 STARTUP_TIMEOUT_S = 60.0  # a claimed job with no pid after this long lost its scheduler mid-start

@@ -21,6 +21,7 @@ either (``--nodelist`` reads a file when its value has one).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from dataclasses import asdict, dataclass, field, fields
@@ -28,8 +29,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jobs.launch import slurm_script
-from lab.config import ConfigError, check_int
-from lab.layout import CONFIG_FILE
+from lab.core.config import ConfigError, check_int
+from lab.core.layout import CONFIG_FILE
 
 BATCH_FILE = "job.sbatch"
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # a partition or an account
@@ -143,17 +144,21 @@ def batch_file(run_dir: Path, options: SlurmOptions, processes: int) -> str:
                         account=options.account, extra=options.extra)
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+def _run(argv: list[str], cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=cwd)
 
 
 def submit(run_dir: Path, options: SlurmOptions, processes: int) -> str:
     """Write the batch file into ``run_dir`` and submit it; Slurm's job id. Raises ``RuntimeError``
-    with sbatch's own words when Slurm refuses it (a partition that does not exist, too much memory)."""
-    path = Path(run_dir) / BATCH_FILE
-    path.write_text(batch_file(Path(run_dir), options, processes), encoding="utf-8")
+    with sbatch's own words when Slurm refuses it (a partition that does not exist, too much memory).
+
+    The job's output goes to the run directory's log (:func:`jobs.launch.slurm_script`), and sbatch
+    runs in the run directory too: nothing of a job is ever written into the lab's current folder."""
+    run_dir = Path(os.path.abspath(run_dir))
+    path = run_dir / BATCH_FILE
+    path.write_text(batch_file(run_dir, options, processes), encoding="utf-8")
     try:
-        done = _run(["sbatch", "--parsable", str(path)])
+        done = _run(["sbatch", "--parsable", str(path)], cwd=run_dir)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise RuntimeError(f"sbatch could not be run: {e}") from e
     if done.returncode != 0:

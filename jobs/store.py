@@ -32,11 +32,11 @@ import psutil
 
 from jobs.preflight import check_devices, check_disk, check_gpu_request
 from jobs.slurm import parse_options
-from lab.config import ConfigError, check_int
-from lab.events import START, read_events
-from lab.kinds import JobKind, parse_config
-from lab.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, STOP_FILE
-from lab.yamlio import dump_yaml, load_yaml
+from lab.core.config import ConfigError, check_int
+from lab.core.events import START, read_events
+from lab.core.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, STOP_FILE
+from lab.core.yamlio import load_yaml
+from lab.jobkit.kinds import JobKind, parse_config, write_config
 
 DB_FILE = "jobs.db"
 # A scheduler beats every tick (1 s by default); this long without one, none is serving the queue.
@@ -255,7 +255,6 @@ class JobStore:
         check_devices(kind.name, values, options.gpus_per_node if options else gpus,
                       here=roots is not None and executor == "local")
         check_disk(kind.name, values, self.root)  # its run directory will be under the root
-        text = dump_yaml({"kind": kind.name, **values})
         slurm_json = options.to_json() if options else None
         folders = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]
         now = time.time()
@@ -264,7 +263,7 @@ class JobStore:
             job_id = self._next_id(db)
             run_dir = self.root / f"{job_id:05d}-{kind.name}"
             run_dir.mkdir(parents=True)  # new, never an old job's: _next_id is past every directory
-            (run_dir / CONFIG_FILE).write_text(text, encoding="utf-8")
+            text = write_config(run_dir, kind, parsed)
             job_file = {"gpus": gpus, "processes": processes, "executor": executor,
                         "slurm": asdict(options) if options else None, "roots": folders}
             (run_dir / JOB_FILE).write_text(json.dumps(job_file) + "\n", encoding="utf-8")

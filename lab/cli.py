@@ -1,10 +1,10 @@
 """The lab's command line: ``python -m lab KIND --field …`` for every job kind, ``run CONFIG.yaml``, ``kinds``.
 
-Each kind's flags are generated from its config's fields (:mod:`lab.kinds`), so defaults, help
+Each kind's flags are generated from its config's fields (:mod:`lab.jobkit.kinds`), so defaults, help
 and checks live in one place: ``--data-files a.jsonl b.jsonl`` for a list, ``--no-completion-only``
 for a switch, YAML text for a nested field (``cft --training '{epochs: 1, method: lora}'``). A flag
 not given keeps the config's default. ``evaluate`` runs in the foreground with a progress bar and
-prints its metrics; the other kinds run as the job system runs them (:func:`lab.worker.run`) in
+prints its metrics; the other kinds run as the job system runs them (:func:`lab.jobkit.worker.run`) in
 ``--out``. Bad input (unknown dataset or model, malformed file, wrong option) ends with one line
 on stderr and exit code 2, running out of memory with exit code 3; only a bug in the lab itself
 shows a traceback.
@@ -19,13 +19,13 @@ import typing
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lab import kinds
-from lab.config import ConfigError, unwrap_optional
-from lab.errors import USER_ERRORS
-from lab.evaluate import evaluate
-from lab.files import write_atomic
-from lab.layout import CONFIG_FILE, METRICS_FILE, PREDICTIONS_FILE
-from lab.yamlio import load_yaml
+from lab.core.config import ConfigError, unwrap_optional
+from lab.core.errors import USER_ERRORS
+from lab.core.layout import CONFIG_FILE, METRICS_FILE, PREDICTIONS_FILE
+from lab.core.yamlio import load_yaml
+from lab.jobkit import kinds
+from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import evaluate
 
 SUMMARY_KEYS = ("n", "accuracy", "ece", "cw_ece", "mce", "brier", "nll", "trust")
 
@@ -89,7 +89,7 @@ def _progress_bar(total: int):
     return bar.update
 
 
-def _evaluate(cfg: Any, out: Path) -> int:
+def _evaluate(cfg: EvalConfig, out: Path) -> int:
     """Foreground evaluation: a progress bar on stderr, the headline metrics on stdout."""
     import torch
     import transformers
@@ -116,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if command == "kinds":
         print(kinds_table())
         return 0
-    from lab.worker import run
+    from lab.jobkit.worker import run
 
     if command == "run":
         return run(args["config"], args["run_dir"] or Path("runs") / f"{args['config'].stem}-{stamp}")
@@ -128,6 +128,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if command == "evaluate":
         return _evaluate(cfg, out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / CONFIG_FILE, kinds.config_text(kind, cfg))
+    kinds.write_config(out, kind, cfg)
     return run(out / CONFIG_FILE, out)

@@ -8,7 +8,7 @@ torchmetrics for left-closed runs (``bin_edges: left``, and runs written before 
 existed); Brier and NLL from their textbook formulas, accuracy from the predictions themselves;
 AUROC from scikit-learn's ``roc_auc_score`` and AURC as the mean error rate of the k most confident
 answers by a plain sort (compared only when no two confidences tie: with ties ours is the mean over
-their orders); none of lab.metrics or lab.selective is used. Exits 1 when any figure differs by more than 1e-6. torchmetrics puts
+their orders); none of lab.calibration.metrics or lab.calibration.selective is used. Exits 1 when any figure differs by more than 1e-6. torchmetrics puts
 a confidence of exactly 1.0 in a bin of its own (our last bin is closed), so on a left-closed run
 ECE/MCE are compared only when none occur. Needs the test extras (requirements-test.txt).
 """

@@ -27,7 +27,7 @@ def main() -> int:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from lab.runs import write_label
+    from lab.results.runs import write_label
     from ui.context import LabContext
     from ui.reliability_page import VIEWS, reliability_view
 

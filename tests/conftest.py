@@ -1,8 +1,35 @@
-import socket
 import threading
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import free_port, make_tiny_model
+
+KINDS = ("unit", "model", "e2e", "browser", "slurm")  # what a test does; `slow` (the fast tier's cut) is apart
+NEEDS = {"bundled": "model", "tiny_model_dir": "model", "served": "e2e", "served_bare": "e2e"}  # fixture: marker
+
+
+def _marker_problem(item) -> str | None:
+    """Why ``item`` does not carry the markers that describe it (pytest.ini), or None: it needs one
+    kind at least, `unit` alone, and `model` where it loads a model, `e2e` where it serves the app."""
+    marks = {mark.name for mark in item.iter_markers()}
+    kinds = marks & set(KINDS)
+    needed = {NEEDS[name] for name in item.fixturenames if name in NEEDS}
+    if not kinds:
+        return f"no marker of {', '.join(KINDS)}"
+    if "unit" in kinds and len(kinds) > 1:
+        return f"marked unit beside {', '.join(sorted(kinds - {'unit'}))}"
+    if needed - marks:
+        return (f"uses {', '.join(n for n in item.fixturenames if n in NEEDS)} but is not marked "
+                f"{', '.join(sorted(needed - marks))}")
+    return None
+
+
+def pytest_runtest_setup(item):
+    """A test without the markers that describe it fails, saying which it lacks (the others run)."""
+    problem = _marker_problem(item)
+    if problem:
+        pytest.fail(f"{item.nodeid}: {problem} (see pytest.ini's markers)", pytrace=False)
 
 
 @pytest.fixture
@@ -17,7 +44,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def bundled():
     """The bundled SmolLM2-135M-Instruct, converted once per machine (about 30 s the first time)."""
-    from lab.models import load_model
+    from lab.models.loading import load_model
 
     return load_model("bundled", device="cpu")
 
@@ -30,30 +57,16 @@ def arc_records(shared_data):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, bundled):
-    """A 2-layer random Llama with the bundled tokenizer: real training code paths in seconds."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=bundled.model.config.vocab_size, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    LlamaForCausalLM(config).save_pretrained(path)
-    bundled.tokenizer.save_pretrained(path)
-    return path
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A 2-layer random Llama (width 32, context 512) with a 600-token tokenizer, made by lab.models.scratch
+    (tests.helpers.make_tiny_model says from what): real loading, scoring and training code paths in
+    seconds. Made once per session and shared: a test reads it, never writes into it."""
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture
 def csqa_files(shared_data):
     return [f"train={shared_data / 'commonsenseqa' / 'train.jsonl'}", f"validation={shared_data / 'commonsenseqa' / 'dev.jsonl'}"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _serve(ctx):
@@ -65,7 +78,7 @@ def _serve(ctx):
     stop = threading.Event()
     threading.Thread(target=Scheduler(ctx.store).run_forever, args=(stop, 0.2), daemon=True).start()
     demo = build(ctx)
-    port = _free_port()
+    port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
     try:
         yield f"http://127.0.0.1:{port}/"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab.events import EventWriter  # noqa: E402
+from lab.core.events import EventWriter  # noqa: E402
 
 
 def result(run_dir: Path, status: str, error=None) -> None:

@@ -13,38 +13,18 @@ from pathlib import Path
 
 import pytest
 
-OUTPUT = Path(__file__).parent / "output"
+from tests.browser_helpers import box as _box
+from tests.browser_helpers import chromium as _chromium
+from tests.browser_helpers import fill as _fill
+from tests.browser_helpers import open_page as _page
+from tests.browser_helpers import pick as _pick
+from tests.browser_helpers import recalibrate as _recalibrate
+from tests.browser_helpers import shot as _shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
 JOB_TIMEOUT_MS = 300_000
 LIMIT = "40"  # questions per run: enough for a diagram, short enough for a 2-core CI machine
-
-
-def _chromium() -> str:
-    path = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not path:
-        pytest.skip("no Chromium on this machine (scripts/install_browser.sh installs Debian's where it can)")
-    return path
-
-
-def _page(playwright, height: int = 1000, width: int = 1440):
-    """Headless Chromium (the machine's own, no sandbox: it runs as root here) and a page of that
-    size whose waits give up after 30 s."""
-    browser = playwright.chromium.launch(executable_path=_chromium(), headless=True,
-                                         args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(30_000)
-    return browser, page
-
-
-def _recalibrate(page, method: str):
-    """On the Recalibration page: fit ``method`` on the val run, apply it to the test run; the
-    before/after figure (a locator: wait for it)."""
-    page.get_by_role("tab", name="Recalibration").click()
-    _pick(page, "recal-fit", "^val · ")
-    _pick(page, "recal-apply", "^test · ")
-    page.locator("#recal-method").get_by_text(method).click()
-    page.locator("#recal-run").click()
-    page.locator("#recal-message").get_by_text(re.compile("applied to test · ")).wait_for()
-    return page.locator(".js-plotly-plot >> visible=true").filter(has_text="before").first
 
 
 @pytest.fixture
@@ -56,21 +36,6 @@ def newcomer(served_bare, bundled, monkeypatch):
         browser, page = _page(p, height=1000)
         yield page, served_bare
         browser.close()
-
-
-def _shot(page, name: str, full_page: bool = False) -> None:
-    OUTPUT.mkdir(exist_ok=True)
-    page.screenshot(path=str(OUTPUT / name), full_page=full_page)
-
-
-def _box(page, elem_id: str):
-    return page.locator(f"#{elem_id}").locator("input, textarea").first
-
-
-def _fill(page, elem_id: str, value: str) -> None:
-    box = _box(page, elem_id)
-    box.fill(value)
-    box.press("Tab")  # commit the value to the server-side state
 
 
 def _submit(page, expect: str) -> None:
@@ -103,6 +68,8 @@ def _wait_done(page, since: float) -> float:
     return first_progress
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_a_newcomers_first_ten_minutes(newcomer):
     page, (ctx, url) = newcomer
     page.goto(url)
@@ -197,6 +164,8 @@ def test_compare_refuses_an_empty_question(served_bare):
         browser.close()
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_compare_two_models_on_one_question_and_on_a_list(newcomer):
     """The Compare page through the inference lane: FIRST's Norway question to the bundled model and
     to the same model at T = 2, then a list of three questions; bars and answers each time."""
@@ -232,15 +201,8 @@ def test_compare_two_models_on_one_question_and_on_a_list(newcomer):
     ctx.lane.stop()
 
 
-def _pick(page, elem_id: str, option: str) -> None:
-    """Pick ``option`` (a regex on its label) in the dropdown ``elem_id``."""
-    _box(page, elem_id).click()
-    page.get_by_role("option", name=re.compile(option)).first.click()
-    page.keyboard.press("Escape")
-
-
 def _selective_runs(root: Path) -> None:
-    """The runs the selective/recalibration walk uses: synthetic ones (tests.test_selective_page),
+    """The runs the selective/recalibration walk uses: synthetic ones (tests.helpers.write_runs),
     or, with LAB_SCREENSHOT_RUNS set to a folder holding ``val/`` and ``test/`` evaluations (the
     README's screenshots: the bundled model on OpenBookQA; the controlled task's base and
     over-trained models for 12-reliability-both.png), copies of those."""
@@ -249,11 +211,12 @@ def _selective_runs(root: Path) -> None:
         for name in ("val", "test"):
             shutil.copytree(Path(source) / name, root / name)
         return
-    from tests.test_selective_page import RUNS, write_runs
+    from tests.helpers import RUNS, write_runs
 
     write_runs(root, RUNS[:2])
 
 
+@pytest.mark.slow
 def test_selective_prediction_and_the_recalibration_workbench(served_bare):
     """Two runs on the selective page, the threshold moved and the dropped questions listed, then
     opened in Case studies; the workbench fits on the validation run, applies to the test run and
@@ -353,12 +316,13 @@ def _comparison(root: Path) -> None:
         "template": "cft_chat", "created": 0, "seconds": 1.0}))
 
 
+@pytest.mark.slow
 def test_what_a_1440_px_screen_shows(served_bare):
     """At 1440 × 900: a refusal beside Submit and on its field, which is brought into view; a typed
     dataset name kept and refused; the headline columns of Results, Selective prediction and Compare
     in view with no header broken mid-word; a run label's markup shown as text on a plot; the
     calibrator's "Saved as" beside its button."""
-    from lab import runs
+    from lab.results import runs
 
     sync_api = pytest.importorskip("playwright.sync_api")
     ctx, url = served_bare

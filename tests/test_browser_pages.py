@@ -13,9 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab.evaluate import EvalConfig, write_evaluation
-from tests.test_browser import _box, _fill, _page, _pick, _recalibrate, _shot
+from lab.kinds.evaluate.run import write_evaluation
+from lab.kinds.evaluate.config import EvalConfig
+from tests.browser_helpers import box as _box
+from tests.browser_helpers import fill as _fill
+from tests.browser_helpers import open_page as _page
+from tests.browser_helpers import pick as _pick
+from tests.browser_helpers import recalibrate as _recalibrate
+from tests.browser_helpers import shot as _shot
+from tests.helpers import RUNS, free_port, write_runs
 from ui.components import PICKER_POLL_S
+
+pytestmark = pytest.mark.browser
 
 VIEWPORT = {"width": 1440, "height": 900}
 MOVES = 12  # slider moves timed
@@ -46,7 +55,6 @@ def poll_s() -> float:
 @pytest.fixture
 def app(tmp_path, poll_s, monkeypatch):
     """The app on an empty runs folder, with no scheduler: jobs stay as a test sets them."""
-    from tests.conftest import _free_port
     from ui import components
     from ui.app import build
     from ui.context import LabContext
@@ -56,7 +64,7 @@ def app(tmp_path, poll_s, monkeypatch):
     ctx = LabContext(tmp_path / "runs")
     ctx.runs.mkdir(parents=True)
     demo = build(ctx)
-    port = _free_port()
+    port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
     try:
         yield ctx, f"http://127.0.0.1:{port}/"
@@ -94,6 +102,7 @@ def test_a_page_shows_what_finished_while_it_was_hidden_when_it_is_opened(browse
     _shot(page, "issue30-reliability-opened.png")
 
 
+@pytest.mark.slow
 def test_picked_runs_stay_picked_when_another_finishes(browser_page):
     page, (ctx, url) = browser_page
     _run(ctx.runs, "00001-evaluate", n=60, seed=1)
@@ -124,6 +133,7 @@ TITLE_JS = """() => {
 }"""
 
 
+@pytest.mark.slow
 def test_the_temperature_lab_titles_the_t_drawn_whole_and_redraws_a_slider_move(browser_page):
     """At 1440 × 900 the diagram's title ran past its half of the row, and "T = 100" read "T = 1".
     Then the time from a slider move to the redrawn diagram, printed for the README."""
@@ -154,10 +164,9 @@ def test_the_temperature_lab_titles_the_t_drawn_whole_and_redraws_a_slider_move(
     assert page.evaluate(TITLE_JS)["text"].startswith(f"T = {10 ** (2 - MOVES / 1000):.4g} · ")
 
 
+@pytest.mark.slow
 def test_the_margin_threshold_opens_exactly_its_questions_in_case_studies(browser_page):
     """With the margin at 0.2 the page said how many fall below; Case studies showed all 400."""
-    from tests.test_selective_page import RUNS, write_runs
-
     page, (ctx, url) = browser_page
     write_runs(ctx.runs, RUNS[:2])
     page.goto(url)
@@ -176,6 +185,7 @@ def test_the_margin_threshold_opens_exactly_its_questions_in_case_studies(browse
     _shot(page, "issue30-cases-margin.png")
 
 
+@pytest.mark.slow
 def test_a_finished_job_offers_no_live_controls_and_a_cancel_is_no_error(browser_page):
     from jobs.scheduler import cancel
 
@@ -200,9 +210,8 @@ def test_a_finished_job_offers_no_live_controls_and_a_cancel_is_no_error(browser
     _shot(page, "issue30-jobs-cancelled.png")
 
 
+@pytest.mark.slow
 def test_the_workbench_legend_names_every_bar_it_draws(browser_page):
-    from tests.test_selective_page import RUNS, write_runs
-
     page, (ctx, url) = browser_page
     write_runs(ctx.runs, RUNS[:2])
     page.goto(url)

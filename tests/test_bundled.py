@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from lab import hub, kinds
-from lab.config import ConfigError, walk
+from lab.core import hub
+from lab.jobkit import kinds
+from lab.core.config import ConfigError, walk
 from lab.data import DATASETS, DataError, load_records, loaders, samples, with_sample
 from lab.data.preferences import load_pairs
-from lab.kinds import parse_config
-from lab.paths import PathNotAllowed
-from lab.yamlio import load_yaml
+from lab.jobkit.kinds import parse_config
+from lab.jobkit.paths import PathNotAllowed
+from lab.core.yamlio import load_yaml
 from ui import forms
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,6 +81,7 @@ def _loads(kind: str, cfg) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------- the samples themselves
+@pytest.mark.unit
 @pytest.mark.parametrize("name, split, n", SPLITS)
 def test_each_sample_loads_every_row_and_says_it_is_the_bundled_sample(name, split, n):
     result = load_records(name, split, ["bundled"])
@@ -88,6 +90,7 @@ def test_each_sample_loads_every_row_and_says_it_is_the_bundled_sample(name, spl
     assert {r.source for r in result.records} == {name} and len({r.id for r in result.records}) == n
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name, split, n", SPLITS)
 def test_each_sample_loads_through_a_config_naming_bundled(name, split, n, tmp_path):
     config = {"kind": "evaluate", "dataset": name, "data_files": ["bundled"], "split": split}
@@ -99,6 +102,7 @@ def test_each_sample_loads_through_a_config_naming_bundled(name, split, n, tmp_p
                .records) == n
 
 
+@pytest.mark.unit
 def test_the_registered_samples_are_the_files_there_and_nothing_else():
     registered = [samples.ROOT / rel for name in with_sample() for _, rel in DATASETS.get(name).bundled]
     registered.append(samples.PREFERENCES)
@@ -108,6 +112,7 @@ def test_the_registered_samples_are_the_files_there_and_nothing_else():
     assert with_sample() == ["arc_challenge", "arc_easy", "boolq", "medmcqa", "mmlu", "obqa", "synthetic"]
 
 
+@pytest.mark.unit
 def test_the_samples_are_small_and_each_file_is_accounted_for_in_sources_md():
     files = [p for p in samples.ROOT.rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in files) < 5 * 2**20
@@ -121,6 +126,7 @@ def test_the_samples_are_small_and_each_file_is_accounted_for_in_sources_md():
         assert f"LICENSES/{licence.name}" in sources
 
 
+@pytest.mark.unit
 def test_the_bundled_preference_pairs_prefer_the_right_answer():
     pairs, problems = load_pairs(["bundled"])
     obqa = {r.id: r for r in load_records("obqa", "validation", ["bundled"]).records}
@@ -141,6 +147,7 @@ def _make_bundled_data():
     return make_bundled_data
 
 
+@pytest.mark.unit
 def test_sampling_is_seeded_and_keeps_the_original_order():
     make = _make_bundled_data()
     lines = [f"{i}\n".encode() for i in range(100)]
@@ -149,6 +156,7 @@ def test_sampling_is_seeded_and_keeps_the_original_order():
     assert make.sample_lines(lines, None) == lines and make.sample_lines(lines, 500) == lines
 
 
+@pytest.mark.unit
 def test_a_pinned_file_is_refused_unless_it_is_the_release_file(tmp_path):
     """ARC-Easy's dev file is not in ../shared/data: the script checks it by the release file's sha256."""
     make = _make_bundled_data()
@@ -162,6 +170,7 @@ def test_a_pinned_file_is_refused_unless_it_is_the_release_file(tmp_path):
         make.copy_pinned(rel, sha256, tmp_path / "source", tmp_path / "made")
 
 
+@pytest.mark.e2e
 def test_the_script_remakes_exactly_the_bundled_files(shared_data):
     check = subprocess.run([sys.executable, str(REPO / "scripts" / "make_bundled_data.py"), "--source",
                             str(shared_data), "--check"], capture_output=True, text=True)
@@ -169,6 +178,7 @@ def test_the_script_remakes_exactly_the_bundled_files(shared_data):
 
 
 # ---------------------------------------------------------------- offline, without ../shared
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", [k.name for k in kinds.all_kinds()])
 def test_every_kinds_defaults_resolve_and_load_offline_without_shared(kind, offline_without_shared, tmp_path):
     for cfg in (parse_config({"kind": kind})[1],  # the command line / a YAML with only `kind`
@@ -177,6 +187,7 @@ def test_every_kinds_defaults_resolve_and_load_offline_without_shared(kind, offl
         assert all(n > 0 for n in _loads(kind, cfg).values())
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", QUICK, ids=lambda p: p.stem)
 def test_every_quick_preset_resolves_and_loads_offline_without_shared(path, offline_without_shared, tmp_path):
     config = load_yaml(path.read_bytes(), path.name)
@@ -191,11 +202,13 @@ def test_every_quick_preset_resolves_and_loads_offline_without_shared(path, offl
     assert all(n > 0 for n in _loads(kind.name, cfg).values())
 
 
+@pytest.mark.unit
 def test_there_is_a_quick_preset_for_every_kind():
     assert sorted(p.stem.removesuffix("-quick") for p in QUICK) == sorted(k.name for k in kinds.all_kinds())
 
 
 # ---------------------------------------------------------------- the token, hostile shapes
+@pytest.mark.unit
 @pytest.mark.parametrize("entry", ["bundled/../../etc/passwd", "bundled*", "./bundled", "bundled/", "x/bundled",
                                    f"{samples.ROOT}/../../../etc/passwd", f"{samples.ROOT}/*/../../secret"])
 def test_bundled_is_a_whole_entry_never_a_path_prefix(entry, tmp_path, monkeypatch):
@@ -209,6 +222,7 @@ def test_bundled_is_a_whole_entry_never_a_path_prefix(entry, tmp_path, monkeypat
         parse_config({"kind": "evaluate", "dataset": "custom", "data_files": [entry]})
 
 
+@pytest.mark.unit
 def test_a_path_inside_the_samples_is_allowed_and_one_climbing_out_of_them_is_not(tmp_path):
     inside = samples.ROOT / "openbookqa" / "test.jsonl"
     _, cfg = parse_config({"kind": "evaluate", "dataset": "obqa", "data_files": [str(inside)]}, [tmp_path])
@@ -218,6 +232,7 @@ def test_a_path_inside_the_samples_is_allowed_and_one_climbing_out_of_them_is_no
                       "data_files": [str(samples.ROOT / ".." / ".." / "paths.py")]}, [tmp_path])
 
 
+@pytest.mark.unit
 def test_bundled_with_a_split_or_for_a_dataset_without_a_sample_is_refused_naming_the_field(tmp_path):
     with pytest.raises(ConfigError, match=r"^data_files\[1\]: 'train=bundled': 'bundled' stands alone"):
         parse_config({"kind": "evaluate", "dataset": "obqa", "data_files": ["bundled", "train=bundled"]}, [tmp_path])
@@ -232,6 +247,7 @@ def test_bundled_with_a_split_or_for_a_dataset_without_a_sample_is_refused_namin
         load_records("csqa", "test", ["bundled"])
 
 
+@pytest.mark.unit
 def test_a_split_the_sample_lacks_is_named_with_the_splits_it_has():
     with pytest.raises(DataError, match=r"bundled sample of boolq has no 'test' split; it has: validation\. .*"
                                         r"split 'validation:test'"):
@@ -239,6 +255,7 @@ def test_a_split_the_sample_lacks_is_named_with_the_splits_it_has():
     assert len(load_records("boolq", "validation:test", ["bundled"]).records) == 50
 
 
+@pytest.mark.unit
 def test_the_hub_message_names_the_field_and_the_sample(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(loaders, "hub_reachable", lambda: False)
@@ -249,6 +266,8 @@ def test_the_hub_message_names_the_field_and_the_sample(monkeypatch):
 
 
 # ---------------------------------------------------------------- one job end to end
+@pytest.mark.model
+@pytest.mark.e2e
 def test_a_quick_evaluation_runs_end_to_end_on_the_bundled_data_and_model(tmp_path, bundled, offline_without_shared,
                                                                          capsys):
     from lab.cli import main

@@ -6,15 +6,18 @@ import json
 import numpy as np
 import pytest
 
-from lab import calibrators
-from lab.config import ConfigError
-from lab.evaluate import EvalConfig, write_evaluation
-from lab.kinds import parse_config
-from lab.layout import CALIBRATOR_FILE, CALIBRATORS_DIR, PREDICTIONS_FILE
-from lab.paths import PathNotAllowed, checked_config, path_problems
+from lab.calibration import calibrators
+from lab.core.config import ConfigError
+from lab.kinds.evaluate.run import write_evaluation
+from lab.kinds.evaluate.config import EvalConfig
+from lab.jobkit.kinds import parse_config
+from lab.core.layout import CALIBRATOR_FILE, CALIBRATORS_DIR, PREDICTIONS_FILE
+from lab.jobkit.paths import PathNotAllowed, checked_config, path_problems
 from ui import compare_page
 from ui import temperature_page
 from ui.context import LabContext
+
+pytestmark = pytest.mark.unit
 
 
 def _rows(n, seed, prefix):
@@ -109,7 +112,7 @@ def test_the_calibrator_field_is_checked_like_every_path(saved, tmp_path):
 
 # ---------------------------------------------------------------- the Compare page
 def _comparison():
-    """A compare.json as lab.compare writes it: two questions with options and one free-text, two models."""
+    """A compare.json as lab.kinds.compare.run writes it: two questions with options and one free-text, two models."""
     questions = [{"question": "Capital of Norway?", "options": ["Oslo", "Helsinki", "Bergen"], "answer": 0},
                  {"question": "Say hello.", "options": []},
                  {"question": "val question 3?", "options": ["a", "b", "c", "d"]}]

@@ -1,4 +1,4 @@
-"""The recalibration workbench's science (lab.calibrators): each method against scikit-learn or a
+"""The recalibration workbench's science (lab.calibration.calibrators): each method against scikit-learn or a
 hand computation, the stored artefact, and the refusal to score a calibrator on its own questions."""
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from scipy.optimize import minimize
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
-from lab import calibrators, confidence
-from lab.temperature import fit_temperature, scale
+from lab.calibration import calibrators, confidence
+from lab.calibration.temperature import fit_temperature, scale
+
+pytestmark = pytest.mark.unit
 
 
 def _run(seed: int, n: int = 300, start: int = 0):

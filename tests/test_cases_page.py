@@ -1,5 +1,5 @@
 """Case studies (issue #15): the page's handlers called as the wiring calls them, on a runs folder
-built by hand with the real writer; numbers worked out by hand below. lab.cases' own filtering is
+built by hand with the real writer; numbers worked out by hand below. lab.results.cases' own filtering is
 also in tests/test_results.py."""
 import re
 
@@ -8,10 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab import cases, runs
-from lab.evaluate import EvalConfig, write_evaluation
+from lab.results import cases, runs
+from lab.kinds.evaluate.run import write_evaluation
+from lab.kinds.evaluate.config import EvalConfig
 from ui import cases_page
 from ui.context import LabContext
+
+pytestmark = pytest.mark.unit
 
 # ten 4-option questions: confidence c on option A, the rest shared; answer A (right) or B (wrong)
 CONF = [0.95, 0.9, 0.8, 0.7, 0.65, 0.6, 0.55, 0.51234, 0.4, 0.45]

@@ -6,16 +6,16 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-from lab.cft.config import CftConfig
-from lab.cft.losses import ece_regulariser, option_smoothing_loss
-from lab.cft.pipeline import _eval_config, run_cft
-from lab.cft.report import temperature_notes
-from lab.cft.trainer import LabelSmoothingTrainer, RCFTTrainer
+from lab.kinds.cft.config import CftConfig
+from lab.training.cft_losses import ece_regulariser, option_smoothing_loss
+from lab.kinds.cft.run import _eval_config, run_cft
+from lab.kinds.cft.report import temperature_notes
+from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
 from lab.data.record import MCQRecord
-from lab.events import EventWriter, read_events
-from lab.train.config import TrainConfig
-from lab.train.data import IGNORE, build_examples, pad_option_batch
-from lab.train.trainer import finetune
+from lab.core.events import EventWriter, read_events
+from lab.training.config import TrainConfig
+from lab.training.data import IGNORE, build_examples, pad_option_batch
+from lab.training.trainer import finetune
 
 RECORDS = [MCQRecord("a", "Where do fish live?", ("tree", "water", "sky"), 1, "t"),
            MCQRecord("b", "What is hot?", ("ice", "snow", "fire", "rain"), 2, "t"),
@@ -36,6 +36,7 @@ def _args(tmp_path):
     return TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
 
 
+@pytest.mark.model
 def test_examples_know_their_answer_position_and_option_letters(tiny):
     _, tok = tiny
     batch = _batch(tok, completion_only=False)
@@ -47,6 +48,7 @@ def test_examples_know_their_answer_position_and_option_letters(tiny):
     assert batch["option_mask"].sum(-1).tolist() == [3, 4, 2]
 
 
+@pytest.mark.model
 def test_rcft_with_lambda_zero_is_plain_sft_and_adds_lambda_times_the_regulariser(tiny, tmp_path):
     model, tok = tiny
     batch = _batch(tok, completion_only=False)
@@ -78,6 +80,7 @@ def test_rcft_with_lambda_zero_is_plain_sft_and_adds_lambda_times_the_regularise
                                atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("completion_only", [True, False])
 def test_label_smoothing_zero_is_plain_sft_and_smooths_only_the_answer_token(tiny, tmp_path, completion_only):
     model, tok = tiny
@@ -98,6 +101,7 @@ def test_label_smoothing_zero_is_plain_sft_and_smooths_only_the_answer_token(tin
     torch.testing.assert_close(smoothed, sft + change.sum() / n_tokens, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.model
 def test_rcft_finetune_runs_the_e_step_every_epoch_or_every_n_steps(tiny_model_dir, tmp_path):
     records = RECORDS * 4
     common = dict(model=str(tiny_model_dir), dataset="csqa", template="cft_chat", objective="rcft", completion_only=False,
@@ -122,6 +126,7 @@ def test_rcft_finetune_runs_the_e_step_every_epoch_or_every_n_steps(tiny_model_d
     assert [e["step"] for e in seen if e["stage"] == "train_eval"] == [2, 3, 4, 6]  # every 2 steps and every epoch end
 
 
+@pytest.mark.unit
 def test_cft_config_refuses_bad_values():
     with pytest.raises(ValueError, match=r"^methods\[1\]: must be one of 'ts', 'ls', 'cft', 'rcft', got 'dpo'"):
         CftConfig.from_dict({"methods": ["ts", "dpo"]})
@@ -139,6 +144,7 @@ def test_cft_config_refuses_bad_values():
         CftConfig.from_dict({"lambdas": []})
 
 
+@pytest.mark.unit
 def test_cft_fits_t_by_ece_by_default_and_bins_every_ece_with_the_config_s_bin_edges():
     assert CftConfig().ts_objective == "ece"  # the paper's Appendix: T "searched ... to directly minimize the ECE"
     assert CftConfig(ts_objective="nll").ts_objective == "nll"
@@ -148,6 +154,7 @@ def test_cft_fits_t_by_ece_by_default_and_bins_every_ece_with_the_config_s_bin_e
     assert all((t.bins, t.bin_edges) == (14, "left") for _, t in cfg.rows()[2:])  # each trained row's validation ECE
 
 
+@pytest.mark.unit
 def test_cft_report_shows_both_temperature_fits_and_which_one_the_ts_row_uses():
     fit = {"n": 40, "bins": 10, "bin_edges": "right", "at_bound": False}
     by_ece = {**fit, "objective": "ece", "temperature": 28.652, "ece_before": 0.45, "ece_after": 0.0001,
@@ -157,9 +164,11 @@ def test_cft_report_shows_both_temperature_fits_and_which_one_the_ts_row_uses():
     lines = temperature_notes({**by_ece, "fits": {"ece": by_ece, "nll": by_nll}})
     assert "fitted on 40 validation questions (10 bins, right-closed); the TS row uses T by ECE:" in lines[1]
     assert lines[5] == "| ECE (TS row) | 28.652 | 45.0 → 0.0 | 2.1000 → 0.6900 | grid T = 0.05…80, widened past an edge |"
-    assert lines[6].startswith("| NLL | 100.000 | 45.0 → 1.5 | 2.1000 → 0.6923 | L-BFGS over log T — at the bound")
+    assert lines[6].startswith("| NLL | 100.000 | 45.0 → 1.5 | 2.1000 → 0.6923 | Brent over log T — at the bound")
 
 
+@pytest.mark.model
+@pytest.mark.e2e
 def test_cft_protocol_end_to_end_and_resume(tiny_model_dir, shared_data, tmp_path):
     cfg = CftConfig(
         model=str(tiny_model_dir),

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from lab import metrics
-from lab.cft.losses import (bin_accuracy, bin_index, ece_regulariser, option_probs, option_smoothing_loss,
+from lab.calibration import metrics
+from lab.training.cft_losses import (bin_accuracy, bin_index, ece_regulariser, option_probs, option_smoothing_loss,
                             rank_preserving_targets, rcft_loss, smoothed_targets)
+
+pytestmark = pytest.mark.unit
 
 LN3 = math.log(3)
 
@@ -145,7 +147,7 @@ def test_e_step_bins_are_the_metric_bins_on_float_edges(edges):
     conf = np.array([0.0, 0.1, 0.3, 0.5, 0.6, 0.7, 0.9, 1.0, 0.29999999, 0.70000001])
     expected = metrics.bin_indices(conf, 10, edges=edges)
     assert bin_index(torch.tensor(conf), 10, edges).tolist() == expected.tolist()
-    # the old floor(c·M) put 0.3, 0.6 and 0.7 one bin above lab.metrics' right-closed bins
+    # the old floor(c·M) put 0.3, 0.6 and 0.7 one bin above lab.calibration.metrics' right-closed bins
     if edges == "right":
         assert expected[[2, 4, 5]].tolist() == [2, 5, 6]
 

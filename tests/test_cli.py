@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lab.cli import main
-from lab.evaluate import EvalConfig
+from lab.kinds.evaluate.config import EvalConfig
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRED = {"n", "accuracy", "ece", "cw_ece", "mce", "brier", "nll", "trust", "n_bins", "scoring", "model", "dataset"}
@@ -20,6 +20,9 @@ def _run(tmp_path, shared_data, *extra):
     return main(argv), out
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 @pytest.mark.parametrize("scoring", ["letter", "cloze"])
 def test_evaluate_writes_metrics_that_match_an_independent_recomputation(tmp_path, shared_data, scoring, capsys):
     code, out = _run(tmp_path, shared_data, "--scoring", scoring, "--bins", "5")
@@ -58,6 +61,7 @@ def test_evaluate_writes_metrics_that_match_an_independent_recomputation(tmp_pat
     assert "accuracy=" in capsys.readouterr().out
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("argv, message", [
     (["--dataset", "arc_chalenge"], "Did you mean 'arc_challenge'"),
     (["--dataset", "arc_challenge", "--data-files", "/nonexistent/test.jsonl"], "/nonexistent/test.jsonl"),
@@ -74,6 +78,7 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, argv, message, capsys):
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 
 
+@pytest.mark.unit
 def test_malformed_custom_file_is_rejected_with_file_and_line(tmp_path, capsys):
     data = tmp_path / "mine.jsonl"
     data.write_text('{"question": "2+2?", "choices": ["3", "4"], "answer": "B"}\n'
@@ -84,11 +89,13 @@ def test_malformed_custom_file_is_rejected_with_file_and_line(tmp_path, capsys):
     assert f"{data}:2" in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_config_rejects_unknown_keys():
     with pytest.raises(ValueError, match="^modle: unknown key; did you mean model"):
         EvalConfig.from_dict({"modle": "bundled"})
 
 
+@pytest.mark.unit
 def test_out_of_memory_is_reported_not_raised(tmp_path, monkeypatch, capsys):
     import torch
 

@@ -4,13 +4,15 @@ import json
 import numpy as np
 import pytest
 
-from lab.compare import CompareConfig, compare, format_questions, history_dir, parse_questions, read_result, rows
+from lab.kinds.compare.run import compare, format_questions, history_dir, parse_questions, read_result, rows
+from lab.kinds.compare.config import CompareConfig
 from lab.data.record import MCQRecord
-from lab.scoring import score_letter
-from lab.temperature import scale
-from lab.templates import get_template
+from lab.models.scoring import score_letter
+from lab.calibration.temperature import scale
+from lab.data.templates import get_template
 
 
+@pytest.mark.model
 def test_compare_scores_options_applies_temperatures_and_generates(bundled, tmp_path):
     cfg = CompareConfig(question="What is the capital of Norway?", options=["Oslo", "Helsinki", "Stockholm"],
                         models=[{"model": "bundled"}, {"model": "bundled", "temperature": 4.0, "label": "flattened"}],
@@ -32,6 +34,7 @@ def test_compare_scores_options_applies_temperatures_and_generates(bundled, tmp_
     assert plain["option_mass"] == pytest.approx(float(score.vocab_probs.sum()), abs=1e-5)
 
 
+@pytest.mark.model
 def test_a_list_of_questions_is_answered_as_each_alone(bundled, tmp_path):
     """Letter scoring batches a model's questions; each answer must equal asking that question alone."""
     questions = [{"question": "What is the capital of Norway?", "options": ["Oslo", "Helsinki", "Stockholm"], "answer": 0},
@@ -53,12 +56,14 @@ def test_a_list_of_questions_is_answered_as_each_alone(bundled, tmp_path):
     assert "correct" in table[0] and "correct" not in table[4] and "prediction" not in table[2]
 
 
+@pytest.mark.model
 def test_free_text_only_generates(bundled, tmp_path):
     report = compare(CompareConfig(question="Say hello.", max_new_tokens=3, device="cpu"), tmp_path, log=lambda m: None)
     ((only,),) = (r["answers"] for r in report["results"])
     assert "probs" not in only and only["generation"]["tokens"] <= 3
 
 
+@pytest.mark.unit
 def test_the_question_box_reads_blocks_stars_and_pasted_letters():
     text = ("What is the capital of Norway?\nA) Oslo\n*B) Helsinki\n\n\n  Say hello.  \n \n"
             "Pick one\nA. keep A. as text\nC. since the letters are not A, B")
@@ -73,6 +78,7 @@ def test_the_question_box_reads_blocks_stars_and_pasted_letters():
         parse_questions(" \n\n ")
 
 
+@pytest.mark.unit
 def test_a_compare_json_of_one_question_reads_as_a_list(tmp_path):
     old = {"question": "Capital?", "options": ["Oslo", "Bergen"], "results": [
         {"label": "m", "model": "bundled", "probs": [0.7, 0.3], "raw_probs": [0.7, 0.3], "prediction": 0,
@@ -86,6 +92,7 @@ def test_a_compare_json_of_one_question_reads_as_a_list(tmp_path):
     assert read_result(tmp_path) is None
 
 
+@pytest.mark.unit
 def test_the_answers_table_leads_with_the_answer_and_its_confidence():
     """At 1440 px the answer and probability columns were off-screen behind the question (issue 30)."""
     report = {"questions": [{"question": "Capital?", "options": ["Oslo", "Bergen"], "answer": 0}], "results": [
@@ -95,6 +102,7 @@ def test_the_answers_table_leads_with_the_answer_and_its_confidence():
                                      "option probabilities", "answer prob.", "1st-token prob.", "T", "question"]
 
 
+@pytest.mark.unit
 def test_a_blank_generated_answer_says_why(tmp_path):
     """The untrained `scratch` model answers the Norway question with 48 newlines: the table said
     nothing at all; it now says what was generated and, for scratch, why."""
@@ -108,6 +116,7 @@ def test_a_blank_generated_answer_says_why(tmp_path):
     assert mine.startswith("(blank: its 48 generated tokens") and "random weights" not in mine
 
 
+@pytest.mark.unit
 def test_each_comparison_gets_its_own_folder(tmp_path):
     q = [{"question": "What is the capital of Norway? ../../etc"}]
     first, second = history_dir(tmp_path, q), history_dir(tmp_path, q)
@@ -115,6 +124,7 @@ def test_each_comparison_gets_its_own_folder(tmp_path):
     assert first.name.endswith("what-is-the-capital-of-norway-etc") and first.is_dir()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad, message", [
     ({"question": " "}, "^question: must not be empty"), ({"question": "Q", "options": ["a"]}, "^options: give 2 to 26"),
     ({"question": "Q", "options": list("abcdefghijklmnopqrstuvwxyz0")}, "^options: has 27 entries; the limit is 26"),

@@ -9,6 +9,8 @@ from jobs.lane import LaneError, Warmup
 from ui import compare_page
 from ui.context import LabContext, LaneOptions
 
+pytestmark = pytest.mark.unit
+
 
 class FakeLane:
     """What the page asks of :class:`jobs.lane.Lane`, without a worker: it records the pre-loads asked."""

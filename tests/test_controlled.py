@@ -1,6 +1,6 @@
 """The controlled task's first effect, on this machine: fine-tuning many epochs on noisy labels
 makes a model over-confident against the oracle (the alignment-calibration paper's "ECE grows with
-epochs"). A seeded model created from scratch (lab.scratch) first learns the task's rule on 600
+epochs"). A seeded model created from scratch (lab.models.scratch) first learns the task's rule on 600
 questions of its own (the *base*, about as calibrated as the Bayes predictor); then it is
 fine-tuned on 100 other noisy questions, each a text of its own (its card number), for 16 epochs:
 it memorises their labels and its held-out ECE and NLL climb. About two minutes."""
@@ -10,11 +10,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lab.cli import main
 from lab.data import load_records
-from lab.data.synthetic import Task, oracle, write_splits
-from lab.scratch import create
+from lab.calibration.oracle import oracle
+from lab.data.synthetic import Task, write_splits
+from lab.models.scratch import create
+
+pytestmark = [pytest.mark.model, pytest.mark.e2e, pytest.mark.slow]
 
 EPOCHS = 16
 STEADY = {"--learning-rate": "1e-3", "--batch-size": "8", "--lr-scheduler": "constant", "--seed": "0",

@@ -17,7 +17,9 @@ import datasets
 import pytest
 
 from lab.data import DATASETS, DataError, MCQRecord, carve, dataset_names, load_records, loaders
-from lab.registry import UnknownNameError
+from lab.core.registry import UnknownNameError
+
+pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[1]
 

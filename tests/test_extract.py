@@ -7,21 +7,13 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from lab.distill.extract import (ALIGNMENT, StoreError, TopKStore, extract_topk, id_dtype_for, misalignment,
+from lab.kinds.extract.store import (ALIGNMENT, StoreError, TopKStore, extract_topk, id_dtype_for, misalignment,
                                  sequences_sha256)
+from tests.helpers import VOCAB, tiny_llama
 
-VOCAB = 300
+pytestmark = pytest.mark.model
+
 LENGTHS = [7, 3, 12, 1, 5]
-
-
-def tiny_llama(attention_dropout: float = 0.0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         initializer_range=0.2, attention_dropout=attention_dropout)
-    return LlamaForCausalLM(config).eval()
 
 
 @pytest.fixture(scope="module")
@@ -193,10 +185,11 @@ def test_bundled_model_smoke(bundled, tmp_path):
     assert 0 < manifest["coverage"]["mean"][4] < 1
 
 
+@pytest.mark.e2e
 def test_the_extract_job_writes_a_store_with_its_coverage_curve(tiny_model_dir, csqa_files, tmp_path):
     import yaml
 
-    from lab.worker import run
+    from lab.jobkit.worker import run
 
     config = tmp_path / "extract.yaml"
     config.write_text(yaml.safe_dump({"kind": "extract", "model": str(tiny_model_dir), "dataset": "csqa",

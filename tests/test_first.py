@@ -5,15 +5,16 @@ import pytest
 import torch
 import yaml
 
-from lab.distill.losses import topk_kl_loss
-from lab.config import ConfigError
-from lab.first.config import FirstConfig
-from lab.first.pipeline import run_first
-from lab.first.report import markdown, sweep_summary
-from lab.events import EventWriter, read_events
-from lab.distill.trainer import DistillTrainer
+from lab.training.kd_losses import topk_kl_loss
+from lab.core.config import ConfigError
+from lab.kinds.first.config import FirstConfig
+from lab.kinds.first.run import run_first
+from lab.kinds.first.report import markdown, sweep_summary
+from lab.core.events import EventWriter, read_events
+from lab.training.distill import DistillTrainer
 
 
+@pytest.mark.model
 def test_distill_trainer_loss_equals_the_kl_on_full_logits(tiny_model_dir):
     """Logits only at supervised positions give the same loss as full logits masked afterwards."""
     from transformers import AutoModelForCausalLM, TrainingArguments
@@ -37,6 +38,8 @@ def test_distill_trainer_loss_equals_the_kl_on_full_logits(tiny_model_dir):
     torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.model
+@pytest.mark.e2e
 def test_first_pipeline_runs_every_stage_and_resumes(tiny_model_dir, shared_data, tmp_path):
     csqa = shared_data / "commonsenseqa"
     cfg = FirstConfig(
@@ -83,6 +86,7 @@ def test_first_pipeline_runs_every_stage_and_resumes(tiny_model_dir, shared_data
     assert again["rows"] == rows and not any(e["stage"] in ("stage", "teacher", "extract") for e in new)
 
 
+@pytest.mark.unit
 def test_first_config_sweep_and_smoothing_fields():
     cfg = FirstConfig.from_dict({})
     assert cfg.ts_grid is None and cfg.ls_renormalise is False and cfg.bin_edges == "right"
@@ -96,6 +100,7 @@ def test_first_config_sweep_and_smoothing_fields():
         FirstConfig.from_dict({"ts_grid": [1.0] * 101})
 
 
+@pytest.mark.unit
 def test_report_states_the_widening_in_words():
     sweep = {"form": "logit", "objective": "ece", "best": 12.1, "best_ece": 0.006, "best_nll": 1.2,
              "identity_ece": 0.3, "on_edge": False, "widened": [{"side": "above", "from": 8.0, "to": 32.0}],

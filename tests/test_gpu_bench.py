@@ -14,6 +14,9 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pytest
+
+pytestmark = [pytest.mark.model, pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("## Setup", "## Scoring throughput", "## Fine-tuning throughput and MFU",

@@ -13,25 +13,8 @@ import pytest
 
 from jobs.scheduler import Scheduler, cancel
 from jobs.store import ConfigError, JobStore
-from lab.events import read_events
-
-FAKE = str(Path(__file__).with_name("fake_worker.py"))
-CONFIG = {"kind": "evaluate", "model": "bundled", "dataset": "arc_challenge", "limit": 4}
-
-
-def fake_launcher(modes: dict):
-    return lambda job, launch: [sys.executable, FAKE, job.run_dir, modes[job.id]]
-
-
-def wait_for(predicate, timeout: float = 20.0, step: float = 0.05, tick=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if tick:
-            tick()
-        if predicate():
-            return True
-        time.sleep(step)
-    raise AssertionError("condition not reached in time")
+from lab.core.events import read_events
+from tests.helpers import CONFIG, FAKE, fake_launcher, wait_for
 
 
 @pytest.fixture
@@ -39,6 +22,7 @@ def store(tmp_path) -> JobStore:
     return JobStore(tmp_path / "runs")
 
 
+@pytest.mark.e2e
 def test_submit_runs_to_success_with_events(store):
     job = store.submit(CONFIG)
     assert job.status == "queued" and (Path(job.run_dir) / "config.yaml").read_text().startswith("kind: evaluate")
@@ -53,6 +37,7 @@ def test_submit_runs_to_success_with_events(store):
     assert read_events(Path(job.run_dir) / "events.jsonl", offset) == ([], offset)
 
 
+@pytest.mark.e2e
 def test_two_cpu_jobs_run_one_after_the_other_in_queue_order(store):
     first, second = store.submit(CONFIG), store.submit(CONFIG)
     scheduler = Scheduler(store, gpus=[], launcher=fake_launcher({first.id: "sleep0.5", second.id: "ok"}))
@@ -64,6 +49,7 @@ def test_two_cpu_jobs_run_one_after_the_other_in_queue_order(store):
     wait_for(lambda: store.get(second.id).status == "succeeded", tick=scheduler.tick)
 
 
+@pytest.mark.unit
 def test_reorder_and_clone(store):
     a, b, c = (store.submit(CONFIG) for _ in range(3))
     store.move(c.id, 2)
@@ -74,6 +60,7 @@ def test_reorder_and_clone(store):
     assert clone.id not in (a.id, b.id, c.id) and clone.config == a.config and clone.run_dir != a.run_dir
 
 
+@pytest.mark.e2e
 def test_cooperative_cancel_saves_partial_work(store):
     job = store.submit(CONFIG)
     scheduler = Scheduler(store, gpus=[], launcher=fake_launcher({job.id: "cooperative"}))
@@ -83,6 +70,7 @@ def test_cooperative_cancel_saves_partial_work(store):
     assert done.status == "cancelled" and (Path(job.run_dir) / "partial.txt").read_text() == "saved"
 
 
+@pytest.mark.e2e
 def test_cancel_kills_the_whole_process_tree_within_the_grace_period(store):
     job = store.submit(CONFIG)
     scheduler = Scheduler(store, gpus=[], launcher=fake_launcher({job.id: "stubborn"}))
@@ -100,6 +88,7 @@ def test_cancel_kills_the_whole_process_tree_within_the_grace_period(store):
         assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.unit
 def test_cancel_a_queued_job_is_immediate(store):
     job = store.submit(CONFIG)
     assert cancel(store, job.id).status == "cancelled"
@@ -107,6 +96,7 @@ def test_cancel_a_queued_job_is_immediate(store):
     assert store.get(job.id).status == "cancelled" and store.get(job.id).pid is None
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode, summary", [
     ("crash", "crashed (exit code 1): RuntimeError: boom in step 3"),
     ("oom", "out of memory"),
@@ -118,6 +108,7 @@ def test_failures_are_summarised_from_the_log(store, mode, summary):
     assert store.get(job.id).error.startswith(summary)
 
 
+@pytest.mark.e2e
 def test_kill_9_of_a_worker_is_a_failure_with_the_log_tail(store):
     job = store.submit(CONFIG)
     scheduler = Scheduler(store, gpus=[], launcher=fake_launcher({job.id: "sleep30"}))
@@ -131,6 +122,7 @@ def test_kill_9_of_a_worker_is_a_failure_with_the_log_tail(store):
     assert "status: failed" in shown.stdout and "log tail:" in shown.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("worker_survives", [True, False])
 def test_server_restart_keeps_or_reconciles_running_jobs(store, worker_survives):
     job = store.submit(CONFIG)
@@ -154,6 +146,7 @@ def test_server_restart_keeps_or_reconciles_running_jobs(store, worker_survives)
         assert store.get(job.id).status == "interrupted"
 
 
+@pytest.mark.unit
 def test_malformed_config_is_refused_with_the_field_and_changes_nothing(store):
     store.submit(CONFIG)
     before = (store.list(), sorted(p.name for p in store.root.iterdir()))
@@ -166,6 +159,7 @@ def test_malformed_config_is_refused_with_the_field_and_changes_nothing(store):
     assert (store.list(), sorted(p.name for p in store.root.iterdir())) == before
 
 
+@pytest.mark.e2e
 def test_concurrent_submits_and_schedulers_never_double_book_a_gpu(store):
     errors = []
 
@@ -210,12 +204,15 @@ def test_concurrent_submits_and_schedulers_never_double_book_a_gpu(store):
     assert overlap == []
 
 
+@pytest.mark.e2e
 def test_a_job_asking_for_more_gpus_than_exist_fails_at_once(store):
     job = store.submit(CONFIG, gpus=2)
     Scheduler(store, gpus=[0], launcher=fake_launcher({})).tick()
     assert store.get(job.id).status == "failed" and "asked for 2 GPU(s); this server has 1" in store.get(job.id).error
 
 
+@pytest.mark.model
+@pytest.mark.e2e
 def test_a_real_evaluate_job_end_to_end(store, shared_data):
     config = {**CONFIG, "data_files": [str(shared_data / "arc_challenge" / "test.jsonl")], "limit": 4}
     job = store.submit(config)
@@ -243,6 +240,7 @@ Root Cause (first observed failure):
 ============================================================"""
 
 
+@pytest.mark.unit
 def test_a_dead_rank_is_named_and_a_specific_cause_still_wins():
     from jobs.failures import classify
 
@@ -254,6 +252,7 @@ def test_a_dead_rank_is_named_and_a_specific_cause_still_wins():
                                                                                "died, exit code 3")
 
 
+@pytest.mark.unit
 def test_resume_requeues_an_ended_job_in_its_own_directory_and_refuses_others(store):
     job = store.submit(CONFIG)
     with pytest.raises(ValueError, match="is queued; only a failed, cancelled, interrupted job can be resumed"):
@@ -271,6 +270,7 @@ def test_resume_requeues_an_ended_job_in_its_own_directory_and_refuses_others(st
         store.resume(999)
 
 
+@pytest.mark.unit
 def test_an_older_store_gains_the_processes_column(tmp_path):
     import sqlite3
 

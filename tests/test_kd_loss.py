@@ -1,4 +1,4 @@
-"""Tests for lab.distill.losses: the vectorised loss against a loop over positions written here
+"""Tests for lab.training.kd_losses: the vectorised loss against a loop over positions written here
 (in float64, probabilities rather than log-probabilities), closed-form cases and gradients."""
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from lab.distill.losses import topk_kl_loss
+from lab.training.kd_losses import topk_kl_loss
+
+pytestmark = pytest.mark.unit
 
 B, T, V, K = 2, 3, 7, 3
 MODES = [(False, False), (True, False), (False, True)]  # (renormalise, tail)
@@ -74,7 +76,7 @@ def test_masked_out_positions_do_not_matter(renormalise, tail):
 def test_non_negative_with_normalised_teacher(renormalise, tail):
     for seed in range(5):
         logits, ids, logprobs, mask = batch(seed, torch.float32)
-        logprobs = logprobs.log_softmax(dim=-1)  # as lab.first.recalibration returns: sums to 1 over k
+        logprobs = logprobs.log_softmax(dim=-1)  # as the temperature forms return: sums to 1 over k
         assert topk_kl_loss(logits, ids, logprobs, mask, renormalise, tail).item() >= 0
 
 
@@ -212,7 +214,7 @@ def test_label_smoothed_rows_keep_their_mass_through_the_loss(renormalise, tail)
     """FIRST Eq. 3 on a raw top-3 holding 0.9: (0.6, 0.2, 0.1) → (0.5, 0.25, 0.15), still 0.9. The
     default and the tail bucket take it as it is (the tail is the 0.1 it leaves out); only
     renormalise rescales it, which equals smoothing the normalised row by δ / 0.9."""
-    from lab.first.recalibration import label_smooth
+    from lab.calibration.teacher import label_smooth
 
     smoothed = label_smooth([0.6, 0.2, 0.1], 0.1)
     assert smoothed == pytest.approx([0.5, 0.25, 0.15], abs=1e-12)

@@ -9,11 +9,11 @@ import gradio as gr
 import pytest
 
 from jobs import preflight
-from lab import kinds
+from lab.jobkit import kinds
 from lab.cli import build_parser, kinds_table, main
-from lab.config import PATH_ROLES, ConfigError, ConfigMixin, doc, spec_of, unwrap_optional
-from lab.kinds import parse_config
-from lab.sections import AdaptedModel, DataSection, EvalSection, RunSection
+from lab.core.config import PATH_ROLES, ConfigError, ConfigMixin, doc, spec_of, unwrap_optional
+from lab.jobkit.kinds import parse_config
+from lab.jobkit.sections import AdaptedModel, DataSection, EvalSection, RunSection
 from ui import forms
 from ui.context import LabContext
 from ui.launch_page import build_launch, show_config
@@ -29,7 +29,7 @@ def _entry_list(cls: type, name: str) -> bool:
 
 def declared(cls: type, roles: tuple[str, ...], where: str = "") -> list[tuple[str, type, str]]:
     """(path, declaring class, field) of every field with one of ``roles``, found from the dataclass
-    declarations alone (not lab.config.walk, which the checks use): entries of a list as ``[0]``."""
+    declarations alone (not lab.core.config.walk, which the checks use): entries of a list as ``[0]``."""
     out = []
     for f in dataclasses.fields(cls):
         spec, path = spec_of(f), f"{where}.{f.name}" if where else f.name
@@ -64,6 +64,7 @@ def _base(kind: str) -> dict:
     return {"kind": kind, **({"question": "Which is it?"} if kind == "compare" else {})}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_description_is_complete(kind):
     description = kinds.get(kind)
@@ -72,6 +73,7 @@ def test_the_description_is_complete(kind):
     assert description.config.__module__.startswith("lab.")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_form_renders_a_widget_for_every_field_and_shows_a_config(kind, tmp_path):
     ctx = LabContext(tmp_path / "runs")
@@ -88,6 +90,7 @@ def test_the_form_renders_a_widget_for_every_field_and_shows_a_config(kind, tmp_
     assert message == "" and yaml_box["visible"] and f"kind: {kind}" in yaml_box["value"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_cli_has_a_flag_for_every_field(kind, capsys):
     cls = kinds.get(kind).config
@@ -99,6 +102,7 @@ def test_the_cli_has_a_flag_for_every_field(kind, capsys):
     assert vars(parser.parse_args([kind])) == {"command": kind, "out": None}  # unset flags keep the defaults
 
 
+@pytest.mark.unit
 def test_cli_flags_reach_the_config_for_every_value_shape():
     args = vars(build_parser().parse_args([
         "first", "--students", "first", "distill", "--no-kd-tail", "--k", "7", "--ts-form", "logit",
@@ -109,6 +113,7 @@ def test_cli_flags_reach_the_config_for_every_value_shape():
         ["first", "distill"], False, 7, "logit", {"epochs": 1}, 2.5)
 
 
+@pytest.mark.unit
 def test_an_old_shape_key_is_refused_with_the_new_key_named(capsys):
     with pytest.raises(ConfigError, match=r"^epochs: this key moved: write it as training.epochs"):
         parse_config({"kind": "first", "epochs": 2})
@@ -118,6 +123,7 @@ def test_an_old_shape_key_is_refused_with_the_new_key_named(capsys):
     assert "ood[0].n: this key moved: write it as limit" in capsys.readouterr().err
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_path_and_model_checks_reach_every_declared_field(kind, tmp_path):
     roots = [tmp_path / "runs"]
@@ -133,6 +139,7 @@ def test_the_path_and_model_checks_reach_every_declared_field(kind, tmp_path):
         assert str(refused.value).startswith(path), (path, str(refused.value))
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("kind", KINDS)
 def test_preflight_sees_every_model_the_kind_loads(kind, bundled):
     models = declared(kinds.get(kind).config, ("model",))
@@ -150,6 +157,7 @@ def test_preflight_sees_every_model_the_kind_loads(kind, bundled):
     assert seen == {p: trained.get(p, "inference") for p in seen}
 
 
+@pytest.mark.unit
 def test_preflight_follows_the_training_method_of_each_model():
     _, cfg = parse_config({"kind": "first", "teacher_method": "lora", "student_method": "qlora"})
     assert dict((p, m) for p, _, m in preflight.models("first", cfg.to_dict())) == {"teacher": "lora",
@@ -158,6 +166,7 @@ def test_preflight_follows_the_training_method_of_each_model():
     assert [m for _, _, m in preflight.models("cft", cfg.to_dict())] == ["lora"]
 
 
+@pytest.mark.unit
 def test_the_readme_table_of_kinds_is_the_registry(capsys):
     assert main(["kinds"]) == 0
     table = capsys.readouterr().out.strip()
@@ -170,10 +179,16 @@ class _SweepBinsConfig(ConfigMixin, RunSection, EvalSection, DataSection, Adapte
     max_bins: int = dataclasses.field(default=30, metadata=doc("largest bin count", ge=2, le=1000))
 
 
+def _run_sweep_bins(cfg: _SweepBinsConfig, ctx) -> dict:
+    return {"max_bins": cfg.max_bins}
+
+
+@pytest.mark.model
 def test_a_kind_defined_in_one_module_gets_form_cli_checks_and_preflight(monkeypatch, tmp_path, bundled):
     """The README's example: one config, one runner, one registration; everything else follows."""
-    kind = kinds.JobKind("sweep_bins", "ECE against the number of bins", _SweepBinsConfig, lambda cfg, ctx: {},
-                         outputs=("bins.json",), key_fields=("model", "dataset", "max_bins"))
+    kind = kinds.JobKind("sweep_bins", "ECE against the number of bins", _SweepBinsConfig,
+                         f"{__name__}:_run_sweep_bins", outputs=("bins.json",),
+                         key_fields=("model", "dataset", "max_bins"))
     monkeypatch.setitem(kinds.KINDS._items, "sweep_bins", kind)
     assert [f.name for f in forms.fields("sweep_bins")][:3] == ["model", "dataset", "max_bins"]
     args = vars(build_parser().parse_args(["sweep_bins", "--max-bins", "20", "--data-files", "a.jsonl"]))
@@ -186,3 +201,10 @@ def test_a_kind_defined_in_one_module_gets_form_cli_checks_and_preflight(monkeyp
     _, cfg = parse_config({"kind": "sweep_bins"})
     assert [p for p, _, _ in preflight.models("sweep_bins", cfg.to_dict())] == ["model"]
     assert "`sweep_bins`" in kinds_table()
+    assert kind.run(cfg, None) == {"max_bins": 30}  # the runner, imported from its dotted path
+
+
+@pytest.mark.unit
+def test_a_runner_must_be_named_by_its_dotted_path():
+    with pytest.raises(ValueError, match="runner must be 'package.module:function'"):
+        kinds.register(kinds.JobKind("bad", "a runner given as a function", _SweepBinsConfig, lambda cfg, ctx: {}, ()))

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from jobs.lane import WARMUPS_NAME, Lane, LaneError
-from lab.model_cache import DoesNotFit, ModelCache, footprint
-from lab.models import LoadedModel
-from lab.runs import comparison_choices
+from lab.models.cache import DoesNotFit, ModelCache, footprint
+from lab.models.loading import LoadedModel
+from lab.results.runs import comparison_choices
 
 MIB = 1024**2
 
@@ -28,6 +28,7 @@ def _fake_loader(calls: list[str], sizes: dict[str, int]):
     return load
 
 
+@pytest.mark.unit
 def test_the_least_recently_used_model_is_unloaded_first():
     calls: list[str] = []
     sizes = {"a": 1024 * 256, "b": 1024 * 256, "c": 1024 * 256}  # 1 MiB each
@@ -42,6 +43,7 @@ def test_the_least_recently_used_model_is_unloaded_first():
         ModelCache("cpu", "float32", budget=MIB // 2, load=_fake_loader([], {"x": 1024 * 256})).use("x").__enter__()
 
 
+@pytest.mark.unit
 def test_what_a_request_uses_is_never_evicted_under_it():
     calls: list[str] = []
     cache = ModelCache("cpu", "float32", budget=int(1.5 * MIB), load=_fake_loader(calls, {"a": 262144, "b": 262144}))
@@ -76,8 +78,9 @@ def _logits(loaded, ids):
         return loaded.model(ids).logits
 
 
+@pytest.mark.model
 def test_adapters_share_their_base_and_switch_without_a_reload(tiny_model_dir, adapters):
-    from lab.models import load_model
+    from lab.models.loading import load_model
 
     calls: list[str] = []
 
@@ -117,6 +120,8 @@ def lane(tmp_path):
     lane.stop()
 
 
+@pytest.mark.model
+@pytest.mark.e2e
 def test_a_bad_model_is_refused_and_the_lane_keeps_serving(lane, tiny_model_dir, tmp_path):
     with pytest.raises(LaneError, match="does not exist") as refused:
         lane.call("compare", {"config": _config(str(tmp_path / "nope"), "Q?"), "out": str(tmp_path / "a")})
@@ -127,6 +132,8 @@ def test_a_bad_model_is_refused_and_the_lane_keeps_serving(lane, tiny_model_dir,
     assert [h["model"] for h in lane.status()["held"]] == [str(tiny_model_dir)]
 
 
+@pytest.mark.model
+@pytest.mark.e2e
 def test_two_callers_at_once_get_their_own_answers(lane, tiny_model_dir, tmp_path):
     answers = {}
 
@@ -143,6 +150,9 @@ def test_two_callers_at_once_get_their_own_answers(lane, tiny_model_dir, tmp_pat
         "First question?": "First question?", "Second question?": "Second question?"}
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 def test_a_killed_worker_fails_its_request_and_the_next_one_starts_anew(lane, tiny_model_dir, tmp_path):
     lane.call("held", {})
     first = lane.pid
@@ -171,16 +181,19 @@ def test_a_killed_worker_fails_its_request_and_the_next_one_starts_anew(lane, ti
     assert "SIGKILL" in reply.notice and "new one was started" in reply.notice
 
 
+@pytest.mark.model
+@pytest.mark.e2e
 def test_a_model_over_the_budget_is_refused_with_what_to_free(tmp_path, tiny_model_dir):
-    lane = Lane(tmp_path / ".lane", device="cpu", memory_gb=0.001, idle_s=120)
+    lane = Lane(tmp_path / ".lane", device="cpu", memory_gb=0.0001, idle_s=120)  # the tiny model: 0.15 MiB
     try:
-        with pytest.raises(LaneError, match=r"needs about .* MiB; the inference lane may hold 1.0 MiB .*--lane-memory") as e:
+        with pytest.raises(LaneError, match=r"needs about .* MiB; the inference lane may hold 0.1 MiB .*--lane-memory") as e:
             lane.call("compare", {"config": _config(str(tiny_model_dir), "Q?"), "out": str(tmp_path / "a")})
         assert e.value.reason == "memory" and lane.status()["running"]
     finally:
         lane.stop()
 
 
+@pytest.mark.e2e
 def test_an_idle_lane_exits_and_the_next_request_starts_it_quietly(tmp_path):
     lane = Lane(tmp_path / ".lane", device="cpu", idle_s=0.5)
     try:
@@ -196,6 +209,9 @@ def test_an_idle_lane_exits_and_the_next_request_starts_it_quietly(tmp_path):
         lane.stop()
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 def test_a_preload_warms_the_models_and_gives_them_back_when_idle(tmp_path, tiny_model_dir):
     """The Compare page's pre-load: the worker starts and loads the model in the background; the
     page's polls (last_status) do not keep it alive, and it exits after its idle timeout."""
@@ -223,6 +239,8 @@ def test_a_preload_warms_the_models_and_gives_them_back_when_idle(tmp_path, tiny
 
 
 # ---------------------------------------------------------------- the page, through the lane
+@pytest.mark.model
+@pytest.mark.e2e
 def test_the_page_compares_a_list_and_reopens_it_after_a_restart(tmp_path, tiny_model_dir):
     from ui import compare_page
     from ui.context import LabContext, LaneOptions

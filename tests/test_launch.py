@@ -7,6 +7,8 @@ from accelerate.commands.launch import launch_command_parser
 
 from jobs.launch import Launch, build_command, job_env, slurm_script
 
+pytestmark = pytest.mark.unit
+
 CONFIG, RUN = Path("/runs/00007-evaluate/config.yaml"), Path("/runs/00007-evaluate")
 WORKER = ["run", str(CONFIG), "--run-dir", str(RUN)]
 

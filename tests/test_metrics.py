@@ -1,4 +1,4 @@
-"""Tests for lab.metrics: independent references (torchmetrics, sklearn, torch, loops written here)
+"""Tests for lab.calibration.metrics: independent references (torchmetrics, sklearn, torch, loops written here)
 over parameter grids, and closed-form cases computed by hand."""
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import torch
 from sklearn.metrics import brier_score_loss, log_loss
 from torchmetrics.functional.classification import multiclass_calibration_error
 
-from lab import metrics as M
+from lab.calibration import metrics as M
+
+pytestmark = pytest.mark.unit
 
 
 def dirichlet(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lab import metrics as M
-from lab.analysis import ece_robustness
+from lab.calibration import metrics as M
+from lab.results.analysis import ece_robustness
+
+pytestmark = pytest.mark.unit
 
 
 def split_bins(conf: np.ndarray, n_bins: int) -> np.ndarray:

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from lab import hub
-from lab.errors import ModelLoadError
-from lab.models import load_model, resolve_model_path, select_device, select_dtype
+from lab.core import hub
+from lab.core.errors import ModelLoadError
+from lab.models.loading import load_model, resolve_model_path, select_device, select_dtype
 
 
 @pytest.fixture
@@ -14,6 +14,7 @@ def offline(monkeypatch):
     hub.hub_reachable.cache_clear()
 
 
+@pytest.mark.model
 def test_bundled_is_smollm2_in_fp32_on_cpu(bundled):
     cfg = bundled.model.config
     assert (cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == ("llama", 30, 576, 49152)
@@ -21,6 +22,7 @@ def test_bundled_is_smollm2_in_fp32_on_cpu(bundled):
     assert bundled.tokenizer.chat_template  # the GGUF's chat template survived the conversion
 
 
+@pytest.mark.model
 def test_bundled_loads_from_its_local_directory(bundled):
     again = load_model(bundled.path, device="cpu")
     ids = torch.tensor([bundled.tokenizer("The capital of France is")["input_ids"]])
@@ -28,6 +30,7 @@ def test_bundled_loads_from_its_local_directory(bundled):
         torch.testing.assert_close(again.model(ids).logits, bundled.model(ids).logits)
 
 
+@pytest.mark.unit
 def test_unknown_hub_id_offline_is_one_clear_line(offline):
     with pytest.raises(ModelLoadError) as err:
         load_model("no-such-org/no-such-model")
@@ -35,6 +38,7 @@ def test_unknown_hub_id_offline_is_one_clear_line(offline):
     assert "'no-such-org/no-such-model'" in message and "local directory" in message and "\n" not in message
 
 
+@pytest.mark.unit
 def test_missing_local_directory(tmp_path):
     with pytest.raises(ModelLoadError, match="does not exist"):
         resolve_model_path(str(tmp_path / "nope" / "model"))
@@ -43,6 +47,7 @@ def test_missing_local_directory(tmp_path):
         resolve_model_path(str(tmp_path / "weights.bin"))
 
 
+@pytest.mark.unit
 def test_dtype_and_device_selection():
     cpu = torch.device("cpu")
     assert select_dtype("auto", cpu) == torch.float32
@@ -55,6 +60,7 @@ def test_dtype_and_device_selection():
             select_device("cuda")
 
 
+@pytest.mark.model
 def test_lora_adapter_is_applied(bundled, tmp_path):
     from peft import LoraConfig, get_peft_model
 
@@ -72,6 +78,7 @@ def test_lora_adapter_is_applied(bundled, tmp_path):
     assert (got - plain).abs().max() > 1e-3  # the adapter really changed the model
 
 
+@pytest.mark.model
 def test_adapter_directory_must_hold_a_peft_config(bundled, tmp_path):
     with pytest.raises(ModelLoadError, match="adapter_config.json"):
         load_model(bundled.path, adapter=str(tmp_path), device="cpu")

@@ -19,9 +19,9 @@ import pytest
 from jobs.launch import Launch, build_command, job_env
 from jobs.scheduler import Scheduler
 from jobs.store import ConfigError, JobStore
-from lab.events import read_events
-from lab.yamlio import dump_yaml
-from tests.test_jobs import wait_for
+from lab.core.events import read_events
+from lab.core.yamlio import dump_yaml
+from tests.helpers import wait_for
 
 LOSS_RTOL = 1e-4
 METRIC_ATOL = 1e-5
@@ -48,6 +48,9 @@ def stage_events(events: list[dict], stage: str) -> list[dict]:
     return [e for e in events if e["stage"] == stage]
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 def test_rcft_in_two_processes_equals_one_process_on_the_same_global_batch(tmp_path, tiny_model_dir):
     """Training steps (DDP), validation per epoch and the E-step over every training question,
     split across ranks and gathered, against one process: equal within the module's tolerances."""
@@ -76,8 +79,11 @@ def test_rcft_in_two_processes_equals_one_process_on_the_same_global_batch(tmp_p
     assert (tmp_path / "two" / "model" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 def test_extraction_is_split_across_ranks_and_merged_into_one_store(tmp_path, tiny_model_dir):
-    from lab.distill.extract import TopKStore
+    from lab.kinds.extract.store import TopKStore
 
     config = {"kind": "extract", "model": str(tiny_model_dir), "dataset": "obqa", "data_files": ["bundled"],
               "limit": 40, "shard_size": 8, "device": "cpu"}
@@ -93,6 +99,9 @@ def test_extraction_is_split_across_ranks_and_merged_into_one_store(tmp_path, ti
         np.testing.assert_array_equal(two[i][0], one[i][0])
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 def test_first_pipeline_runs_in_two_processes(tmp_path, tiny_model_dir):
     """Teacher fine-tune, extraction, sweep, a FIRST student (top-k KL under DDP) and the
     evaluations, in two processes: one report, every stage once, as in one process."""
@@ -113,6 +122,9 @@ def test_first_pipeline_runs_in_two_processes(tmp_path, tiny_model_dir):
         [e["loss"] for e in stage_events(one, "student:first")], rel=LOSS_RTOL)
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 def test_cft_protocol_runs_in_two_processes(tmp_path, tiny_model_dir):
     """Base evaluation and temperature scaling (rank 0's), label smoothing and RCFT rows (DDP, the
     E-step gathered across ranks), evaluations and win rates: one report, equal to one process's."""
@@ -146,6 +158,9 @@ def _ranks(pid: int) -> dict[int, psutil.Process]:
     return found
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 def test_a_rank_that_dies_fails_the_job_naming_it_and_leaves_no_process(tmp_path, tiny_model_dir):
     store = JobStore(tmp_path / "runs")
     scheduler = Scheduler(store, gpus=[])
@@ -166,6 +181,7 @@ def test_a_rank_that_dies_fails_the_job_naming_it_and_leaves_no_process(tmp_path
                              for p in every), timeout=30)
 
 
+@pytest.mark.unit
 def test_more_than_one_process_is_refused_where_it_would_only_repeat_work(tmp_path):
     store = JobStore(tmp_path / "runs")
     with pytest.raises(ConfigError, match="processes: a evaluate job does not split"):
@@ -175,10 +191,23 @@ def test_more_than_one_process_is_refused_where_it_would_only_repeat_work(tmp_pa
     assert store.list() == []
 
 
-def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one(tmp_path, tiny_model_dir):
+@pytest.fixture(scope="module")
+def slower_model_dir(tmp_path_factory) -> Path:
+    """The tiny model (tests.helpers.make_tiny_model) made 4 layers deep and 256 wide, for a test whose
+    kill must land between the checkpoint at step 20 and the end at step 50: conftest's tiny model
+    trains those 50 steps in 0.3 s, this one in about 2.3 s on two cores (46 ms a step)."""
+    from tests.helpers import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("slower") / "model", hidden=256, intermediate=1024, layers=4)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one(tmp_path, slower_model_dir):
     """kill -9 mid-epoch, then Resume: it continues from the last whole checkpoint with optimizer,
     scheduler and RNG state, says so, and its losses after that step equal an uninterrupted run's."""
-    config = finetune_config(tiny_model_dir, epochs=1, limit=100, batch_size=2, save_steps=10, val_split=None)
+    config = finetune_config(slower_model_dir, epochs=1, limit=100, batch_size=2, save_steps=10, val_split=None)
     straight = run(config, tmp_path / "straight", processes=1)
 
     store = JobStore(tmp_path / "runs")
@@ -206,6 +235,9 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_o
     np.testing.assert_allclose([after[s] for s in sorted(after)], [want[s] for s in sorted(after)], rtol=LOSS_RTOL)
 
 
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 def test_tensorboard_gets_the_loss_and_validation_calibration(tmp_path, tiny_model_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -221,6 +253,7 @@ def test_tensorboard_gets_the_loss_and_validation_calibration(tmp_path, tiny_mod
     assert args["run_name"] == "run train" and args["learning_rate"] == 1e-3
 
 
+@pytest.mark.unit
 def test_a_tracker_that_is_not_installed_is_refused_naming_the_package(tmp_path, monkeypatch):
     import importlib.util
 
@@ -230,10 +263,11 @@ def test_a_tracker_that_is_not_installed_is_refused_naming_the_package(tmp_path,
         JobStore(tmp_path / "runs").submit({"kind": "finetune", "report_to": "wandb"})
 
 
+@pytest.mark.unit
 def test_a_lost_peer_is_left_to_the_launcher_to_report(monkeypatch):
     """Rank 0's collective fails when rank 1 dies; its own result would blame itself ("internal
     error"), so it writes none and the launcher's report names the rank that died first."""
-    from lab.worker import _peer_lost
+    from lab.jobkit.worker import _peer_lost
 
     lost = RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:50051: Connection reset by peer.")
     monkeypatch.setenv("WORLD_SIZE", "2")

@@ -11,15 +11,17 @@ import pytest
 import torch
 
 from lab.data.record import MCQRecord
-from lab.errors import ScoringError
-from lab.evaluate import EvalConfig, evaluate
-from lab.scoring import encode_prompts, letter_score, nonfinite_cause
-from lab.templates import get_template
+from lab.core.errors import ScoringError
+from lab.kinds.evaluate.run import evaluate
+from lab.kinds.evaluate.config import EvalConfig
+from lab.models.scoring import encode_prompts, letter_score, nonfinite_cause
+from lab.data.templates import get_template
 
 INF, NAN = math.inf, math.nan
 TOKENIZER = SimpleNamespace(decode=lambda ids: f"t{ids[0]}")  # all letter_score asks of a tokenizer
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("scores, cause", [
     ([0.0, NAN, -1.0], "NaN score on option B"),
     ([NAN, NAN], "NaN score on options A, B"),
@@ -33,6 +35,7 @@ def test_nonfinite_cause_hand(scores, cause):
     assert nonfinite_cause(np.array(scores)) == cause
 
 
+@pytest.mark.unit
 def test_letter_score_names_a_non_finite_question_and_keeps_a_finite_one():
     logits = torch.tensor([0.0, 1.0, 2.0, 0.5, -INF])  # (V,): options are tokens 1, 2 and 4
     fine = letter_score(logits, [1, 2, 4], TOKENIZER)
@@ -60,7 +63,7 @@ QUESTIONS = [{"id": f"q{i}", "question": f"Question {i}: which {'POISON ' if i =
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    from lab.models import load_model
+    from lab.models.loading import load_model
 
     return load_model(str(tiny_model_dir), device="cpu")
 
@@ -86,10 +89,11 @@ def _setup(tiny, tmp_path, monkeypatch, scoring: str, marker: str):
         return out
 
     monkeypatch.setattr(tiny.model, "forward", poisoned)
-    monkeypatch.setattr("lab.models.load_model", lambda *a, **k: tiny)
+    monkeypatch.setattr("lab.models.loading.load_model", lambda *a, **k: tiny)
     return cfg
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("scoring, cause", [("letter", "+inf score on option B"),
                                             ("cloze", "NaN score on options A, B")])  # log_softmax: inf − inf
 def test_evaluate_skips_names_and_counts_a_non_finite_question(tiny, tmp_path, monkeypatch, scoring, cause):
@@ -107,6 +111,7 @@ def test_evaluate_skips_names_and_counts_a_non_finite_question(tiny, tmp_path, m
     assert any("'q2'" in line and cause in line for line in lines), lines
 
 
+@pytest.mark.model
 def test_evaluate_refuses_when_every_question_is_non_finite(tiny, tmp_path, monkeypatch):
     cfg = _setup(tiny, tmp_path, monkeypatch, "letter", "colour")  # every question holds it
     with pytest.raises(ScoringError) as err:

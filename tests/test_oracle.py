@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from lab.data import DataError
-from lab.distill.extract import TopKStore, derive_store, extract_topk, misalignment
-from lab.events import EventWriter
-from lab.first.config import FirstConfig
-from lab.first.oracle import FLOOR, oracle_rows
-from lab.first.pipeline import run_first
-from lab.scratch import ScratchConfig, create
-from tests.test_extract import VOCAB, tiny_llama
+from lab.kinds.extract.store import TopKStore, derive_store, extract_topk, misalignment
+from lab.core.events import EventWriter
+from lab.kinds.first.config import FirstConfig
+from lab.kinds.first.oracle import FLOOR, oracle_rows
+from lab.kinds.first.run import run_first
+from tests.helpers import VOCAB, tiny_llama
 
 
+@pytest.mark.unit
 def test_the_answer_row_holds_the_truth_most_likely_first_and_nothing_else_changes():
     ids = np.array([[9, 8, 7, 6, 5], [1, 20, 2, 3, 4], [5, 6, 7, 8, 9]])
     logprobs = np.log(np.full((3, 5), 0.1))
@@ -29,6 +29,7 @@ def test_the_answer_row_holds_the_truth_most_likely_first_and_nothing_else_chang
     assert ids[1, 1] == 20  # the input is not modified
 
 
+@pytest.mark.model
 def test_a_derived_store_keeps_the_sequences_and_changes_only_what_the_edit_says(tmp_path):
     rng = np.random.default_rng(0)
     seqs = [rng.integers(1, VOCAB, n).tolist() for n in (4, 6, 3)]
@@ -52,14 +53,12 @@ def test_a_derived_store_keeps_the_sequences_and_changes_only_what_the_edit_says
 
 
 @pytest.fixture(scope="module")
-def scratch(tmp_path_factory):
-    from lab.data import load_records
-
-    records = load_records("synthetic", "train", ["bundled"], limit=100).records
-    return str(create(tmp_path_factory.mktemp("model") / "scratch", records,
-                      ScratchConfig(vocab_size=600, hidden=32, intermediate=64)))
+def scratch(tiny_model_dir):
+    """The tiny model made by lab.models.scratch (conftest), by the path a config names it."""
+    return str(tiny_model_dir)
 
 
+@pytest.mark.model
 def test_the_oracle_student_learns_from_the_true_distribution(scratch, tmp_path):
     cfg = FirstConfig(teacher=scratch, finetune_teacher=False, student=scratch, dataset="synthetic",
                       data_files=["bundled"], students=["oracle"], train_limit=12, val_limit=6, test_limit=8,
@@ -76,8 +75,8 @@ def test_the_oracle_student_learns_from_the_true_distribution(scratch, tmp_path)
     manifest = json.loads((tmp_path / "topk" / "train" / "manifest.json").read_text())
     assert store.manifest["sequences_sha256"] == manifest["sequences_sha256"]
     from lab.data import load_records
-    from lab.models import load_tokenizer
-    from lab.train.data import build_examples
+    from lab.models.tokenizers import load_tokenizer
+    from lab.training.data import build_examples
 
     records = load_records("synthetic", "train", ["bundled"], limit=12).records
     examples = build_examples(records, cfg.template, load_tokenizer(scratch, scratch), True, 512)
@@ -92,6 +91,7 @@ def test_the_oracle_student_learns_from_the_true_distribution(scratch, tmp_path)
     assert "Oracle distill" in md and "synthetic/shifted (out-of-domain, n=8)" in md
 
 
+@pytest.mark.model
 def test_the_oracle_student_is_refused_on_questions_without_a_true_distribution(scratch, tmp_path):
     cfg = FirstConfig(teacher=scratch, student=scratch, dataset="obqa", data_files=["bundled"],
                       students=["finetune", "oracle"], train_limit=4)

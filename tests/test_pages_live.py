@@ -11,14 +11,17 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from lab import runs
-from lab.compare import COMPARE_FILE
-from lab.evaluate import EvalConfig, write_evaluation
-from lab.events import EventWriter
-from lab.layout import REPORT_MD
+from lab.results import runs
+from lab.kinds.compare.run import COMPARE_FILE
+from lab.kinds.evaluate.run import write_evaluation
+from lab.kinds.evaluate.config import EvalConfig
+from lab.core.events import EventWriter
+from lab.core.layout import REPORT_MD
 from ui import components, jobs_page
 from ui.context import LabContext
 from ui.job_results import job_results
+
+pytestmark = pytest.mark.unit
 
 SKIP = gr.skip()
 
@@ -154,6 +157,31 @@ def test_a_poll_resends_only_what_changed(tmp_path):
     busy = jobs_page.poll(ctx, job.id, quiet[-1])
     assert "scoring 16/100" in busy[0] and busy[8] is not SKIP  # the activity grew
     assert jobs_page.poll(ctx, job.id + 1, busy[-1]) == (SKIP,) * 13  # not the job this panel shows
+
+
+def test_a_poll_reads_the_job_s_store_row_once(tmp_path, monkeypatch):
+    """The page's 2-second tick reads the store once (its list, whose row of the picked job the job's
+    panel uses), and a poll or a pick of the panel alone reads the job's row once."""
+    ctx = LabContext(tmp_path)
+    job = ctx.store.submit({"kind": "evaluate", "model": "bundled"})
+    ctx.store.update(job.id, status="running", started=time.time())
+    *_, listed = jobs_page.refresh_all(ctx, job.id)
+    *_, drawn = jobs_page.show(ctx, job.id, {})
+    reads: list[str] = []
+    for name in ("get", "list"):
+        def counted(*args, _read=getattr(ctx.store, name), _name=name, **kwargs):
+            reads.append(_name)
+            return _read(*args, **kwargs)
+        monkeypatch.setattr(ctx.store, name, counted)
+    ctx.store.update(job.id, status="succeeded", finished=time.time())
+    out = jobs_page.tick(ctx, job.id, listed, drawn)
+    assert len(reads) == 1 and "**succeeded**" in out[4]  # the row the list read is the one shown
+    for handler in (lambda: jobs_page.poll(ctx, job.id, drawn), lambda: jobs_page.show(ctx, job.id, {})):
+        reads.clear()
+        assert "**succeeded**" in handler()[0] and len(reads) == 1
+    reads.clear()
+    assert jobs_page.tick(ctx, job.id + 1, listed, {**drawn, "job": str(job.id + 1)})[4] == f"No job {job.id + 1}."
+    assert len(reads) == 1  # a job the list lacks is gone: not looked up again
 
 
 def test_a_job_s_controls_follow_its_status_and_a_cancel_is_no_error(tmp_path):

@@ -6,9 +6,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from lab.analysis import calibration_summary
+from lab.results.analysis import calibration_summary
 from ui import plots
 from ui.plots import OVER, UNDER
+
+pytestmark = pytest.mark.unit
 
 
 def _summary():

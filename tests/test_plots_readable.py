@@ -9,11 +9,14 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from lab import runs
-from lab.analysis import calibration_summary
-from lab.evaluate import EvalConfig, write_evaluation
+from lab.results import runs
+from lab.results.analysis import calibration_summary
+from lab.kinds.evaluate.run import write_evaluation
+from lab.kinds.evaluate.config import EvalConfig
 from ui import knowledge_page, plots, reliability_page
 from ui.context import LabContext
+
+pytestmark = pytest.mark.unit
 
 LONG = "00003 · bundled + 00005-cft/adapter · obqa/test · cloze (cloze_plain) · n=300 · 11-23 10:54"
 

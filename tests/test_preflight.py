@@ -10,13 +10,15 @@ import yaml
 from jobs import preflight
 from jobs.cli import main as jobs_cli
 from jobs.store import JobStore
-from lab.config import ConfigError
-from lab.kinds import parse_config
-from lab.train.estimates import CHECKPOINT_EXTRA, GPU, training_memory
-from lab.weights import count_parameters, model_shape, size_text
+from lab.core.config import ConfigError
+from lab.jobkit.kinds import parse_config
+from lab.training.estimates import CHECKPOINT_EXTRA, GPU, training_memory
+from lab.models.weights import count_parameters, model_shape, size_text
 from ui import forms, launch_page
 from ui.context import LabContext
 from ui.messages import note
+
+pytestmark = pytest.mark.model
 
 
 @pytest.fixture
@@ -98,9 +100,9 @@ def test_the_form_says_what_a_job_will_take(tiny_model_dir, csqa_files, shared_d
 
 
 def test_the_job_page_shows_the_estimate_the_worker_made(tiny_model_dir, csqa_files, tmp_path):
-    from lab.events import EventWriter
-    from lab.train.config import TrainConfig
-    from lab.train.trainer import finetune
+    from lab.core.events import EventWriter
+    from lab.training.config import TrainConfig
+    from lab.training.trainer import finetune
     from ui.jobs_page import job_view
 
     ctx = LabContext(tmp_path / "runs")

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab import worker
-from lab.errors import Stopped
-from lab.events import EventWriter, read_events
-from lab.scoring import encode_prompts, layer_progress, plan_batches, score_cloze, score_letter, scored_length
-from lab.templates import default_template, get_template
+from lab.jobkit import worker
+from lab.core.errors import Stopped
+from lab.core.events import EventWriter, read_events
+from lab.models.scoring import encode_prompts, layer_progress, plan_batches, score_cloze, score_letter, scored_length
+from lab.data.templates import default_template, get_template
 from ui.progress import eta_seconds, progress
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    from lab.models import load_model
+    from lab.models.loading import load_model
 
     return load_model(str(tiny_model_dir), device="cpu")
 
@@ -42,33 +42,38 @@ def _run_evaluate_job(tmp_path: Path, model: str, shared_data: Path, **fields) -
 
 
 # ---------------------------------------------------------------- stages before the model
+@pytest.mark.model
+@pytest.mark.e2e
 def test_a_job_announces_its_loading_stages_before_any_model_loads(tmp_path, tiny_model_dir, shared_data,
                                                                    monkeypatch):
-    import lab.models
+    import lab.models.loading
 
     seen_at_load = []
-    real = lab.models.load_model
+    real = lab.models.loading.load_model
 
     def spy(*args, **kwargs):
         seen_at_load.extend(read_events(tmp_path / "run" / "events.jsonl")[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(lab.models, "load_model", spy)
+    monkeypatch.setattr(lab.models.loading, "load_model", spy)
     events = _run_evaluate_job(tmp_path, str(tiny_model_dir), shared_data, limit=4)
     assert [(e["stage"], e.get("name")) for e in seen_at_load] == [
         ("start", None), ("stage", "loading data obqa"), ("stage", f"loading model {tiny_model_dir}")]
     assert events[: len(seen_at_load)] == seen_at_load and events[-1]["stage"] == "done"
 
 
+@pytest.mark.e2e
 def test_the_worker_reaches_its_first_stage_without_importing_torch():
     """The start event and the first announced stage go out before torch (seconds to import)."""
-    code = ("import sys; import lab.cli, lab.worker, lab.kinds as k; k.all_kinds(); "
+    code = ("import sys; import lab.cli, lab.jobkit.worker, lab.jobkit.kinds as k; k.all_kinds(); "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'imported too early'")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
 
 # ---------------------------------------------------------------- counts in questions
+@pytest.mark.model
+@pytest.mark.e2e
 def test_steps_count_questions_and_strictly_increase_to_the_total(tmp_path, tiny_model_dir, shared_data,
                                                                    monkeypatch):
     monkeypatch.setattr(worker, "PROGRESS_EVERY_S", 0.0)  # every batch and every block said
@@ -84,6 +89,7 @@ def test_steps_count_questions_and_strictly_increase_to_the_total(tmp_path, tiny
     assert inside, "no news from inside the first batch"
 
 
+@pytest.mark.unit
 def test_counter_says_begun_and_first_count_at_once_then_throttles_and_stops(tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "PROGRESS_EVERY_S", 3600.0)
     ctx = worker.JobContext(tmp_path)
@@ -102,6 +108,7 @@ def test_counter_says_begun_and_first_count_at_once_then_throttles_and_stops(tmp
         count(1)
 
 
+@pytest.mark.unit
 def test_counter_moves_tokens_inside_a_batch_and_never_back(tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "PROGRESS_EVERY_S", 0.0)
     ctx = worker.JobContext(tmp_path)
@@ -119,6 +126,7 @@ def test_counter_moves_tokens_inside_a_batch_and_never_back(tmp_path, monkeypatc
         count.within(0.9)
 
 
+@pytest.mark.model
 def test_layer_progress_reports_each_block_and_leaves_the_model_as_it_was(tiny):
     import torch
 
@@ -140,6 +148,7 @@ def _reference_plan(lengths, batch_size):
     return [order[s: s + batch_size] for s in range(0, len(order), batch_size)]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("seed", range(5))
 def test_batches_keep_under_the_token_budget_and_cover_every_question_once(seed):
     rng = random.Random(seed)
@@ -156,6 +165,7 @@ def test_batches_keep_under_the_token_budget_and_cover_every_question_once(seed)
                 assert len(batch) * max(lengths[i] for i in batch) <= budget or len(batch) == 1
 
 
+@pytest.mark.unit
 def test_a_budget_must_be_positive():
     with pytest.raises(ValueError, match="max_tokens"):
         plan_batches([3, 4], 2, 0)
@@ -182,15 +192,18 @@ def _compare_plans(loaded, records, scoring: str, budget: int, atol: float) -> N
             np.testing.assert_allclose(new.logliks, old.logliks, atol=1e-3)
 
 
+@pytest.mark.model
 def test_budgeted_batches_give_the_same_probabilities_on_long_passages(bundled, shared_data):
     _compare_plans(bundled, _records(shared_data, "boolq", 5), "letter", budget=512, atol=1e-5)
 
 
+@pytest.mark.model
 def test_budgeted_batches_give_the_same_cloze_scores(tiny, shared_data):
     _compare_plans(tiny, _records(shared_data, "obqa", 12), "cloze", budget=64, atol=1e-5)
 
 
 # ---------------------------------------------------------------- ETA and what the page shows
+@pytest.mark.unit
 def test_eta_weighs_tokens_when_the_costly_questions_come_first():
     events = [{"time": 100.0, "stage": "scoring", "step": 0, "total": 10},
               {"time": 101.0, "stage": "scoring", "step": 0, "total": 10, "tokens": 0, "tokens_total": 2000},
@@ -201,6 +214,7 @@ def test_eta_weighs_tokens_when_the_costly_questions_come_first():
     assert p.text == "scoring 25% (by tokens, of 10), ETA 30s"  # not "1/10 (25%)", which contradicts itself
 
 
+@pytest.mark.unit
 def test_eta_counts_from_the_stage_start_and_ignores_an_earlier_run_of_it():
     events = [{"time": 0.0, "stage": "train", "step": 0, "total": 4},
               {"time": 50.0, "stage": "train", "step": 4, "total": 4},
@@ -214,7 +228,7 @@ def test_eta_counts_from_the_stage_start_and_ignores_an_earlier_run_of_it():
 
 
 def _fine_tune(epochs: int = 5, steps: int = 10, step_s: float = 1.0, validation_s: float = 30.0):
-    """A fine-tune's events as lab.train writes them: a count after every step (steps of
+    """A fine-tune's events as lab.training writes them: a count after every step (steps of
     ``step_s`` ± 10 %), and after each epoch a validation taking ``validation_s`` (its event
     comes when it ends, followed by the checkpoint's save), then the next step; and when the
     stage's work (the last validation included) is done."""
@@ -231,6 +245,7 @@ def _fine_tune(epochs: int = 5, steps: int = 10, step_s: float = 1.0, validation
     return events, now
 
 
+@pytest.mark.unit
 def test_the_eta_holds_still_across_slow_validation_pauses():
     """Issue 30: a fine-tune's ETA went 11m02s → 1m38s → 5m25s → 6m58s: measured from the
     stage's start, every validation pause that had or had not yet happened swung the rate. Now
@@ -246,6 +261,7 @@ def test_the_eta_holds_still_across_slow_validation_pauses():
     assert all(a >= b for a, b in zip(etas, etas[1:]))  # it only falls: no swing back up after a pause
 
 
+@pytest.mark.unit
 def test_progress_shows_a_stage_that_has_no_count_yet():
     assert progress([]) is None and progress([{"time": 1.0, "stage": "log", "message": "hello"}]) is None
     start = {"time": 100.0, "stage": "start", "pid": 1}
@@ -263,6 +279,7 @@ def test_progress_shows_a_stage_that_has_no_count_yet():
     assert progress(again, now=150.0).text == "evaluate first on obqa… 30s"
 
 
+@pytest.mark.unit
 def test_event_writer_says_stages_as_the_page_reads_them(tmp_path):
     writer = EventWriter(tmp_path / "events.jsonl")
     writer.stage("loading model bundled")

@@ -1,39 +1,23 @@
-"""Stored evaluations analysed again (lab.analysis: loading predictions, recalibrating, summaries,
-tables) and case studies (lab.cases). Finding them is lab.runs: tests/test_runs.py."""
+"""Stored evaluations analysed again (lab.results.analysis: loading predictions, recalibrating, summaries,
+tables) and case studies (lab.results.cases). Finding them is lab.results.runs: tests/test_runs.py."""
 import io
 import json
-import os
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from lab import metrics
-from lab.first.recalibration import temperature_paper
-from lab.analysis import (
-    DEFAULT_TEMPERATURES, calibration_summary, load_predictions, positionwise_topk, recalibrate, results_csv,
-    results_table, temperature_sweep,
+from lab.calibration import metrics
+from lab.calibration.temperature import LAB_SWEEP_GRIDS, temperature_paper
+from lab.results.analysis import (
+    calibration_summary, load_predictions, positionwise_topk, recalibrate, results_csv, results_table,
+    temperature_sweep,
 )
-from lab.cases import case_table, filter_cases, same_question
+from lab.results.cases import case_table, filter_cases, same_question
+from tests.helpers import row as _row
+from tests.helpers import write_eval
 
-
-def _row(i, probs, answer, **extra):
-    pred = int(np.argmax(probs))
-    return {"id": f"q{i}", "question": f"question {i}?", "choices": [f"choice {j}" for j in range(len(probs))],
-            "answer": answer, "probs": probs, "pred": pred, "confidence": max(probs), "correct": pred == answer,
-            **extra}
-
-
-def write_eval(directory, rows, mtime=None, **info):
-    """A run directory as lab.evaluate writes it: metrics.json plus predictions.jsonl."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    base = {"n": len(rows), "accuracy": 0.5, "ece": 0.1, "cw_ece": 0.05, "nll": 1.0, "trust": 0.4,
-            "model": "bundled", "dataset": "arc_challenge", "split": "test", "scoring": "letter", "temperature": None}
-    (directory / "metrics.json").write_text(json.dumps({**base, **info}))
-    if mtime is not None:
-        os.utime(directory / "metrics.json", (mtime, mtime))
-    return directory
+pytestmark = pytest.mark.unit
 
 
 # four 2-option questions whose numbers are worked out by hand below
@@ -224,14 +208,14 @@ def test_temperature_sweep_widens_past_an_edge_that_holds_the_optimum(tmp_path):
     logit = temperature_sweep(pred)
     # logit: conf(T) = σ(ln 99 / T) = 0.54 at T* = ln 99 / ln(27/23) = 28.66, beyond the grid's 10;
     # stopping at the edge would report T = 10 with ECE σ(ln 99 / 10) − 0.54 = 7.3 points
-    step = DEFAULT_TEMPERATURES["logit"][1] / DEFAULT_TEMPERATURES["logit"][0]
+    step = LAB_SWEEP_GRIDS["logit"][1] / LAB_SWEEP_GRIDS["logit"][0]
     assert 28.66 / step <= logit.best_ece <= 28.66 * step and logit.table["ece"].min() < 0.005
     assert logit.table["temperature"].iloc[-1] == pytest.approx(40.0)  # 10 · 4: far enough, the optimum is inside
     assert logit.widened == "The lowest ECE and lowest NLL lay on the edge of T = 0.1…10, so the sweep went on to T = 0.1…40."
     assert list(logit.table["temperature"]) == sorted(logit.table["temperature"])
     # paper: conf(c) = σ(0.98 / c) = 0.54 at c* = 0.98 / ln(27/23) = 6.11, beyond the grid's 1
     paper = temperature_sweep(pred, form="paper")
-    step = DEFAULT_TEMPERATURES["paper"][1] / DEFAULT_TEMPERATURES["paper"][0]
+    step = LAB_SWEEP_GRIDS["paper"][1] / LAB_SWEEP_GRIDS["paper"][0]
     assert 6.112 / step <= paper.best_ece <= 6.112 * step and "went on to T = 0.01…16" in paper.widened
 
 

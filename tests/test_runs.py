@@ -1,12 +1,15 @@
-"""The catalogue of runs (lab.runs): what one walk of the runs directory finds, and names from a
+"""The catalogue of runs (lab.results.runs): what one walk of the runs directory finds, and names from a
 browser resolved back to paths, never outside the runs directory."""
 import json
 
 import pytest
 
-from lab.runs import (MAX_DEPTH, EvalRun, TrainedModel, adapter_base, evaluation, find_evaluations, job_evaluations,
+from lab.results.runs import (MAX_DEPTH, EvalRun, TrainedModel, adapter_base, evaluation, find_evaluations, job_evaluations,
                       resolve, saved_temperature, scan, store_names, topk_store)
-from test_results import _row, write_eval
+from tests.helpers import row as _row
+from tests.helpers import write_eval
+
+pytestmark = pytest.mark.unit
 
 ROWS = [_row(0, [0.6, 0.4], 0)]
 

@@ -17,9 +17,9 @@ import pytest
 from jobs import scheduler as scheduler_module
 from jobs.scheduler import Scheduler, cancel, start_in_background
 from jobs.store import JobStore
-from lab.events import EventWriter, read_events
+from lab.core.events import EventWriter, read_events
 
-from test_jobs import CONFIG, fake_launcher, wait_for
+from tests.helpers import CONFIG, fake_launcher, wait_for
 
 ROOT = os.geteuid() == 0
 
@@ -68,6 +68,7 @@ def store(tmp_path):
             run_dir.chmod(0o755)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("fault", ["replaced by a file", "read-only"])
 def test_a_run_directory_that_breaks_mid_job_fails_that_job_and_the_queue_goes_on(store, monkeypatch, fault):
     broken, after = store.submit(CONFIG), store.submit(CONFIG)
@@ -90,6 +91,7 @@ def test_a_run_directory_that_breaks_mid_job_fails_that_job_and_the_queue_goes_o
     assert store.scheduler_alive(max_age_s=5)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("fault", ["events.jsonl is a directory", "read-only"])
 def test_a_run_directory_unwritable_before_the_start_fails_the_job_and_the_next_one_runs(store, monkeypatch, fault):
     broken, after = store.submit(CONFIG), store.submit(CONFIG)
@@ -109,6 +111,7 @@ def test_a_run_directory_unwritable_before_the_start_fails_the_job_and_the_next_
     wait_for(lambda: store.get(after.id).status == "succeeded", tick=scheduler.tick)
 
 
+@pytest.mark.e2e
 def test_an_error_handling_one_job_fails_that_job_with_the_reason(store, monkeypatch):
     broken, after = store.submit(CONFIG), store.submit(CONFIG)
     check = scheduler_module.preflight.check
@@ -128,6 +131,7 @@ def test_an_error_handling_one_job_fails_that_job_with_the_reason(store, monkeyp
     wait_for(lambda: store.get(after.id).status == "succeeded", tick=scheduler.tick)
 
 
+@pytest.mark.e2e
 def test_a_tick_that_raises_does_not_stop_run_forever(store, monkeypatch, capsys):
     job = store.submit(CONFIG)
     scheduler = Scheduler(store, gpus=[], launcher=fake_launcher({job.id: "ok"}))
@@ -154,6 +158,7 @@ def test_a_tick_that_raises_does_not_stop_run_forever(store, monkeypatch, capsys
     assert "scheduler: a tick failed" in err and "Traceback" in err and "RuntimeError: the store hiccuped" in err
 
 
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # that thread's death is the test
 def test_the_watchdog_restarts_a_scheduler_thread_that_died(store, monkeypatch):
     job = store.submit(CONFIG)
@@ -179,6 +184,7 @@ def test_the_watchdog_restarts_a_scheduler_thread_that_died(store, monkeypatch):
     assert not supervisor.is_alive() and not threads[-1].is_alive()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["cooperative", "sleep30"])
 def test_cancel_leaves_no_zombie(store, mode):
     job = store.submit(CONFIG)
@@ -192,6 +198,7 @@ def test_cancel_leaves_no_zombie(store, mode):
     assert scheduler.children == {}
 
 
+@pytest.mark.e2e
 def test_a_child_whose_end_another_scheduler_recorded_is_reaped(store):
     job = store.submit(CONFIG)
     starter = Scheduler(store, gpus=[], launcher=fake_launcher({job.id: "sleep0.2"}))
@@ -204,6 +211,7 @@ def test_a_child_whose_end_another_scheduler_recorded_is_reaped(store):
     assert defunct([pid]) == [] and starter.children == {}
 
 
+@pytest.mark.unit
 def test_the_jobs_page_warns_while_no_scheduler_beats(store):
     from ui.jobs_page import scheduler_banner
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from lab.data.record import MCQRecord
-from lab.errors import ScoringError
-from lab.scoring import split_pairs, score_cloze, score_letter
-from lab.templates import Prompt, get_template
+from lab.core.errors import ScoringError
+from lab.models.scoring import split_pairs, score_cloze, score_letter
+from lab.data.templates import Prompt, get_template
 
 
 def _naive_logprobs(model, ids: list[int]) -> torch.Tensor:
@@ -16,6 +16,7 @@ def _naive_logprobs(model, ids: list[int]) -> torch.Tensor:
         return torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)  # (T, V)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("template", ["first", "cft_chat", "mmlu"])
 def test_letter_matches_naive_forward_and_is_batch_invariant(bundled, arc_records, template):
     prompts = [get_template(template).render(r, bundled.tokenizer) for r in arc_records]
@@ -34,6 +35,7 @@ def test_letter_matches_naive_forward_and_is_batch_invariant(bundled, arc_record
         assert top_p[0] == pytest.approx(logp.exp().max().item(), abs=1e-4)
 
 
+@pytest.mark.model
 def test_letter_tokens_are_taken_in_context(bundled):
     record = MCQRecord("q", "Pick one.", ("x", "y"), 0, "custom")
     paren = score_letter(bundled.model, bundled.tokenizer, [get_template("first").render(record, None)])[0]
@@ -44,6 +46,7 @@ def test_letter_tokens_are_taken_in_context(bundled):
     assert paren.option_token_ids != colon.option_token_ids
 
 
+@pytest.mark.model
 def test_cloze_matches_naive_full_sequence_loglik(bundled, arc_records):
     prompts = [get_template("cloze_qa").render(r, None) for r in arc_records]
     scores = score_cloze(bundled.model, bundled.tokenizer, prompts, batch_size=3)
@@ -61,6 +64,7 @@ def test_cloze_matches_naive_full_sequence_loglik(bundled, arc_records):
         np.testing.assert_allclose(a.logliks, b.logliks, atol=2e-3)
 
 
+@pytest.mark.model
 def test_cloze_handles_single_token_options(bundled):
     prompt = Prompt("The sky is", (" blue", " green"))
     score = score_cloze(bundled.model, bundled.tokenizer, [prompt])[0]
@@ -70,11 +74,13 @@ def test_cloze_handles_single_token_options(bundled):
     assert score.probs[0] > score.probs[1]
 
 
+@pytest.mark.model
 def test_letter_refuses_options_sharing_a_first_token(bundled):
     with pytest.raises(ScoringError, match="share a first token"):
         score_letter(bundled.model, bundled.tokenizer, [Prompt("Answer:", (" yes indeed", " yes no"))])
 
 
+@pytest.mark.model
 def test_batch_size_must_be_positive(bundled):
     with pytest.raises(ValueError, match="batch_size"):
         score_letter(bundled.model, bundled.tokenizer, [Prompt("Q (", ("A", "B"))], batch_size=0)
@@ -85,16 +91,17 @@ def test_batch_size_must_be_positive(bundled):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    """A model that reads at most 512 tokens (its max_position_embeddings), with the bundled tokenizer."""
-    from lab.models import load_model
+    """conftest's tiny model: it reads at most 512 tokens (its max_position_embeddings)."""
+    from lab.models.loading import load_model
 
     return load_model(str(tiny_model_dir), device="cpu")
 
 
+@pytest.mark.unit
 def test_context_limit_takes_the_smaller_sane_bound():
     from types import SimpleNamespace
 
-    from lab.scoring import context_limit
+    from lab.models.scoring import context_limit
 
     model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=512))
     assert context_limit(model, SimpleNamespace(model_max_length=int(1e30))) == (
@@ -103,10 +110,12 @@ def test_context_limit_takes_the_smaller_sane_bound():
     assert context_limit(SimpleNamespace(config=SimpleNamespace()), SimpleNamespace(model_max_length=None)) is None
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("scoring", ["letter", "cloze"])
 def test_a_question_past_the_context_is_refused_before_any_forward_pass(tiny, tmp_path, monkeypatch, scoring):
     from lab.data import DataError, load_records
-    from lab.evaluate import EvalConfig, score_records
+    from lab.kinds.evaluate.run import score_records
+    from lab.kinds.evaluate.config import EvalConfig
 
     path = tmp_path / "long.jsonl"
     rows = [{"id": "short", "question": "Is fire hot?", "choices": ["yes", "no"], "answer": 0},
@@ -124,11 +133,13 @@ def test_a_question_past_the_context_is_refused_before_any_forward_pass(tiny, tm
     assert done == []
 
 
+@pytest.mark.model
 def test_compare_refuses_a_question_past_the_context_with_what_it_generates(tiny_model_dir, tmp_path, monkeypatch):
-    from lab.compare import CompareConfig, compare
+    from lab.kinds.compare.run import compare
+    from lab.kinds.compare.config import CompareConfig
     from lab.data import DataError
 
-    monkeypatch.setattr("lab.compare._generate", lambda *a, **k: pytest.fail("generation ran"))
+    monkeypatch.setattr("lab.kinds.compare.run._generate", lambda *a, **k: pytest.fail("generation ran"))
     cfg = CompareConfig(question="Why? " * 400, options=["yes", "no"], models=[{"model": str(tiny_model_dir)}],
                         max_new_tokens=48, device="cpu")
     with pytest.raises(DataError, match="The question does not fit in the model's context of 512 tokens .* with "
@@ -138,6 +149,7 @@ def test_compare_refuses_a_question_past_the_context_with_what_it_generates(tiny
     assert not (tmp_path / "compare.json").exists()
 
 
+@pytest.mark.model
 def test_cloze_scoring_names_the_cache_as_the_installed_transformers_does(tiny, capfd):
     """Issue 30: every cloze job's log carried transformers' FutureWarning ("`past_key_values` is
     deprecated and will be removed in version 5.40.0 …") and its notice ("… Use `cache` instead"):

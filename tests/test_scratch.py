@@ -1,4 +1,4 @@
-"""A model created from a config (lab.scratch) is an ordinary model directory: the lab loads it,
+"""A model created from a config (lab.models.scratch) is an ordinary model directory: the lab loads it,
 renders every template with its tokenizer and scores with it like any other."""
 from __future__ import annotations
 
@@ -6,22 +6,22 @@ import numpy as np
 import pytest
 
 from lab.data import load_records
-from lab.models import load_model
-from lab.scoring import score_cloze, score_letter
-from lab.scratch import ScratchConfig, create
-from lab.templates import get_template
+from lab.models.loading import load_model
+from lab.models.scoring import score_cloze, score_letter
+from lab.data.templates import get_template
+from tests.helpers import TINY_VOCAB, make_tiny_model
 
 
 @pytest.fixture(scope="module")
-def scratch(tmp_path_factory):
-    records = load_records("synthetic", "train", ["bundled"], limit=200).records
-    return create(tmp_path_factory.mktemp("model") / "scratch", records, ScratchConfig(vocab_size=600, hidden=32,
-                                                                                         intermediate=64))
+def scratch(tiny_model_dir):
+    """The tiny model conftest makes with lab.models.scratch.create (tests.helpers.make_tiny_model)."""
+    return tiny_model_dir
 
 
+@pytest.mark.model
 def test_the_model_loads_and_scores_like_any_other(scratch):
     loaded = load_model(str(scratch), device="cpu")
-    assert len(loaded.tokenizer) <= 600 and loaded.model.config.num_hidden_layers == 2
+    assert len(loaded.tokenizer) <= TINY_VOCAB and loaded.model.config.num_hidden_layers == 2
     test = load_records("synthetic", "test", ["bundled"], limit=4).records
     for name, scorer in (("first", score_letter), ("cft_chat", score_letter), ("cloze_plain", score_cloze)):
         prompts = [get_template(name).render(r, loaded.tokenizer) for r in test]
@@ -29,6 +29,7 @@ def test_the_model_loads_and_scores_like_any_other(scratch):
         assert all(s.probs.shape == (4,) and np.isclose(s.probs.sum(), 1) for s in scores), name
 
 
+@pytest.mark.model
 def test_the_tokenizer_keeps_the_option_letters_whole_and_the_chat_template(scratch):
     tok = load_model(str(scratch), device="cpu").tokenizer
     letters = [tok.encode(f" {c}", add_special_tokens=False) for c in "ABCD"]
@@ -37,24 +38,25 @@ def test_the_tokenizer_keeps_the_option_letters_whole_and_the_chat_template(scra
     assert chat.endswith("<|im_start|>assistant\n")
 
 
+@pytest.mark.model
 def test_creation_is_seeded(scratch, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    records = load_records("synthetic", "train", ["bundled"], limit=200).records
-    again = create(tmp_path / "again", records, ScratchConfig(vocab_size=600, hidden=32, intermediate=64))
+    again = make_tiny_model(tmp_path / "again")  # the same records and config, made again
     one, two = load_file(scratch / "model.safetensors"), load_file(again / "model.safetensors")
     assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
 
 
+@pytest.mark.unit
 def test_the_name_scratch_is_a_model_made_once_on_first_use(monkeypatch, tmp_path):
-    from lab import scratch as module
-    from lab.kinds import parse_config
-    from lab.models import resolve_model_path
-    from lab.weights import local_model_dir
+    from lab.models import scratch as module
+    from lab.jobkit.kinds import parse_config
+    from lab.models.loading import resolve_model_path
+    from lab.models.weights import local_model_dir
 
     made = []
-    monkeypatch.setattr("lab.weights.scratch_target", lambda: tmp_path / "cache" / "scratch-synthetic")
+    monkeypatch.setattr("lab.models.weights.scratch_target", lambda: tmp_path / "cache" / "scratch-synthetic")
     monkeypatch.setattr(module, "create", lambda out, records, cfg=None: made.append(len(records)) or
                         (out / "config.json").write_text("{}"))
     assert local_model_dir("scratch") is None  # not made yet: the pre-flight knows

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from lab.config import PATH_ROLES, ConfigError, spec_of, unwrap_optional, walk
-from lab.paths import PathNotAllowed
-from lab import kinds
-from lab.kinds import parse_config
-from lab import yamlio
-from lab.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml
+from lab.core.config import PATH_ROLES, ConfigError, spec_of, unwrap_optional, walk
+from lab.jobkit.paths import PathNotAllowed
+from lab.jobkit import kinds
+from lab.jobkit.kinds import parse_config
+from lab.core import yamlio
+from lab.core.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml
 from ui.context import LabContext
 
 QUESTION = json.dumps({"question": "2+2?", "choices": ["4", "5"], "answer": "A"}) + "\n"
@@ -66,6 +66,7 @@ def tree(tmp_path):
 
 
 # ---------------------------------------------------------------- declarations
+@pytest.mark.unit
 @pytest.mark.parametrize("cls", config_classes(), ids=lambda c: c.__name__)
 def test_every_field_declares_what_it_is(cls):
     """A field that takes text must say what the text is; numbers have both bounds; nested
@@ -89,6 +90,7 @@ def test_every_field_declares_what_it_is(cls):
             assert base is bool or typing.get_origin(base) is typing.Literal, f"{where}: unchecked type {base!r}"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("cls", [k.config for k in kinds.all_kinds()], ids=lambda c: c.__name__)
 def test_every_text_field_given_an_outside_path_is_refused_or_is_free_text(cls, tree):
     """The dynamic half of the policy: put a path outside the roots into each text field of a
@@ -123,6 +125,7 @@ def _assert_refused_or_free(kind_cls, owner, f, config, root):
 
 
 # ---------------------------------------------------------------- the defects found
+@pytest.mark.unit
 def test_globs_climbing_out_and_mappings_are_refused_before_queueing(tree):
     root, secret = tree
     ctx = LabContext(root)
@@ -154,6 +157,7 @@ def test_globs_climbing_out_and_mappings_are_refused_before_queueing(tree):
     assert ctx.store.list() == []
 
 
+@pytest.mark.unit
 def test_the_stored_job_holds_the_resolved_files_and_the_worker_reads_only_those(tree):
     root, _ = tree
     (root / "data" / "linked.jsonl").unlink()
@@ -168,6 +172,7 @@ def test_the_stored_job_holds_the_resolved_files_and_the_worker_reads_only_those
     assert cfg.data_files == stored
 
 
+@pytest.mark.unit
 def test_paths_inside_the_roots_resolve_through_dots_and_home(tree, monkeypatch):
     root, _ = tree
     monkeypatch.setenv("HOME", str(root))
@@ -177,6 +182,7 @@ def test_paths_inside_the_roots_resolve_through_dots_and_home(tree, monkeypatch)
     assert cfg.model == str((root / "model").resolve()) and cfg.temperature == 1.5
 
 
+@pytest.mark.unit
 def test_hub_ids_are_names_not_paths(tree, monkeypatch):
     root, _ = tree
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -209,6 +215,7 @@ def _fields_with_roles(cls):
             if _kind_of(hints[f.name])[1] is not bool]
 
 
+@pytest.mark.unit
 def test_fuzzed_paths_never_resolve_to_or_open_a_file_outside(tree, monkeypatch):
     """2,000 random configs: each path field (nested entries too) gets a random path in a random
     shape. Whatever is accepted resolves only to files inside the root, and no file outside is
@@ -259,6 +266,7 @@ def test_fuzzed_paths_never_resolve_to_or_open_a_file_outside(tree, monkeypatch)
 
 
 # ---------------------------------------------------------------- bounded YAML
+@pytest.mark.unit
 def test_yaml_alias_bombs_size_depth_and_encoding_are_refused_at_once(monkeypatch):
     bomb = "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n" \
            "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nkind: evaluate\n"
@@ -335,6 +343,7 @@ def _form_message(ctx: LabContext, config: dict) -> str:
     return "accepted"
 
 
+@pytest.mark.e2e
 def test_bad_configs_get_the_same_message_from_the_cli_the_api_and_the_form(served_bare, tmp_path, capsys):
     from gradio_client import Client
 
@@ -355,6 +364,7 @@ def test_bad_configs_get_the_same_message_from_the_cli_the_api_and_the_form(serv
     assert good["ok"] and client.predict(good["id"], api_name="/job_status")["ok"]  # the server kept serving
 
 
+@pytest.mark.e2e
 def test_the_public_api_is_exactly_what_the_readme_lists(served_bare):
     import urllib.request
 
@@ -366,6 +376,7 @@ def test_the_public_api_is_exactly_what_the_readme_lists(served_bare):
     assert all(f'api_name="{name}"' in readme for name in info["named_endpoints"])
 
 
+@pytest.mark.unit
 def test_the_cli_names_a_config_that_is_not_utf8_or_too_big(tmp_path, capsys):
     from jobs.cli import main as jobs_cli
 
@@ -384,9 +395,10 @@ def _swap_for_link(path: Path, target: Path) -> None:
     path.symlink_to(target)
 
 
+@pytest.mark.unit
 def test_a_file_swapped_for_a_link_after_submit_is_refused_by_the_worker(tree, capsys):
-    from lab.layout import CONFIG_FILE, RESULT_FILE
-    from lab.worker import run
+    from lab.core.layout import CONFIG_FILE, RESULT_FILE
+    from lab.jobkit.worker import run
 
     root, secret = tree
     ctx = LabContext(root)
@@ -399,11 +411,12 @@ def test_a_file_swapped_for_a_link_after_submit_is_refused_by_the_worker(tree, c
     assert "SECRET" not in result["error"] + capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_a_swap_between_the_worker_s_check_and_the_open_is_caught_at_the_open(tree):
     """The worker checks its config at start; a file swapped after that, while the model loads, is
     caught where it is opened: a link in its place is not followed, nor one in a folder above it."""
     from lab.data.custom import read_custom as read_file
-    from lab.reads import restricted
+    from lab.core.reads import restricted
 
     root, secret = tree
     (root / "data" / "q2.jsonl").write_text(QUESTION)
@@ -424,6 +437,7 @@ def test_a_swap_between_the_worker_s_check_and_the_open_is_caught_at_the_open(tr
     assert list(read_file(root / "data" / "sub" / "r.jsonl"))  # outside a job, the command line reads anywhere
 
 
+@pytest.mark.unit
 def test_clone_and_resume_check_the_files_again_as_a_submit_does(tree):
     from jobs.store import JobStore
     from ui.jobs_page import clone_job, resume_job
@@ -443,11 +457,12 @@ def test_clone_and_resume_check_the_files_again_as_a_submit_does(tree):
     assert [j.id for j in ctx.store.list()] == [job.id] and ctx.store.get(job.id).status == "failed"
 
 
+@pytest.mark.unit
 def test_a_relative_model_path_outside_gets_one_answer_whether_or_not_it_exists(tree, monkeypatch):
     """``model: secret`` must not tell whether a folder ``secret`` exists outside the allowed folders."""
     root, secret = tree
     monkeypatch.chdir(secret.parent)  # ./secret exists here, outside runs/
-    monkeypatch.setattr("lab.hub.hub_reachable", lambda: False)
+    monkeypatch.setattr("lab.core.hub.hub_reachable", lambda: False)
     answers = []
     for name in ("secret", "missing", "secret/creds.csv", "missing/creds.csv"):
         with pytest.raises(ConfigError) as refused:
@@ -456,6 +471,7 @@ def test_a_relative_model_path_outside_gets_one_answer_whether_or_not_it_exists(
     assert len(set(answers)) == 1 and "leads outside" not in answers[0], answers
 
 
+@pytest.mark.unit
 def test_store_faults_are_answered_as_refusals_and_the_server_carries_on(tmp_path, monkeypatch):
     import sqlite3
 
@@ -486,6 +502,7 @@ def test_store_faults_are_answered_as_refusals_and_the_server_carries_on(tmp_pat
     assert job_status(ctx, job.id)["ok"]
 
 
+@pytest.mark.unit
 def test_a_job_that_ended_beside_a_full_disk_is_recorded_as_disk_full(tmp_path, monkeypatch):
     import collections
 

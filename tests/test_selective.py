@@ -1,5 +1,5 @@
-"""Selective prediction (lab.selective) and confidence signals (lab.confidence) against hand
-computations, brute force and scikit-learn."""
+"""Selective prediction (lab.calibration.selective) and confidence signals (lab.calibration.confidence) against hand
+computations and brute force (AUROC is scikit-learn's own, so it is checked by hand and by counting pairs)."""
 from __future__ import annotations
 
 import itertools
@@ -7,9 +7,11 @@ import math
 
 import numpy as np
 import pytest
-from sklearn.metrics import roc_auc_score
 
-from lab import analysis, confidence, metrics, selective
+from lab.calibration import confidence, metrics, selective
+from lab.results import analysis
+
+pytestmark = pytest.mark.unit
 
 # Five questions by falling confidence: right, wrong, right, right, wrong.
 CONF5 = [0.9, 0.8, 0.7, 0.6, 0.5]
@@ -25,8 +27,11 @@ def test_aurc_and_e_aurc_of_five_questions_by_hand():
     coverage, risk = selective.risk_coverage(CONF5, RIGHT5)
     np.testing.assert_allclose(coverage, [0.2, 0.4, 0.6, 0.8, 1.0])
     np.testing.assert_allclose(risk, [0, 1 / 2, 1 / 3, 1 / 4, 2 / 5])
-    assert selective.accuracy_at_coverage(CONF5, RIGHT5, 0.5) == pytest.approx(2 / 3)  # ⌈2.5⌉ = 3 answered
-    assert selective.accuracy_at_coverage(CONF5, RIGHT5, 0.8) == pytest.approx(3 / 4)
+    s = selective.summary(CONF5, RIGHT5)
+    assert s["acc_at_50"] == pytest.approx(2 / 3)  # ⌈2.5⌉ = 3 answered
+    assert s["acc_at_80"] == pytest.approx(3 / 4)
+    assert s["aurc"] == pytest.approx((0 + 1 / 2 + 1 / 3 + 1 / 4 + 2 / 5) / 5)
+    assert s["e_aurc"] == pytest.approx((1 / 2 + 1 / 3) / 5)
 
 
 def test_the_input_order_does_not_matter_and_ties_are_the_mean_over_their_orders():
@@ -49,12 +54,22 @@ def test_oracle_aurc_tends_to_geifmans_closed_form():
     assert selective.oracle_aurc(right) == pytest.approx(r + (1 - r) * math.log(1 - r), abs=1e-4)
 
 
+def test_auroc_of_five_questions_by_hand():
+    # right answers at 0.9, 0.7, 0.6, wrong ones at 0.8, 0.5: of the 3 × 2 pairs the right answer is
+    # more confident in 4 (0.9 > 0.8, 0.9 > 0.5, 0.7 > 0.5, 0.6 > 0.5)
+    assert selective.auroc(CONF5, RIGHT5) == pytest.approx(4 / 6)
+    assert selective.summary(CONF5, RIGHT5)["auroc"] == pytest.approx(4 / 6)
+    # a tie counts one half: right at 0.6 and 0.3, wrong at 0.6 → (½ + 0) / 2
+    assert selective.auroc([0.6, 0.6, 0.3], [1, 0, 1]) == pytest.approx(0.25)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_auroc_equals_sklearn_with_ties(seed):
+def test_auroc_counts_pairs_with_ties_as_one_half(seed):
     rng = np.random.default_rng(seed)
     conf = rng.integers(0, 7, 300) / 6  # seven values: many ties
     right = rng.random(300) < conf
-    assert selective.auroc(conf, right) == pytest.approx(roc_auc_score(right, conf), abs=1e-12)
+    diff = conf[right][:, None] - conf[~right][None, :]  # every (right, wrong) pair
+    assert selective.auroc(conf, right) == pytest.approx(np.mean((diff > 0) + 0.5 * (diff == 0)), abs=1e-12)
 
 
 def test_auroc_is_none_without_both_right_and_wrong_answers():
@@ -87,7 +102,7 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="0/1"):
         selective.aurc([0.5], [2])
     with pytest.raises(ValueError, match="coverage"):
-        selective.accuracy_at_coverage(CONF5, RIGHT5, 0)
+        selective.summary(CONF5, RIGHT5, coverages=[0])
 
 
 # ---------------------------------------------------------------- confidence signals

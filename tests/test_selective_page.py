@@ -8,38 +8,16 @@ import re
 import numpy as np
 import pytest
 
-from lab import analysis, calibrators, confidence, metrics, runs, selective
-from lab.evaluate import EvalConfig, write_evaluation
+from lab.calibration import calibrators, confidence, metrics, selective
+from lab.results import analysis, runs
+from tests.helpers import RUNS, write_runs
 from ui.app import open_below_threshold
 from ui.context import LabContext
 from ui.recalibration_page import fit_and_apply, save_calibrator
 from ui.reliability_page import VIEWS, reliability_view
 from ui.selective_page import TABLE_COLUMNS, selective_view
 
-
-def _rows(seed: int, n: int, start: int) -> list[dict]:
-    """``n`` over-confident 4-option answers (logits sharpened ×3 against the labels' distribution)."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n):
-        z = rng.normal(size=4)
-        answer = int(rng.choice(4, p=np.exp(z) / np.exp(z).sum()))
-        probs = np.exp(3 * z) / np.exp(3 * z).sum()
-        pred = int(np.argmax(probs))
-        rows.append({"id": f"q{start + i}", "question": f"question {start + i}", "choices": ["a", "b", "c", "d"],
-                     "answer": answer, "probs": probs.tolist(), "pred": pred, "confidence": float(probs[pred]),
-                     "correct": pred == answer})
-    return rows
-
-
-RUNS = (("val", "validation", 0, 400, 0), ("test", "test", 1, 400, 10_000), ("small", "test", 2, 120, 20_000))
-
-
-def write_runs(root, which=RUNS) -> None:
-    """A validation and a test run of one over-confident model on distinct questions, and a small run."""
-    for name, split, seed, n, start in which:
-        write_evaluation(root / name, _rows(seed, n, start), EvalConfig(model="bundled", dataset="obqa", split=split,
-                                                                        bootstrap=50), {"model": "bundled"})
+pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +50,20 @@ def test_selective_view_compares_runs_and_lists_what_the_threshold_drops(lab):
     assert table.loc[0, "coverage at threshold"] == pytest.approx((conf >= 0.9).mean(), abs=1e-4)
     assert f"{len(dropped)} questions" in heading
     assert len([t for t in figure.data if t.fill == "tozeroy"]) == 2  # one risk curve per run
+
+
+def test_moving_the_threshold_does_not_redo_the_bootstrap(tmp_path, monkeypatch):
+    """The summary (AURC, AUROC with their bootstrap intervals) does not depend on the threshold: computed
+    once per run, signal and version of its predictions, not on every move of the slider."""
+    write_runs(tmp_path, RUNS[:1])
+    ctx, calls = LabContext(tmp_path), []
+    real = selective.summary
+    monkeypatch.setattr(selective, "summary", lambda *a, **k: calls.append(1) or real(*a, **k))
+    tables = [selective_view(ctx, ["val"], confidence.DEFAULT, t)[1] for t in (0.3, 0.5, 0.7)]
+    assert len(calls) == 1 and tables[0]["AUROC"].equals(tables[2]["AUROC"])
+    assert tables[0]["coverage at threshold"][0] > tables[2]["coverage at threshold"][0]
+    selective_view(ctx, ["val"], "margin", 0.5)
+    assert len(calls) == 2  # another signal is another summary
 
 
 def test_the_table_leads_with_the_numbers_a_reader_came_for():
@@ -200,9 +192,9 @@ def test_case_studies_keep_exactly_the_questions_the_threshold_drops(lab, signal
 
 
 def test_the_temperature_lab_gives_the_interval_and_says_its_optima_flatter(lab):
-    from ui.temperature_page import temperature_view
+    from ui.temperature_page import typed_temperature
 
-    _, text, _ = temperature_view(lab, "test", 2.0, "logit", "")
+    text = typed_temperature(lab, "test", 2.0, None, "logit", "").text  # 2.0 typed into the box
     shown = [float(x) for x in re.search(r"\[95% CI ([\d.]+)–([\d.]+)%\]", text).groups()]
     pred = lab.results.predictions(runs.evaluation(lab.runs, "test"))
     choice, conf = metrics.predictions(analysis.recalibrate(pred, 2.0), pred.mask)

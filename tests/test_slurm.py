@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from jobs.launch import Launch, build_command, job_env
-from lab.events import read_events
-from lab.yamlio import dump_yaml
+from lab.core.events import read_events
+from lab.core.yamlio import dump_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
@@ -37,6 +37,18 @@ def slurm():
     if done.returncode != 0 or not _answers():
         said = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         pytest.skip(f"scripts/slurm_single_node.sh could not start Slurm here: {said}")
+
+
+@pytest.fixture
+def no_stray_output():
+    """Fails a test after which Slurm left its default ``slurm-<id>.out`` in the current folder or
+    the checkout (the jobs' working folder): every byte of a job belongs in its run directory."""
+    def found() -> set[Path]:
+        return {p.resolve() for folder in (Path.cwd(), ROOT) for p in folder.glob("slurm-*.out")}
+
+    before = found()
+    yield
+    assert found() - before == set(), "Slurm wrote a job's output outside its run directory"
 
 
 def job_fields(job_id: str) -> dict[str, str]:
@@ -61,7 +73,12 @@ def lab_processes(run_dir: Path) -> list:
     return [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
 
 
-def test_jobs_with_executor_slurm_from_the_cli_and_the_api_succeed_as_local_ones(slurm, tmp_path, tiny_model_dir):
+@pytest.mark.slurm
+@pytest.mark.model
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_jobs_with_executor_slurm_from_the_cli_and_the_api_succeed_as_local_ones(slurm, tmp_path, tiny_model_dir,
+                                                                                 no_stray_output):
     from jobs.cli import main
     from jobs.store import JobStore
     from ui import api
@@ -83,6 +100,7 @@ def test_jobs_with_executor_slurm_from_the_cli_and_the_api_succeed_as_local_ones
     for job in map(store.get, (1, 2)):
         assert job.status == "succeeded", (job.error, (Path(job.run_dir) / "log.txt").read_text()[-2000:])
         assert job.executor == "slurm" and job.devices == f"slurm {job.slurm_id} (default partition)"
+        assert job_fields(job.slurm_id)["StdOut"] == os.path.abspath(Path(job.run_dir) / "log.txt")
     asked = {i: job_fields(store.get(i).slurm_id) for i in (1, 2)}
     assert asked[1]["TimeLimit"] == "00:10:00" and asked[1]["MinMemoryNode"] == "2G"
     assert asked[2]["TimeLimit"] == "00:15:00" and asked[2]["NumCPUs"] == "2"
@@ -104,7 +122,12 @@ def test_jobs_with_executor_slurm_from_the_cli_and_the_api_succeed_as_local_ones
     assert [(e["accuracy"], e["ece"]) for e in evals[0]] == [(e["accuracy"], e["ece"]) for e in evals[1]]
 
 
-def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left(slurm, tmp_path, tiny_model_dir):
+@pytest.mark.slurm
+@pytest.mark.model
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left(slurm, tmp_path, tiny_model_dir,
+                                                                                 no_stray_output):
     from jobs.scheduler import Scheduler, cancel
     from jobs.store import JobStore
 
@@ -124,7 +147,12 @@ def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left
     assert job_fields(ended.slurm_id)["JobState"] in TERMINAL
 
 
-def test_a_slurm_job_past_its_time_limit_fails_with_timeout_and_a_restart_sees_it(slurm, tmp_path, tiny_model_dir):
+@pytest.mark.slurm
+@pytest.mark.model
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_slurm_job_past_its_time_limit_fails_with_timeout_and_a_restart_sees_it(slurm, tmp_path, tiny_model_dir,
+                                                                                  no_stray_output):
     """Submitted by one scheduler, which then stops (the server restarts); another, new one
     follows the job to its end: Slurm's TIMEOUT, in words."""
     from jobs.scheduler import Scheduler
@@ -146,6 +174,7 @@ def test_a_slurm_job_past_its_time_limit_fails_with_timeout_and_a_restart_sees_i
     assert lab_processes(Path(job.run_dir)) == []
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("options, message", [
     ({"extra": ["--mem=1G\nrm -rf /"]}, "is not one --option"),
     ({"extra": ["--wrap=$(id)"]}, "is not one --option"),
@@ -181,6 +210,7 @@ PATH_OPTIONS = ["--output=/tmp/outside.txt", "--open-mode=truncate", "--error=/t
                 "--get-user-env", "--uid=0", "--wrap=id"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("option", PATH_OPTIONS)
 def test_extra_options_that_name_paths_or_override_the_lab_are_refused_everywhere(tmp_path, monkeypatch, capsys,
                                                                                   option):
@@ -208,6 +238,7 @@ def test_extra_options_that_name_paths_or_override_the_lab_are_refused_everywher
     assert store.list() == []
 
 
+@pytest.mark.unit
 def test_the_lab_s_own_lines_come_after_the_user_s(tmp_path):
     from jobs.slurm import batch_file, parse_options
 
@@ -217,6 +248,38 @@ def test_the_lab_s_own_lines_come_after_the_user_s(tmp_path):
     assert f"#SBATCH --output={tmp_path}/log.txt" in sbatch[2:] and "#SBATCH --open-mode=append" in sbatch[2:]
 
 
+@pytest.mark.unit
+def test_a_job_s_output_goes_to_its_run_directory_never_the_current_folder(tmp_path, monkeypatch):
+    """Without a Slurm: the batch file names the run directory's log for both streams, absolutely
+    (the job's working folder is the checkout, not the lab's), with Slurm's % patterns escaped; and
+    sbatch (a stand-in recording where it ran) runs in the run directory, leaving nothing in the
+    current folder even where the store's root is a relative path."""
+    from jobs import slurm
+
+    here = tmp_path / "cwd"
+    (here / "runs" / "00001-evaluate").mkdir(parents=True)
+    monkeypatch.chdir(here)
+    run_dir, log = Path("runs/00001-evaluate"), here / "runs" / "00001-evaluate" / "log.txt"
+    text = slurm.batch_file(run_dir, slurm.parse_options({}), 1)
+    assert f"#SBATCH --output={log}" in text and f"#SBATCH --error={log}" in text
+    assert f"run {here / run_dir / 'config.yaml'} --run-dir {here / run_dir}" in text
+    odd = tmp_path / "100%x"
+    assert f"#SBATCH --output={tmp_path}/100%%x/log.txt" in slurm.batch_file(odd, slurm.parse_options({}), 1)
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(  # Slurm's default: slurm-<id>.out where it runs, unless told --output
+        f'#!/bin/sh\npwd > {tmp_path}/sbatch-ran-in\n'
+        'grep -q "^#SBATCH --output=/" "$2" || : > slurm-4242.out\necho 4242\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert slurm.submit(run_dir, slurm.parse_options({}), 1) == "4242"
+    assert (tmp_path / "sbatch-ran-in").read_text().strip() == str(here / run_dir)
+    assert (here / run_dir / slurm.BATCH_FILE).is_file()
+    assert list(here.glob("slurm-*.out")) == [] and list(Path.cwd().glob("slurm-*.out")) == []
+
+
+@pytest.mark.unit
 def test_the_batch_file_carries_every_option(tmp_path):
     from jobs.slurm import batch_file, parse_options
 
@@ -227,6 +290,7 @@ def test_the_batch_file_carries_every_option(tmp_path):
         assert f"#SBATCH {line}" in text, line
 
 
+@pytest.mark.unit
 def test_the_launch_form_sends_slurm_fields_only_for_slurm(tmp_path, monkeypatch):
     from ui import forms, launch_page
     from ui.context import LabContext

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from jobs.store import DB_FILE, JobStore, StoreError
-from lab.events import START
-from lab.layout import CONFIG_FILE, EVENTS_FILE, RESULT_FILE
+from lab.core.events import START
+from lab.core.layout import CONFIG_FILE, EVENTS_FILE, RESULT_FILE
 
 CONFIG = {"kind": "evaluate", "model": "bundled", "limit": 5}
 
@@ -20,6 +20,7 @@ def _lose_the_store(root: Path) -> None:
         (root / name).unlink(missing_ok=True)
 
 
+@pytest.mark.unit
 def test_a_lost_store_is_rebuilt_from_the_run_folders_and_new_jobs_take_new_ids(tmp_path):
     root = tmp_path / "runs"
     store = JobStore(root)
@@ -36,6 +37,7 @@ def test_a_lost_store_is_rebuilt_from_the_run_folders_and_new_jobs_take_new_ids(
     assert (Path(done.run_dir) / "metrics.json").read_text() == '{"accuracy": 0.5}'
 
 
+@pytest.mark.unit
 def test_a_new_job_never_takes_the_id_or_folder_of_a_run_the_store_does_not_know(tmp_path):
     root = tmp_path / "runs"
     store = JobStore(root)
@@ -48,6 +50,7 @@ def test_a_new_job_never_takes_the_id_or_folder_of_a_run_the_store_does_not_know
     assert job.id == 8 and (stray / "metrics.json").read_text() == "old"
 
 
+@pytest.mark.e2e
 def test_the_rebuilt_store_keeps_a_running_job_running_and_an_orphan_interrupted(tmp_path):
     root = tmp_path / "runs"
     store = JobStore(root)
@@ -67,6 +70,7 @@ def test_the_rebuilt_store_keeps_a_running_job_running_and_an_orphan_interrupted
         worker.wait()
 
 
+@pytest.mark.e2e
 def test_a_store_sqlite_cannot_read_stops_with_what_to_do(tmp_path, capsys):
     from jobs.cli import main as jobs_cli
 

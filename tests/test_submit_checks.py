@@ -11,15 +11,17 @@ import pytest
 from jobs import preflight
 from jobs.cli import main as jobs_cli
 from jobs.store import JobStore, check_gpus
-from lab import kinds
+from lab.jobkit import kinds
 from lab.cli import main as lab_cli
-from lab.config import ConfigError
+from lab.core.config import ConfigError
 from lab.data import samples
-from lab.paths import PathNotAllowed
-from lab.yamlio import load_yaml
+from lab.jobkit.paths import PathNotAllowed
+from lab.core.yamlio import load_yaml
 from ui import forms, launch_page
 from ui.context import LabContext
 from ui.messages import error
+
+pytestmark = pytest.mark.unit
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DATA_HOME = "~/.cache/calibration-lab/data"  # where the paper presets expect the data users supply

@@ -11,8 +11,10 @@ import pytest
 from scipy.stats import binom
 
 from lab.data import load_records
-from lab.data.synthetic import (IN_DOMAIN, SHIFTED, Task, _poisson_binomial, expected_oracle, generate, oracle,
-                                write_splits)
+from lab.calibration.oracle import _poisson_binomial, expected_oracle, oracle
+from lab.data.synthetic import IN_DOMAIN, SHIFTED, Task, generate, write_splits
+
+pytestmark = pytest.mark.unit
 
 
 def _object(question: str) -> str:
@@ -93,8 +95,9 @@ def test_a_task_that_would_make_the_rule_unlikely_is_refused():
 
 
 def test_an_evaluation_of_the_controlled_task_is_shown_beside_its_oracle(tmp_path):
-    from lab import analysis, cases, runs
-    from lab.evaluate import EvalConfig, write_evaluation
+    from lab.results import analysis, cases, runs
+    from lab.kinds.evaluate.run import write_evaluation
+    from lab.kinds.evaluate.config import EvalConfig
     from ui.context import LabContext
     from ui.reliability_page import reliability_view
 

@@ -13,17 +13,20 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from lab import analysis
-from lab.evaluate import EvalConfig, apply_temperature, write_evaluation
+from lab.results import analysis
+from lab.kinds.evaluate.run import apply_temperature, write_evaluation
+from lab.kinds.evaluate.config import EvalConfig
 from ui import temperature_page as page
 from ui.context import LabContext
+
+pytestmark = pytest.mark.unit
 
 NAME, BINS = "00001-evaluate", "10 equal-width bins"
 SKIP = gr.skip()
 
 
 def _rows(pairs):
-    """Evaluation rows from (probability of option A, answer) pairs, as lab.evaluate writes them."""
+    """Evaluation rows from (probability of option A, answer) pairs, as lab.kinds.evaluate.run writes them."""
     rows = []
     for i, (p, answer) in enumerate(pairs):
         probs = [p, 1 - p]

@@ -2,10 +2,11 @@ import pytest
 
 from lab.data import load_records
 from lab.data.record import MCQRecord
-from lab.templates import default_template, get_template, template_names
-from lab.registry import UnknownNameError
+from lab.data.templates import default_template, get_template, template_names
+from lab.core.registry import UnknownNameError
 
 
+@pytest.mark.unit
 def test_first_lower_reproduces_the_papers_csqa_example(shared_data):
     # FIRST, Table 3: the CSQA prompt for the first training question, up to the answer letter.
     records = load_records("csqa", "train", [str(shared_data / "commonsenseqa" / "train.jsonl")], limit=1).records
@@ -18,6 +19,7 @@ def test_first_lower_reproduces_the_papers_csqa_example(shared_data):
     assert prompt.options == ("a", "b", "c", "d", "e")
 
 
+@pytest.mark.unit
 def test_first_boolq_is_the_papers_alpaca_format():
     record = MCQRecord("1", "is windows movie maker part of windows essentials", ("No", "Yes"), 1, "boolq",
                        passage="Windows Movie Maker is a part of Windows Essentials.")
@@ -31,6 +33,7 @@ def test_first_boolq_is_the_papers_alpaca_format():
     assert prompt.options == ("No", "Yes")  # in choice order: index 1 is "Yes"
 
 
+@pytest.mark.model
 def test_cft_chat_uses_the_models_chat_template(bundled):
     record = MCQRecord("q", "Which is very difficult to induce antibody?", ("Polysaccharide", "Protein"), 0, "custom")
     prompt = get_template("cft_chat").render(record, bundled.tokenizer)
@@ -41,6 +44,7 @@ def test_cft_chat_uses_the_models_chat_template(bundled):
     assert prompt.options == ("A", "B")
 
 
+@pytest.mark.unit
 def test_cft_chat_without_chat_template_falls_back_to_plain_text():
     record = MCQRecord("q", "2+2?", ("3", "4"), 1, "custom")
     prompt = get_template("cft_chat").render(record, None)
@@ -48,6 +52,7 @@ def test_cft_chat_without_chat_template_falls_back_to_plain_text():
     assert prompt.options == (" A", " B")
 
 
+@pytest.mark.unit
 def test_cloze_templates_match_lm_evaluation_harness():
     record = MCQRecord("q", "Which gas do plants take in?", ("oxygen", "carbon dioxide"), 1, "arc_challenge")
     qa = get_template("cloze_qa").render(record, None)
@@ -58,6 +63,7 @@ def test_cloze_templates_match_lm_evaluation_harness():
     assert b.text == "The sky is blue.\nQuestion: is the sky blue?\nAnswer:" and b.options == (" no", " yes")
 
 
+@pytest.mark.unit
 def test_defaults_and_kinds():
     assert default_template("boolq", "letter") == "first_boolq"
     assert default_template("obqa", "cloze") == "cloze_plain"

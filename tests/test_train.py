@@ -5,14 +5,15 @@ import pytest
 import torch
 
 from lab.data.record import MCQRecord
-from lab.errors import Stopped
-from lab.events import EventWriter, read_events
-from lab.models import load_model
-from lab.train.config import TrainConfig
-from lab.train.data import IGNORE, build_examples, pad_batch
-from lab.train.trainer import finetune
+from lab.core.errors import Stopped
+from lab.core.events import EventWriter, read_events
+from lab.models.loading import load_model
+from lab.training.config import TrainConfig
+from lab.training.data import IGNORE, build_examples, pad_batch
+from lab.training.trainer import finetune
 
 
+@pytest.mark.model
 def test_examples_supervise_the_answer_only_or_everything(bundled):
     record = MCQRecord("q", "Where do fish live?", ("tree", "water"), 1, "csqa")
     tok = bundled.tokenizer
@@ -27,6 +28,7 @@ def test_examples_supervise_the_answer_only_or_everything(bundled):
     assert build_examples([record], "first_lower", tok, max_length=10) == []  # too long: dropped, not cut
 
 
+@pytest.mark.unit
 def test_pad_batch_masks_padding():
     batch = pad_batch([{"input_ids": [5, 6, 7], "labels": [IGNORE, 6, 7]}, {"input_ids": [8], "labels": [8]}], pad_id=0)
     assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
@@ -34,6 +36,7 @@ def test_pad_batch_masks_padding():
     assert batch["labels"].tolist() == [[IGNORE, 6, 7], [8, IGNORE, IGNORE]]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad, field", [({"method": "dora"}, "method"), ({"epochs": 0}, "epochs"),
                                         ({"template": "cloze_qa"}, "cloze"), ({"batch_size": 0}, "batch_size"),
                                         ({"dataset": "csq"}, "csq"), ({"lr": 1}, "lr")])
@@ -42,6 +45,7 @@ def test_train_config_refuses_bad_values(bad, field):
         TrainConfig.from_dict(bad)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("method", ["full", "lora"])
 def test_finetune_trains_saves_and_reports_validation_ece(tiny_model_dir, csqa_files, tmp_path, method):
     cfg = TrainConfig(model=str(tiny_model_dir), method=method, dataset="csqa", data_files=csqa_files, limit=8,
@@ -61,6 +65,7 @@ def test_finetune_trains_saves_and_reports_validation_ece(tiny_model_dir, csqa_f
     assert (result["adapter"] is not None) == (method == "lora")
 
 
+@pytest.mark.model
 def test_a_stop_request_ends_training_keeping_a_checkpoint(tiny_model_dir, csqa_files, tmp_path):
     cfg = TrainConfig(model=str(tiny_model_dir), dataset="csqa", data_files=csqa_files, limit=8, val_split=None,
                       epochs=3, batch_size=4)
@@ -71,6 +76,7 @@ def test_a_stop_request_ends_training_keeping_a_checkpoint(tiny_model_dir, csqa_
     assert state["global_step"] == 1
 
 
+@pytest.mark.unit
 def test_checkpoint_rotation_leaves_no_mtime_notice_in_the_job_log(tmp_path):
     """Issue 30: a fine-tune's log said "mtime may not be reliable on this filesystem": transformers
     says so whenever two checkpoints were saved within a second (a small model's epochs), then
@@ -96,12 +102,13 @@ def test_checkpoint_rotation_leaves_no_mtime_notice_in_the_job_log(tmp_path):
     assert not [m for m in said if "mtime" in m]
 
 
+@pytest.mark.model
 def test_a_lora_model_is_made_and_loaded_without_a_future_warning(tiny_model_dir, tmp_path):
     """Issue 30's log noise, in a LoRA job: peft reads transformers' `is_gradient_checkpointing`,
     renamed in transformers 5, and every LoRA job's log carried the FutureWarning it raises."""
     import warnings
 
-    from lab.train.trainer import prepare_model
+    from lab.training.trainer import prepare_model
 
     cfg = TrainConfig(model=str(tiny_model_dir), method="lora", dataset="csqa", epochs=1)
     with warnings.catch_warnings(record=True) as caught:

@@ -10,12 +10,14 @@ import pytest
 
 import app
 from jobs.store import ConfigError
-from lab import runs
+from lab.results import runs
 from lab.data import DataError
-from lab.evaluate import EvalConfig, write_evaluation
-from lab.events import EventWriter
-from lab.temperature import load_temperature
+from lab.kinds.evaluate.run import write_evaluation
+from lab.kinds.evaluate.config import EvalConfig
+from lab.core.events import EventWriter
+from lab.calibration.temperature import load_temperature
 from ui import api, cases_page, forms, knowledge_page, reliability_page, results_page, temperature_page
+from ui.components import AS_EVALUATED
 from ui.context import LabContext
 from ui.messages import error
 from ui.progress import EventCache, progress
@@ -23,6 +25,7 @@ from ui.uploads import accept_upload
 
 
 # ---------------------------------------------------------------- forms
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", ["evaluate", "finetune", "first", "cft", "extract", "compare"])
 def test_every_form_round_trips_its_defaults(kind):
     values = forms.preset_values(kind, None)
@@ -32,6 +35,7 @@ def test_every_form_round_trips_its_defaults(kind):
     assert config["kind"] == kind and set(config) - {"kind"} == {f.name for f in forms.fields(kind)}
 
 
+@pytest.mark.unit
 def test_presets_come_from_the_examples():
     assert {"defaults", "cft-quick", "cft-paper", "cft-cpu"} <= set(forms.presets("cft"))
     values = forms.preset_values("cft", "cft-quick")
@@ -39,6 +43,7 @@ def test_presets_come_from_the_examples():
     assert config["train_size"] == 24 and config["training"]["method"] == "lora"
 
 
+@pytest.mark.unit
 def test_form_errors_name_the_field():
     names = [f.name for f in forms.fields("evaluate")]
     values = forms.preset_values("evaluate", None)
@@ -63,6 +68,7 @@ def test_form_errors_name_the_field():
 
 
 # ---------------------------------------------------------------- paths (more in test_security.py)
+@pytest.mark.unit
 def test_the_context_refuses_a_config_reading_outside_before_queueing(tmp_path):
     ctx = LabContext(tmp_path / "runs")
     with pytest.raises(ConfigError, match="outside the folders"):
@@ -70,6 +76,7 @@ def test_the_context_refuses_a_config_reading_outside_before_queueing(tmp_path):
     assert ctx.store.list() == []
 
 
+@pytest.mark.unit
 def test_an_unknown_model_is_refused_at_submit_when_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub counts as unreachable, as on these machines
     ctx = LabContext(tmp_path / "runs")
@@ -81,6 +88,7 @@ def test_an_unknown_model_is_refused_at_submit_when_offline(tmp_path, monkeypatc
 
 
 # ---------------------------------------------------------------- uploads
+@pytest.mark.unit
 def test_an_upload_is_checked_previewed_and_stored(tmp_path):
     good = tmp_path / "mine.csv"
     good.write_text("question,A,B,answer\nSky colour?,blue,green,A\nBad row,x,y,Z\n2+2?,4,5,A\n")
@@ -98,6 +106,7 @@ def test_an_upload_is_checked_previewed_and_stored(tmp_path):
 
 
 # ---------------------------------------------------------------- progress
+@pytest.mark.unit
 def test_progress_eta_and_incremental_events(tmp_path):
     events = [{"time": 100.0, "stage": "train", "step": 1, "total": 11},
               {"time": 110.0, "stage": "train", "step": 3, "total": 11},
@@ -132,14 +141,21 @@ def run_root(tmp_path):
     return tmp_path
 
 
+def _typed(ctx, name, value, form, bins, edges=AS_EVALUATED):
+    """What the temperature lab shows when ``value`` is typed into its box with nothing drawn yet:
+    the page's own handler, ``typed_temperature``."""
+    return temperature_page.typed_temperature(ctx, name, value, None, form, bins, edges)
+
+
+@pytest.mark.unit
 def test_temperature_lab_recomputes_and_saves(run_root):
     ctx = LabContext(run_root)
-    _, text_1, _ = temperature_page.temperature_view(ctx, "00001-evaluate", 1.0, "logit", "10 equal-width bins")
-    _, text_3, _ = temperature_page.temperature_view(ctx, "00001-evaluate", 3.0, "logit", "10 equal-width bins")
+    text_1 = _typed(ctx, "00001-evaluate", 1.0, "logit", "10 equal-width bins").text
+    text_3 = _typed(ctx, "00001-evaluate", 3.0, "logit", "10 equal-width bins").text
     ece = lambda text: float(text.split("id='ece-value'>")[1].split("%")[0])  # noqa: E731
     assert ece(text_3) < ece(text_1) / 2  # the right temperature undoes the sharpening
-    assert "positive number" in temperature_page.temperature_view(ctx, "00001-evaluate", "abc", "logit", "")[1]
-    assert "Pick" in temperature_page.temperature_view(ctx, "../../etc", 1.0, "logit", "")[1]  # not a found run
+    assert "positive number" in _typed(ctx, "00001-evaluate", "abc", "logit", "").message
+    assert "Pick" in _typed(ctx, "../../etc", 1.0, "logit", "").message  # not a found run
     assert temperature_page.stored_temperature(ctx, "00001-evaluate") is None
     saved = temperature_page.save_chosen_temperature(ctx, "00001-evaluate", 3.0, "logit")
     assert "Saved" in saved and load_temperature(run_root / "00001-evaluate") == 3.0
@@ -148,7 +164,7 @@ def test_temperature_lab_recomputes_and_saves(run_root):
 
 
 def _two_option_rows(pairs):
-    """Evaluation rows from (probability of option A, answer) pairs, as lab.evaluate writes them."""
+    """Evaluation rows from (probability of option A, answer) pairs, as lab.kinds.evaluate.run writes them."""
     rows = []
     for i, (p, answer) in enumerate(pairs):
         probs = [p, 1 - p]
@@ -158,17 +174,19 @@ def _two_option_rows(pairs):
     return rows
 
 
+@pytest.mark.unit
 def test_temperature_lab_widens_its_sweep_and_its_slider_past_the_grid_edge(tmp_path):
     # 50 rows at confidence 0.99, 27 right: ECE is 0 at T* = ln 99 / ln(27/23) = 28.7, beyond the grid's 10
     # (and at c* = 0.98 / ln(27/23) = 6.1 in the paper form, beyond its 1)
     rows = _two_option_rows([(0.99, 0 if i < 27 else 1) for i in range(50)])
     write_evaluation(tmp_path / "00001-evaluate", rows, EvalConfig(dataset="mmlu", bootstrap=0), {"model": "toy"})
     ctx, name, bins = LabContext(tmp_path), "00001-evaluate", "10 equal-width bins"
-    _, text, _ = temperature_page.temperature_view(ctx, name, 1.0, "logit", bins)
+    text = _typed(ctx, name, 1.0, "logit", bins).text
     assert "lowest ECE at T = 28.2" in text and "so the sweep went on to T = 0.1…40" in text
     # the slider's range over the widened sweep: tests/test_temperature_page.py
 
 
+@pytest.mark.unit
 def test_pages_bin_a_run_as_it_was_evaluated_unless_told_otherwise(tmp_path):
     # confidences 0.7 (right) and 0.65 (wrong): right-closed (Guo), both in (0.6, 0.7]: ECE |0.675 − 0.5| =
     # 0.175; left-closed (torchmetrics), 0.7 opens [0.7, 0.8): ECE (|0.7 − 1| + |0.65 − 0|) / 2 = 0.475
@@ -185,10 +203,11 @@ def test_pages_bin_a_run_as_it_was_evaluated_unless_told_otherwise(tmp_path):
     assert reliability_page.reported_summary(ctx, old, 10, "width", "right-closed (Guo et al.)")[0]["ece"] == pytest.approx(0.175)
     assert reliability_page.reported_summary(ctx, new, 10, "width", "left-closed (torchmetrics)")[0]["ece"] == pytest.approx(0.475)
     assert api.run_metrics(ctx, "old")["ece"] == pytest.approx(0.475) and api.run_metrics(ctx, "old")["bin_edges"] == "left"
-    assert "bins left-closed" in temperature_page.temperature_view(ctx, "old", 1.0, "logit", "")[1]
-    assert "bins right-closed" in temperature_page.temperature_view(ctx, "old", 1.0, "logit", "", "right-closed (Guo et al.)")[1]
+    assert "bins left-closed" in _typed(ctx, "old", 1.0, "logit", "").text
+    assert "bins right-closed" in _typed(ctx, "old", 1.0, "logit", "", "right-closed (Guo et al.)").text
 
 
+@pytest.mark.unit
 def test_reliability_cases_and_results(run_root):
     ctx = LabContext(run_root)
     figure, message = reliability_page.reliability_view(ctx, ["00001-evaluate", "00002-cft/eval/base-in_domain"],
@@ -202,6 +221,7 @@ def test_reliability_cases_and_results(run_root):
 
 
 
+@pytest.mark.unit
 def test_page_handlers_take_plain_values(run_root):
     """One module-level handler per page, called as the wiring calls them: no browser, no server."""
     ctx = LabContext(run_root)
@@ -223,6 +243,7 @@ def test_page_handlers_take_plain_values(run_root):
     assert knowledge_page.knowledge_view(ctx, None)[0] is None
 
 
+@pytest.mark.unit
 def test_the_api_handlers_and_the_caches_belong_to_one_context(run_root):
     ctx, other = LabContext(run_root), LabContext(run_root)
     assert ctx.events is ctx.events and ctx.events is not other.events
@@ -242,6 +263,7 @@ def test_the_api_handlers_and_the_caches_belong_to_one_context(run_root):
     assert api.job_status(ctx, "nope") == {"ok": False, "error": "No job 'nope'"}
     assert api.submit_job(ctx, 42)["error"] == "config: must be YAML text, got int"
 
+@pytest.mark.unit
 def test_auth_is_required_off_loopback(monkeypatch):
     monkeypatch.delenv("CALIBRATION_LAB_AUTH", raising=False)
     assert app.resolve_auth("127.0.0.1", None) is None
@@ -255,6 +277,9 @@ def test_auth_is_required_off_loopback(monkeypatch):
 
 
 # ---------------------------------------------------------------- the whole app, in-process
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.e2e
 def test_gradio_client_submits_an_evaluation_and_reads_its_results(served, shared_data):
     from gradio_client import Client
 
@@ -287,6 +312,7 @@ def test_gradio_client_submits_an_evaluation_and_reads_its_results(served, share
         assert refused.value.code in (403, 404)
 
 
+@pytest.mark.unit
 def test_knowledge_page_finds_stores_and_draws_their_coverage(tmp_path):
     store = tmp_path / "00003-extract" / "topk"
     store.mkdir(parents=True)
@@ -302,6 +328,7 @@ def test_knowledge_page_finds_stores_and_draws_their_coverage(tmp_path):
     assert knowledge_page.knowledge_view(ctx, "../../etc")[0] is None
 
 
+@pytest.mark.unit
 def test_compare_page_offers_trained_models_and_adapters(tmp_path):
     from ui.compare_page import model_choices
 
@@ -313,11 +340,12 @@ def test_compare_page_offers_trained_models_and_adapters(tmp_path):
     full.mkdir(parents=True)
     (full / "config.json").write_text("{}")
     (tmp_path / "00005-cft" / "models" / "cft" / "checkpoints" / "checkpoint-3" / "model").mkdir(parents=True)
-    assert model_choices(tmp_path) == [  # every named model (lab.weights.NAMED_MODELS), then the trained ones
+    assert model_choices(tmp_path) == [  # every named model (lab.models.weights.NAMED_MODELS), then the trained ones
         ("bundled", "bundled|"), ("scratch", "scratch|"), ("00004-finetune (LoRA on some/base)", f"some/base|{adapter}"),
         ("00005-cft/models/cft (full)", f"{full}|")]
 
 
+@pytest.mark.unit
 def test_job_page_shows_progress_curves_activity_and_the_error(tmp_path):
     from ui.jobs_page import job_figures, job_view, jobs_table
 
@@ -340,6 +368,7 @@ def test_job_page_shows_progress_curves_activity_and_the_error(tmp_path):
     assert job_view(ctx, 999)[0] == "No job 999."
 
 
+@pytest.mark.unit
 def test_compare_and_jobs_handlers_take_plain_values(tmp_path):
     from ui import compare_page, components, jobs_page
 

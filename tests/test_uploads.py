@@ -9,6 +9,8 @@ import pytest
 from lab.data import DataError
 from ui.uploads import accept_upload, upload_notes
 
+pytestmark = pytest.mark.unit
+
 GOOD = '{"id": "q1", "question": "Sky colour?", "choices": ["blue", "green"], "answer": "A"}\n'
 DEEP = "[" * 100_000 + "]" * 100_000
 

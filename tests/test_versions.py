@@ -10,6 +10,8 @@ from packaging.version import Version
 
 from lab import versions
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 TRANSFORMERS_NEEDED = "transformers>=5.21,<6"
 

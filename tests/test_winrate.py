@@ -7,15 +7,17 @@ import torch
 
 from lab.data import DataError
 from lab.data.preferences import PreferencePair, load_pairs, to_pair
-from lab.winrate import pair_prompt, score_pairs, win_rate
+from lab.kinds.cft.winrate import pair_prompt, score_pairs, win_rate
 
 
+@pytest.mark.unit
 def test_win_rate_by_hand():
     assert win_rate([-1.0, -5.0, -2.0, -3.0], [-2.0, -4.0, -2.0, -9.0]) == {"win_rate": 0.5, "ties": 0.25, "n": 4}
     with pytest.raises(ValueError, match="equal"):
         win_rate([1.0], [1.0, 2.0])
 
 
+@pytest.mark.unit
 def test_every_layout_gives_the_same_pair():
     plain = {"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go away."}
     messages = {"prompt": "Hi?",
@@ -27,6 +29,7 @@ def test_every_layout_gives_the_same_pair():
         assert to_pair(row, "x") == PreferencePair("x", "Hi?", "Hello.", "Go away.")
 
 
+@pytest.mark.unit
 def test_shared_subset_loads_and_bad_rows_are_reported(shared_data, tmp_path):
     pairs, problems = load_pairs([str(shared_data / "ultrafeedback_binarized_subset" / "eval.jsonl")])
     # 200 rows, one of which has the same text as chosen and rejected: it cannot be won or lost.
@@ -44,6 +47,7 @@ def test_shared_subset_loads_and_bad_rows_are_reported(shared_data, tmp_path):
         load_pairs([str(tmp_path / "missing.jsonl")])
 
 
+@pytest.mark.model
 def test_scores_are_the_sequence_log_probabilities(bundled):
     tok, model = bundled.tokenizer, bundled.model
     pairs = [PreferencePair("a", "Name a colour.", "Blue.", "I like turtles very much indeed."),
@@ -65,6 +69,7 @@ def test_scores_are_the_sequence_log_probabilities(bundled):
     assert result["win_rate_norm"] == np.mean(lp[:, 0] / n[:, 0] > lp[:, 1] / n[:, 1])
 
 
+@pytest.mark.model
 def test_responses_are_cut_to_the_token_budget(bundled):
     pair = PreferencePair("a", "Say something.", "word " * 50, "other " * 50)
     prompt = pair_prompt(bundled.tokenizer, pair, 8)
@@ -72,6 +77,7 @@ def test_responses_are_cut_to_the_token_budget(bundled):
     assert prompt.chat and prompt.text.endswith("assistant\n")
 
 
+@pytest.mark.unit
 def test_the_hub_default_is_argillas_layout(monkeypatch):
     """Without files the pairs come from argilla/ultrafeedback-binarized-preferences (a fake load_dataset)."""
     import datasets

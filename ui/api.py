@@ -13,9 +13,9 @@ from typing import Any, Callable
 import gradio as gr
 
 from jobs.failures import log_tail
-from lab import analysis, runs
-from lab.config import ConfigError
-from lab.yamlio import load_yaml
+from lab.core.config import ConfigError
+from lab.core.yamlio import load_yaml
+from lab.results import analysis, runs
 from ui.context import LabContext
 from ui.messages import STORE_FAULTS, store_fault
 from ui.progress import progress

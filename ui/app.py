@@ -7,8 +7,8 @@ from typing import Any
 
 import gradio as gr
 
-from lab import confidence, runs
-
+from lab.calibration import confidence
+from lab.results import runs
 from ui.api import API_NAMES, register_api
 from ui.cases_page import CasesControls, build_cases
 from ui.compare_page import build_compare

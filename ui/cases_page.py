@@ -1,5 +1,5 @@
 """Case studies: the questions of one run, over-confident wrong answers first, and one question
-followed across runs (:mod:`lab.cases`).
+followed across runs (:mod:`lab.results.cases`).
 
 The table leads with what a reader scans for (confidence, prediction, answer, correct) and keeps
 the long question text in a bounded column after them, so a wide question never pushes them off
@@ -14,8 +14,9 @@ from typing import Any, NamedTuple, Optional, Sequence
 import gradio as gr
 import pandas as pd
 
-from lab import analysis, cases, confidence, runs
-from lab.templates import option_letter
+from lab.calibration import confidence
+from lab.data.templates import option_letter
+from lab.results import analysis, cases, runs
 from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error
@@ -65,7 +66,7 @@ def cases_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: f
                order: str = cases.DEFAULT_SORT, signal: Optional[str] = confidence.DEFAULT):
     """(the filtered questions, the dataset filter's choices, a note) for one run. The note says
     what the filter keeps, with its threshold, and how many of the questions of its kind it covers.
-    The confidence range applies to ``signal`` (:mod:`lab.confidence`), shown in a column of its
+    The confidence range applies to ``signal`` (:mod:`lab.calibration.confidence`), shown in a column of its
     own when it is not the top probability: the selective page's threshold on any signal opens
     exactly the questions it drops."""
     empty = pd.DataFrame(columns=COLUMNS)
@@ -106,7 +107,7 @@ def probabilities_text(probs: Sequence[float]) -> str:
 
 
 def shown_answers(answers: pd.DataFrame) -> pd.DataFrame:
-    """:func:`lab.cases.same_question` as the page shows it: probabilities as lettered text."""
+    """:func:`lab.results.cases.same_question` as the page shows it: probabilities as lettered text."""
     shown = answers.assign(confidence=answers["confidence"].map(three_digits),
                            probabilities=answers["probs"].map(probabilities_text))
     return shown.reindex(columns=SAME_COLUMNS)

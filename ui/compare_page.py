@@ -26,19 +26,21 @@ import gradio as gr
 import pandas as pd
 
 from jobs.lane import LaneError, Warmup, model_name
-from lab import calibrators, metrics, runs
-from lab.compare import MAX_MODELS, format_questions, history_dir, parse_questions, read_result
-from lab.errors import USER_ERRORS
-from lab.kinds import parse_config
-from lab.layout import TEMPERATURE_FILE
-from lab.weights import NAMED_MODELS, size_text
+from lab.calibration import calibrators, metrics
+from lab.core.errors import USER_ERRORS
+from lab.core.layout import TEMPERATURE_FILE
+from lab.jobkit.kinds import parse_config
+from lab.kinds.compare.config import MAX_MODELS
+from lab.kinds.compare.run import format_questions, history_dir, parse_questions, read_result
+from lab.models.weights import NAMED_MODELS, size_text
+from lab.results import runs
 from ui.components import NO_CALIBRATOR, calibrator_choices, export, picked_calibrator, run_picker
 from ui.context import LabContext
 from ui.job_results import compare_answers, compare_figure
 from ui.messages import error, ok
 from ui.uploads import ALLOWED_SUFFIXES, accept_upload
 
-# (label, "model|adapter") of every model a name loads (lab.weights): bundled, the default, then scratch
+# (label, "model|adapter") of every model a name loads (lab.models.weights): bundled, the default, then scratch
 NAMED = [(name, f"{name}|") for name in NAMED_MODELS]
 FORM_MODELS = (NAMED[0][1],) + (None,) * (MAX_MODELS - 1)  # what the model pickers show as the page opens
 EXAMPLE = "What is the capital of Norway?\nOslo\nHelsinki\nStockholm\nCopenhagen"
@@ -52,7 +54,7 @@ QUESTIONS_HELP = ("One question per block, blocks separated by a blank line: the
 NOT_RUNNING = "Inference lane: not running (the next compare starts it)."
 LANE_POLL_S = 2.0  # how soon the lane's line says that its warm-up is over, while the page is shown
 CALIBRATED = "calibrated confidence"  # the answers table's column when a calibrator is picked
-# Each column of the answers table (lab.compare.COLUMNS, and the calibrated confidence) its width: at 1440 px
+# Each column of the answers table (lab.kinds.compare.run.COLUMNS, and the calibrated confidence) its width: at 1440 px
 # the answer and its probabilities are in view, and no header breaks mid-word.
 ANSWER_WIDTHS = {"#": "48px", "model": "140px", "prediction": "160px", "confidence": "116px", CALIBRATED: "126px",
                  "correct": "90px", "answer": "320px", "option probabilities": "220px", "answer prob.": "116px",
@@ -119,7 +121,7 @@ def shown(ctx: LabContext, result: dict[str, Any], name: str) -> tuple[Any, ...]
 
 def calibrated_confidences(result: dict[str, Any], cal: calibrators.Calibrator) -> list[Optional[float]]:
     """The calibrated confidence of every row of the answers table, in its order (question by
-    question, each model: :func:`lab.compare.rows`), None for a free-text question. Each row's
+    question, each model: :func:`lab.kinds.compare.run.rows`), None for a free-text question. Each row's
     own question and options go with its probabilities, so a calibrator whose signal a comparison
     cannot give (full-vocabulary) raises ValueError, as it would on a cloze run."""
     cells: list[Optional[int]] = []

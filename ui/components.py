@@ -8,10 +8,11 @@ from typing import Any, Callable, Optional
 
 import gradio as gr
 
-from lab import calibrators, confidence, runs
+from lab.calibration import calibrators, confidence
+from lab.results import runs
 from ui.context import LabContext
 
-Catalogue = Callable[[Path], list[Any]]  # the runs directory → names, or (label, name), to offer (lab.runs)
+Catalogue = Callable[[Path], list[Any]]  # the runs directory → names, or (label, name), to offer (lab.results.runs)
 PICKER_POLL_S = 3.0  # how soon a new run appears in the pickers of the visible page
 BINNINGS = {"10 equal-width bins": (10, "width"), "14 equal-width bins": (14, "width"),
             "10 equal-mass bins": (10, "mass")}
@@ -43,7 +44,7 @@ def edges_radio(**kwargs: Any) -> gr.Radio:
 
 
 def signal_choices() -> list[tuple[str, str]]:
-    """(title, name) of every confidence signal (:mod:`lab.confidence`), for the pages that let the
+    """(title, name) of every confidence signal (:mod:`lab.calibration.confidence`), for the pages that let the
     user pick one: selective prediction, the workbench, and Case studies' confidence range."""
     return [(confidence.SIGNALS.get(n).title, n) for n in confidence.SIGNALS.in_order()]
 
@@ -78,7 +79,7 @@ def run_picker(ctx: LabContext, label: str, multiselect: bool = False,
     the newest entry picked, unless ``pick_newest`` is False) and polled while its page is
     visible (the app activates a page's timers when its tab is selected). ``value``: what it holds
     before the page opens (then listed at once), e.g. a "none" entry. The page resolves the picked
-    name on the server (:func:`lab.runs.resolve`)."""
+    name on the server (:func:`lab.results.runs.resolve`)."""
     start = ([] if multiselect else None) if value is None else value
     picker = gr.Dropdown(catalogue(ctx.runs) if value is not None else [], value=start, multiselect=multiselect,
                          label=label, elem_id=elem_id)
@@ -104,7 +105,7 @@ NO_CALIBRATOR = ("none: the run as it reported", "")
 
 
 def calibrator_choices(root: Path) -> list[tuple[str, str]]:
-    """"none", then every saved calibrator (:func:`lab.runs.calibrator_choices`), newest first."""
+    """"none", then every saved calibrator (:func:`lab.results.runs.calibrator_choices`), newest first."""
     return [NO_CALIBRATOR, *runs.calibrator_choices(root)]
 
 

@@ -3,16 +3,17 @@ and the caches of this server (two servers in one process share none of them).""
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from jobs.lane import Lane
 from jobs.store import Job, JobStore
-from lab.analysis import Predictions, Sweep, load_predictions, temperature_sweep
-from lab.files import cache_dir
-from lab.layout import LANE_DIR, PREDICTIONS_FILE
-from lab.runs import EvalRun
+from lab.core.files import cache_dir
+from lab.core.layout import LANE_DIR, PREDICTIONS_FILE
+from lab.results.analysis import Predictions, Sweep, load_predictions, temperature_sweep
+from lab.results.runs import EvalRun
 from ui.progress import EventCache
 
 CACHED_RUNS = 32  # predictions (and sweeps) kept in memory; a run of 10,000 questions is a few MB
@@ -25,12 +26,15 @@ def _version(run: EvalRun) -> tuple[int, int]:
 
 
 class ResultCache:
-    """A run's predictions, read once per version of the file, and its temperature sweeps, which do
-    not depend on the slider: computed once per run, form and binning, not on every move."""
+    """A run's predictions, read once per version of the file, and what the pages compute from them
+    that does not depend on a slider — temperature sweeps (per form and binning), selective
+    summaries with their bootstrap intervals (per signal) — computed once, not on every move."""
 
     def __init__(self, size: int = CACHED_RUNS) -> None:
         self._load = functools.lru_cache(maxsize=size)(self._read)
         self._sweep = functools.lru_cache(maxsize=size)(self._compute_sweep)
+        self._summaries: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
+        self._size = size
 
     @staticmethod
     def _read(path: Path, version: tuple[int, int]) -> Predictions:
@@ -40,11 +44,22 @@ class ResultCache:
         return temperature_sweep(self._load(path, version), form=form, n_bins=n_bins, edges=edges)
 
     def predictions(self, run: EvalRun) -> Predictions:
-        """Raises OSError or ValueError (naming file and line) as :func:`lab.analysis.load_predictions`."""
+        """Raises OSError or ValueError (naming file and line) as :func:`lab.results.analysis.load_predictions`."""
         return self._load(run.path, _version(run))
 
     def sweep(self, run: EvalRun, form: str, n_bins: int, edges: str) -> Sweep:
         return self._sweep(run.path, _version(run), form, n_bins, edges)
+
+    def selective_summary(self, run: EvalRun, signal: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """``compute()`` (the run's selective summary under ``signal``), once per version of its predictions."""
+        key = (run.path, _version(run), signal)
+        if key in self._summaries:
+            self._summaries.move_to_end(key)
+        else:
+            self._summaries[key] = compute()
+            while len(self._summaries) > self._size:
+                self._summaries.popitem(last=False)
+        return self._summaries[key]
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from lab.config import ConfigError, spec_of, unwrap_optional
-from lab import kinds
-from lab.kinds import parse_config
-from lab.paths import path_problems
-from lab.yamlio import dump_yaml, load_yaml
+from lab.core.config import ConfigError, spec_of, unwrap_optional
+from lab.core.yamlio import dump_yaml, load_yaml
+from lab.jobkit import kinds
+from lab.jobkit.kinds import parse_config
+from lab.jobkit.paths import path_problems
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -35,7 +35,7 @@ class Field:
     help: str
     choices: tuple = ()
     optional: bool = False
-    role: Optional[str] = None  # the field's declared role (lab.config): model, data_files, ...
+    role: Optional[str] = None  # the field's declared role (lab.core.config): model, data_files, ...
 
 
 def _widget(kind: Any) -> tuple[str, tuple, bool]:

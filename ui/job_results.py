@@ -14,11 +14,12 @@ from typing import Any, NamedTuple, Optional
 
 import pandas as pd
 
-from lab import runs
-from lab.compare import COLUMNS as COMPARE_COLUMNS, read_result
-from lab.compare import rows as compare_rows
-from lab.layout import MANIFEST_FILE, REPORT_MD, TOPK_DIR
-from lab.templates import option_letter
+from lab.core.layout import MANIFEST_FILE, REPORT_MD, TOPK_DIR
+from lab.data.templates import option_letter
+from lab.kinds.compare.run import COLUMNS as COMPARE_COLUMNS
+from lab.kinds.compare.run import read_result
+from lab.kinds.compare.run import rows as compare_rows
+from lab.results import runs
 from ui.plots import coverage_figure, option_bars, plain, reliability_figure
 
 MAX_REPORT_CHARS = 20_000  # a report longer than this is cut (the file holds it all)
@@ -69,7 +70,7 @@ def _report(run_dir: str) -> JobResults:
 
 def compare_answers(result: dict[str, Any]) -> pd.DataFrame:
     """One row per question and model: the option it picks with its confidence, and its generated
-    answer, in :data:`lab.compare.COLUMNS` order (free-text questions first still leave it so)."""
+    answer, in :data:`lab.kinds.compare.run.COLUMNS` order (free-text questions first still leave it so)."""
     table = pd.DataFrame(compare_rows(result))
     return table[[c for c in COMPARE_COLUMNS if c in table]].round(4)
 

@@ -18,10 +18,10 @@ import pandas as pd
 from jobs.failures import log_tail
 from jobs.scheduler import cancel
 from jobs.store import HEARTBEAT_STALE_S, RESUMABLE, Job, JobStore
-from lab import runs
-from lab.config import ConfigError
-from lab.layout import LOG_FILE
-from lab.train.estimates import MEMORY_EVENT
+from lab.core.config import ConfigError
+from lab.core.layout import LOG_FILE
+from lab.results import runs
+from lab.training.estimates import MEMORY_EVENT
 from ui.context import LabContext
 from ui.job_results import NOTHING, job_results
 from ui.messages import error, note, ok
@@ -35,6 +35,7 @@ ACTIVITY_LINES = 40
 LOG_LINES = 20
 CANCELLABLE = ("queued", "running")  # what Cancel can stop; any other job has ended
 WENT_WRONG = ("failed", "interrupted")  # ended by a fault, not by the user: its error is one
+UNREAD: Any = object()  # a handler's job row not read yet (None: read, and there is no such job)
 
 
 # ---------------------------------------------------------------- handlers
@@ -80,13 +81,14 @@ class JobView(NamedTuple):
     config: str
 
 
-def job_view(ctx: LabContext, job_id: Optional[int]) -> JobView:
-    """One job as its page shows it, from the store and its run directory."""
+def job_view(ctx: LabContext, job_id: Optional[int], job: Any = UNREAD) -> JobView:
+    """One job as its page shows it, from the store and its run directory. ``job``: its store row as
+    the caller read it, once for the whole poll (None: there is no such job); left out, read here."""
     if job_id is None:
         return JobView("Pick a job.", [], "", "")
-    try:
-        job = ctx.store.get(int(job_id))
-    except (KeyError, ValueError):
+    if job is UNREAD:
+        job = _job(ctx, job_id)
+    if job is None:
         return JobView(f"No job {job_id}.", [], "", "")
     events = ctx.events.events(job.run_dir)
     p = progress(events) if job.status == "running" else None
@@ -138,11 +140,13 @@ def _if_changed(value: Any, key: str, sent: dict[str, str]) -> Any:
     return value
 
 
-def refresh_all(ctx: LabContext, current: Optional[int], sent: Optional[dict[str, str]] = None):
+def refresh_all(ctx: LabContext, current: Optional[int], sent: Optional[dict[str, str]] = None,
+                jobs: Optional[list[Job]] = None):
     """The table, the picker (with nothing picked yet, on the running or newest job) and the banner,
-    each only when it changed since the last poll; and what was sent."""
+    each only when it changed since the last poll; and what was sent. ``jobs``: the store's list as
+    this poll read it (else read here)."""
     sent = dict(sent or {})
-    jobs = ctx.store.list()
+    jobs = ctx.store.list() if jobs is None else jobs
     choices = _choices(jobs)
     table = _if_changed(jobs_table(ctx, jobs), "table", sent)
     if current is None and jobs:
@@ -182,22 +186,24 @@ def job_controls(job: Optional[Job]) -> tuple[Any, Any]:
 
 def show(ctx: LabContext, job_id: Optional[int], sent: Optional[dict[str, str]] = None):
     """Everything the job's panel shows, drawn afresh (a job was picked), and what was sent."""
-    view = job_view(ctx, job_id)
-    job = _job(ctx, job_id)
+    job = _job(ctx, job_id)  # the one read of its row
+    view = job_view(ctx, job_id, job)
     sent = {**(sent or {}), "job": str(job_id), "events": str(len(view.events)), "status": job.status if job else "",
             "activity": _digest(view.activity)}
     return (view.text, *_results_outputs(ctx, job), *_figure_outputs(view.events), view.activity, view.config,
             *job_controls(job), sent)
 
 
-def poll(ctx: LabContext, job_id: Optional[int], sent: Optional[dict[str, str]] = None):
+def poll(ctx: LabContext, job_id: Optional[int], sent: Optional[dict[str, str]] = None, job: Any = UNREAD):
     """As :func:`show`, but only what changed: the results and plots are redrawn when new events
-    came or the status changed, the activity when it grew, Cancel and Resume when the status changed."""
+    came or the status changed, the activity when it grew, Cancel and Resume when the status changed.
+    ``job``: the job's store row as this poll read it (None: no such job); left out, read here, once."""
     sent = dict(sent or {})
     if job_id is None or sent.get("job") != str(job_id):
         return (gr.skip(),) * 13
-    view = job_view(ctx, job_id)
-    job = _job(ctx, job_id)
+    if job is UNREAD:
+        job = _job(ctx, job_id)
+    view = job_view(ctx, job_id, job)
     status = job.status if job else ""
     activity = _if_changed(view.activity, "activity", sent)
     if sent.get("events") == str(len(view.events)) and sent.get("status") == status:
@@ -209,8 +215,19 @@ def poll(ctx: LabContext, job_id: Optional[int], sent: Optional[dict[str, str]] 
 
 
 def tick(ctx: LabContext, job_id: Optional[int], listed: Optional[dict[str, str]], drawn: Optional[dict[str, str]]):
-    """One poll of the whole page (one request, not two): the list, then the picked job."""
-    return (*refresh_all(ctx, job_id, listed), *poll(ctx, job_id, drawn))
+    """One poll of the whole page (one request, not two): the list, then the picked job. The store
+    is read once: the picked job's row is the list's (a job not in it is gone)."""
+    jobs = ctx.store.list()
+    return (*refresh_all(ctx, job_id, listed, jobs), *poll(ctx, job_id, drawn, _listed(jobs, job_id)))
+
+
+def _listed(jobs: list[Job], job_id: Optional[int]) -> Optional[Job]:
+    """The row of ``job_id`` in the store's list (None: not a job there)."""
+    try:
+        wanted = int(job_id)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return next((job for job in jobs if job.id == wanted), None)
 
 
 def _job(ctx: LabContext, job_id: Optional[int]) -> Optional[Job]:

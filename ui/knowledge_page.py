@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import gradio as gr
 
-from lab import runs
+from lab.results import runs
 from ui.components import run_picker
 from ui.context import LabContext
 from ui.messages import error

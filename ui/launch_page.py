@@ -17,11 +17,11 @@ from typing import Any, Optional
 import gradio as gr
 
 from jobs.preflight import submit_notes
-from lab import kinds
+from lab.core.errors import USER_ERRORS
 from lab.data import DataError, dataset_names
-from lab.errors import USER_ERRORS
-from lab.templates import template_names
-from lab.weights import NAMED_MODELS
+from lab.data.templates import template_names
+from lab.jobkit import kinds
+from lab.models.weights import NAMED_MODELS
 from ui import forms
 from ui.context import LabContext
 from ui.messages import error, note, ok, refusal, store_fault

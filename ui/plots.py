@@ -2,8 +2,8 @@
 
 Each figure function returns a ``go.Figure`` and never raises: empty input gives an empty figure saying
 "no data", and input it cannot draw gives one saying why, so one bad run cannot break a page.
-Inputs come from :mod:`lab.analysis` (summaries, sweeps, tables), a top-k store's manifest
-(:mod:`lab.distill.extract`) and a job's events (:class:`lab.train.trainer.LabCallback`).
+Inputs come from :mod:`lab.results.analysis` (summaries, sweeps, tables), a top-k store's manifest
+(:mod:`lab.kinds.extract.store`) and a job's events (:class:`lab.training.trainer.LabCallback`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from lab.templates import option_letters
+from lab.data.templates import option_letters
 
 OVER = "#d62728"  # conf > acc: the model claims more than it achieves
 UNDER = "#1f77b4"  # conf < acc
@@ -113,7 +113,7 @@ def _bins(summary: dict) -> list[dict]:
 
 def _mass_spans(bins: Sequence[dict]) -> list[tuple[float, float]]:
     """Where each equal-mass bin is drawn: over the confidences it holds (``lo``..``hi``, the
-    smallest and largest, :func:`lab.metrics.reliability_table`), widened to :data:`MIN_BAR` where
+    smallest and largest, :func:`lab.calibration.metrics.reliability_table`), widened to :data:`MIN_BAR` where
     narrower but never past halfway to a neighbour's confidences, so no two bars overlap."""
     lo = [b["conf"] if b.get("lo") is None else b["lo"] for b in bins]
     hi = [b["conf"] if b.get("hi") is None else b["hi"] for b in bins]
@@ -249,7 +249,7 @@ def _reliability_layout(fig: go.Figure, count_px: int, title_lines: int, line_px
 # ---------------------------------------------------------------- reliability
 @_never_raises
 def reliability_figure(summary: dict, title: str = "", title_chars: int = 100) -> go.Figure:
-    """Reliability diagram of one summary (:func:`lab.analysis.calibration_summary` or ``metrics.json``).
+    """Reliability diagram of one summary (:func:`lab.results.analysis.calibration_summary` or ``metrics.json``).
 
     Grey bars: accuracy per bin (its count above the plot). On top, the gap to the bin's mean
     confidence: red where over-confident (conf > acc), blue where under-confident. ``title``: a
@@ -436,7 +436,7 @@ def option_bars(results: Sequence[dict]) -> go.Figure:
 
 @_never_raises
 def positionwise_figure(tables: Sequence[tuple[str, pd.DataFrame]]) -> go.Figure:
-    """:func:`lab.analysis.positionwise_topk` of one or more runs, each ``(label, table)``.
+    """:func:`lab.results.analysis.positionwise_topk` of one or more runs, each ``(label, table)``.
 
     Per run, in its own colour: bars (grouped by rank) of the mean probability of the rank-k token
     at the answer position, and a dotted line of how often the answer letter is within the top k.
@@ -471,7 +471,7 @@ def positionwise_figure(tables: Sequence[tuple[str, pd.DataFrame]]) -> go.Figure
 def selective_figure(curves: Sequence[dict[str, Any]], threshold: Optional[float] = None) -> go.Figure:
     """Accuracy–coverage (left) and risk–coverage (right) of one or more runs.
 
-    Each curve: ``label``, ``coverage`` and ``risk`` (:func:`lab.selective.risk_coverage`), and
+    Each curve: ``label``, ``coverage`` and ``risk`` (:func:`lab.calibration.selective.risk_coverage`), and
     ``at_threshold`` (coverage, selective accuracy) where the page's threshold cuts it, marked on
     the left plot. The shaded area under a risk curve is its AURC (in the legend).
     """
@@ -510,7 +510,7 @@ def selective_figure(curves: Sequence[dict[str, Any]], threshold: Optional[float
 
 @_never_raises
 def robustness_figure(runs: Sequence[tuple[str, pd.DataFrame, float]]) -> go.Figure:
-    """ECE against the number of bins, per run (``label``, :func:`lab.analysis.ece_robustness`'s
+    """ECE against the number of bins, per run (``label``, :func:`lab.results.analysis.ece_robustness`'s
     table, smECE): equal-width as a line in its bootstrap band, equal-mass dashed, smooth ECE dotted
     (it has no bins, so it is flat). Where the lines part, the binning, not the model, sets the ECE."""
     drawn = [(label, df, smooth) for label, df, smooth in runs or [] if df is not None and not df.empty]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from lab.events import EVENTS_FILE, STAGE, START, read_events
+from lab.core.events import EVENTS_FILE, STAGE, START, read_events
 
 PROGRESS_KEYS = ("step", "total")
 MARKERS = (START, STAGE)  # events that say a stage (with no count yet) began

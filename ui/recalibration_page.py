@@ -1,6 +1,6 @@
 """The recalibration workbench: fit a calibrator on one run, apply it to another, see before/after.
 
-Honest by construction (:mod:`lab.calibrators`): the fit run is meant to be a validation split and
+Honest by construction (:mod:`lab.calibration.calibrators`): the fit run is meant to be a validation split and
 the other the test split of the same model and task. Scoring a calibrator on the questions it was
 fitted on is refused (most of them shared) or marked in red (some shared). Before/after come with
 bootstrap intervals; a fitted calibrator can be saved under ``runs/calibrators/`` and is then
@@ -17,8 +17,9 @@ from typing import Any, Optional
 import gradio as gr
 import pandas as pd
 
-from lab import analysis, calibrators, confidence, runs
-from lab.layout import CALIBRATORS_DIR
+from lab.calibration import calibrators, confidence
+from lab.core.layout import CALIBRATORS_DIR
+from lab.results import analysis, runs
 from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error, note, ok
@@ -33,7 +34,7 @@ INTRO = ("Fit a calibrator on a **validation** run, apply it to a **test** run o
 METRICS = (("ECE", "ece"), ("smooth ECE", "smece"), ("Brier (top label)", "brier"), ("NLL (top label)", "nll"),
            ("accuracy", "accuracy"))
 RED = "<div class='lab-error' style='font-weight:600'>{}</div>"
-# The bracket is a percentile bootstrap (lab.metrics.ece_bootstrap): the middle 95 % of the ECEs
+# The bracket is a percentile bootstrap (lab.calibration.metrics.ece_bootstrap): the middle 95 % of the ECEs
 # of resampled test questions, not an interval that must hold the ECE measured on them all.
 ECE_LABEL = "ECE % [95% range of resampled ECE]"
 

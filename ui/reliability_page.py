@@ -1,13 +1,13 @@
 """Reliability: one run's diagram, or several side by side; the position-wise top-k view; and how
 much the ECE owes to its binning (ECE against 5–30 bins, equal-width and equal-mass, and smECE).
 
-Recomputed from each run's ``predictions.jsonl`` (:mod:`lab.analysis`) as the run reported it,
+Recomputed from each run's ``predictions.jsonl`` (:mod:`lab.results.analysis`) as the run reported it,
 so the bins can be changed (equal-width, equal-mass, which end closed) without a model call, and a
-saved calibrator (:mod:`lab.calibrators`) can be applied to every run drawn: marked when it was
+saved calibrator (:mod:`lab.calibration.calibrators`) can be applied to every run drawn: marked when it was
 fitted on some of the same questions. A run of the controlled task (:mod:`lab.data.synthetic`) is
 drawn beside the Bayes predictor on its questions. Every equal-width ECE carries its bootstrap interval, and a
-run under :data:`lab.analysis.SMALL_N` questions is flagged. Runs are named by their labels
-(:attr:`lab.runs.EvalRun.label`), never by folder.
+run under :data:`lab.results.analysis.SMALL_N` questions is flagged. Runs are named by their labels
+(:attr:`lab.results.runs.EvalRun.label`), never by folder.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import gradio as gr
 import plotly.graph_objects as go
 from gradio.components.plot import PlotData
 
-from lab import analysis, calibrators, metrics, runs
+from lab.calibration import calibrators, metrics
+from lab.results import analysis, runs
 from ui.components import (AS_EVALUATED, bin_edges, binning, binning_radio, calibrator_picker, edges_radio, export,
                            picked_calibrator, run_picker)
 from ui.context import LabContext

@@ -8,8 +8,9 @@ from typing import Any, Optional
 import gradio as gr
 import pandas as pd
 
-from lab import analysis
-from ui.components import PICKER_POLL_S as POLL_S, export
+from lab.results import analysis
+from ui.components import PICKER_POLL_S as POLL_S
+from ui.components import export
 from ui.context import LabContext
 
 # The label wraps in its column and the numbers keep theirs, so at 1440 px every headline number is in view.

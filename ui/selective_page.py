@@ -3,8 +3,8 @@ risk–coverage curves, AURC, E-AURC and AUROC with bootstrap intervals, accurac
 coverage, and a confidence threshold that shows the coverage and selective accuracy it buys and
 exactly which questions it drops (with a link to open them in Case studies).
 
-Everything is recomputed from the stored predictions (:mod:`lab.selective`) with the confidence
-signal the user picks (:mod:`lab.confidence`): the top probability, the margin, 1 − entropy, or
+Everything is recomputed from the stored predictions (:mod:`lab.calibration.selective`) with the confidence
+signal the user picks (:mod:`lab.calibration.confidence`): the top probability, the margin, 1 − entropy, or
 the full-vocabulary probability of letter-scored runs.
 """
 from __future__ import annotations
@@ -17,8 +17,11 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
-from lab import analysis, cases, confidence, metrics, runs, selective
-from ui.cases_page import COLUMN_WIDTHS, COLUMNS as CASE_COLUMNS, MAX_CHARS, shown_cases
+from lab.calibration import confidence, metrics, selective
+from lab.results import analysis, cases, runs
+from ui.cases_page import COLUMN_WIDTHS
+from ui.cases_page import COLUMNS as CASE_COLUMNS
+from ui.cases_page import MAX_CHARS, shown_cases
 from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error, note
@@ -61,8 +64,8 @@ def _round(value: Optional[float]) -> Optional[float]:
 
 
 def run_row(label: str, signal: str, correct: np.ndarray, s: dict[str, Any], cut: dict[str, Any]) -> dict[str, Any]:
-    """One row of the table: the run's selective metrics (``s``, :func:`lab.selective.summary`) and
-    what the threshold does to it (``cut``, :func:`lab.selective.select`)."""
+    """One row of the table: the run's selective metrics (``s``, :func:`lab.calibration.selective.summary`) and
+    what the threshold does to it (``cut``, :func:`lab.calibration.selective.select`)."""
     return {"run": label, "signal": confidence.SIGNALS.get(signal).title, "n": int(correct.size),
             "accuracy": _round(float(np.mean(correct))), "AURC": _round(s["aurc"]),
             "AURC 95% CI": _interval(s.get("aurc_ci")), "E-AURC": _round(s["e_aurc"]), "AUROC": _round(s["auroc"]),
@@ -99,7 +102,8 @@ def selective_view(ctx: LabContext, names: Optional[list[str]], signal: Optional
                 continue
             correct = reported_correct(pred)
             coverage, risk = selective.risk_coverage(conf, correct)
-            s, cut = selective.summary(conf, correct, n_boot=BOOT), selective.select(conf, correct, threshold)
+            s = ctx.results.selective_summary(run, signal, lambda: selective.summary(conf, correct, n_boot=BOOT))
+            cut = selective.select(conf, correct, threshold)
             curves.append({"label": run.label, "coverage": coverage, "risk": risk, "aurc": s["aurc"],
                            "at_threshold": (cut["coverage"], cut["accuracy"])})
             rows.append(run_row(run.label, signal, correct, s, cut))

@@ -1,15 +1,15 @@
 """The temperature lab: move a temperature and see the reliability, ECE and NLL it would give.
 
-Everything is recomputed from the stored probabilities (:mod:`lab.analysis`), so a move redraws with
+Everything is recomputed from the stored probabilities (:mod:`lab.results.analysis`), so a move redraws with
 no model call (a median 0.6–0.8 s from key press to redrawn diagram in a browser on two shared
 cores, about 0.1 s of it here: README); the ECE/NLL sweep does not depend on the temperature and is cached
 per run on the server's context. The sweep widens its grid past an edge that holds an optimum (up to
-:data:`lab.analysis.SWEEP_BOUNDS`), so its range may span five decades: the slider therefore moves
+:data:`lab.calibration.temperature.LAB_SWEEP_BOUNDS`), so its range may span five decades: the slider therefore moves
 log10 T (gradio's slider is linear), a box beside it shows and takes T itself, and a button per
 optimum dials it exactly. Bins are closed as the run was evaluated unless the user picks the other
 convention. A chosen temperature can be saved beside the run, with the binning the page shows.
 
-The two forms name their parameter differently on purpose (:func:`lab.analysis.recalibrate`): the
+The two forms name their parameter differently on purpose (:func:`lab.results.analysis.recalibrate`): the
 logit form's T = 1 is the run unscaled, while the paper form's c = 1 is a real rescaling (FIRST's
 softmax(p / c) nearly flattens every row there), so the paper form's baseline is "unscaled", never
 "c = 1". What is drawn (run, T, form, binning) lives in one ``gr.State``: a refused entry puts the
@@ -25,9 +25,9 @@ from typing import Any, NamedTuple, Optional
 import gradio as gr
 import plotly.graph_objects as go
 
-from lab import analysis, runs
-from lab.runs import EvalRun
-from lab.temperature import TemperatureFit, save_temperature
+from lab.calibration.temperature import FORMS, LAB_SWEEP_BOUNDS, TemperatureFit, save_temperature
+from lab.results import analysis, runs
+from lab.results.runs import EvalRun
 from ui.components import AS_EVALUATED, bin_edges, binning, binning_radio, edges_radio, run_picker
 from ui.context import LabContext
 from ui.messages import error, ok
@@ -166,7 +166,7 @@ def _optima_text(sweep: analysis.Sweep, form: str) -> str:
     """The sweep's optima, labelled as fitted on the questions they are scored on (their ECE and NLL
     flatter the temperature), and right below them, the note that the sweep widened to find them."""
     symbol = SYMBOL[form]
-    # lab.analysis words its note with T for both forms: the paper form's parameter is c
+    # lab.results.analysis words its note with T for both forms: the paper form's parameter is c
     note = sweep.widened.replace("T = ", f"{symbol} = ")
     widened = f"<div id='sweep-widened' style='{NOTE_STYLE}'>↔ {html.escape(note)}</div>" if note else ""
     return (f"<div id='temperature-optima'>lowest ECE at {symbol} = {sweep.best_ece:.3g}, "
@@ -195,7 +195,7 @@ def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, 
 
 
 def _small_sample(n: int) -> str:
-    """The note the Reliability page and the workbench give a run under :data:`lab.analysis.SMALL_N` questions."""
+    """The note the Reliability page and the workbench give a run under :data:`lab.results.analysis.SMALL_N` questions."""
     said = analysis.small_sample_warning(n)
     return f"<div id='temperature-small-sample' style='{NOTE_STYLE}'>⚠ {html.escape(said)}</div>" if said else ""
 
@@ -266,14 +266,6 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
     )
 
 
-def temperature_view(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins: Optional[str],
-                     edges: Optional[str] = AS_EVALUATED) -> tuple[Any, str, Any]:
-    """(reliability figure, metrics text, sweep figure) at one temperature, as :func:`draw` makes them;
-    a failure's message takes the text's place (a bad temperature leaves the figures as they are)."""
-    view = draw(ctx, name, temperature, form, bins, edges)
-    return view.reliability, view.message or view.text, view.sweep
-
-
 # ---------------------------------------------------------------- handlers
 def stored_temperature(ctx: LabContext, name: Optional[str]) -> Optional[float]:
     """A temperature saved for this run (beside it, or its pipeline's fitted one), or None."""
@@ -342,7 +334,7 @@ def save_chosen_temperature(ctx: LabContext, name: Optional[str], temperature: A
                             bins: Optional[str] = None, edges: Optional[str] = AS_EVALUATED) -> str:
     """Save T as the run's ``temperature.json``, beside its predictions (logit form only), with the
     before/after ECE binned as the page shows it and that binning recorded (``bins``, ``bin_edges``,
-    and ``strategy``, which :class:`lab.temperature.TemperatureFit` has no field for), and the
+    and ``strategy``, which :class:`lab.calibration.temperature.TemperatureFit` has no field for), and the
     flags of the sweep the page shows with it: how far it ``searched``, whether it ``widened``
     past its grid, and whether an optimum lay ``at_bound``, as the page says."""
     run = runs.evaluation(ctx.runs, name)
@@ -367,7 +359,7 @@ def save_chosen_temperature(ctx: LabContext, name: Optional[str], temperature: A
     fit = TemperatureFit(temperature=t, objective="chosen in the temperature lab", n=before["n"], bins=n_bins,
                          nll_before=before["nll"], nll_after=after["nll"], ece_before=before["ece"],
                          ece_after=after["ece"], bin_edges=closed, searched=searched, widened=bool(sweep.widened),
-                         at_bound=any(best in analysis.SWEEP_BOUNDS[form] for best in (sweep.best_ece, sweep.best_nll)))
+                         at_bound=any(best in LAB_SWEEP_BOUNDS[form] for best in (sweep.best_ece, sweep.best_nll)))
     path = save_temperature(run.path, fit, fitted_on=run.name, strategy=strategy)
     return ok(f"Saved T = {t:.{BOX_DIGITS}g} to {path} (ECE {100 * before['ece']:.2f}% → {100 * after['ece']:.2f}% "
               f"with {n_bins} equal-{strategy} bins, {closed}-closed): pass it as `temperature` to an evaluate "
@@ -394,7 +386,7 @@ def build_temperature(ctx: LabContext) -> gr.Dropdown:
         box = gr.Textbox(_show(1.0), label=f"{FIELD['logit']} (type a value, then Enter)", max_lines=1,
                          elem_id="temperature-value", scale=1)
     with gr.Row():
-        form = gr.Radio(list(analysis.FORMS), value="logit", label="Form", scale=1)
+        form = gr.Radio(list(FORMS), value="logit", label="Form", scale=1)
         bins = binning_radio(scale=2)
         edges = edges_radio(scale=2)
     message = gr.HTML(elem_id="temperature-message")

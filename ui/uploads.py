@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.core.files import write_atomic
 from lab.data import DataError, MCQRecord, load_records
-from lab.files import write_atomic
-from lab.templates import option_letter
+from lab.data.templates import option_letter
 
 ALLOWED_SUFFIXES = (".jsonl", ".json", ".csv")
 MAX_BYTES = 20 * 1024 * 1024  # one file
@@ -79,7 +79,7 @@ def accept_upload(temp_path: str | Path, original_name: str, uploads: Path, *,
     """Validate an uploaded question file and store it; raises ``DataError`` with what is wrong.
 
     Nothing is written under ``uploads`` until the file has been read whole and found usable, and
-    a write that fails midway is removed (:func:`lab.files.write_atomic`).
+    a write that fails midway is removed (:func:`lab.core.files.write_atomic`).
     """
     temp_path = Path(temp_path)
     name = Path(original_name).name

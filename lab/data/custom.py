@@ -22,11 +22,13 @@ from pathlib import Path
 from string import ascii_lowercase
 from typing import Any, Iterable, Iterator, Sequence
 
-from .. import templates  # the module, read at call time: see the same import in .builtin
+from lab.core.errors import DataError
+
+from . import templates  # the module, read at call time: see the same import in .builtin
 from .loaders import DatasetSpec, register
-from .record import DataError, MCQRecord
-from .rows import (NO_ANSWER, TOO_DEEP, BadRow, Row, as_object, convert_rows, csv_rows, json_type, read_json,
-                   row_id, text_field)
+from .record import MCQRecord
+from .rows import (NO_ANSWER, TOO_DEEP, BadRow, Row, as_object, convert_rows, csv_rows, json_type, read_json, row_id,
+                   text_field)
 
 EXPECTED = ("question; choices (a JSON list) or one column per option A, B, C, ...; answer (a letter, "
             "a 0-based index or the text of the right choice); optionally id and passage (or context)")

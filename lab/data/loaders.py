@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
-from ..hub import hub_offline_mode, hub_reachable
-from ..registry import Registry
+from lab.core.errors import DataError
+from lab.core.hub import hub_offline_mode, hub_reachable
+from lab.core.registry import Registry
+
 from . import samples
-from .record import DataError, MCQRecord, RowProblem
+from .record import MCQRecord, RowProblem
 from .rows import NO_ANSWER, BadRow, Row, checked, not_utf8
 from .split import canonical_split, carve, parse_split
 

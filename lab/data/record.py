@@ -52,11 +52,3 @@ class RowProblem:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.reason}"
-
-
-class DataError(ValueError):
-    """Bad input data. The message is meant for the user: what is wrong, where, what to do."""
-
-    def __init__(self, message: str, problems: tuple[RowProblem, ...] = ()) -> None:
-        super().__init__(message)
-        self.problems = problems

@@ -19,9 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
-from lab.reads import open_text, read_text
+from lab.core.errors import DataError
+from lab.core.reads import open_text, read_text
 
-from .record import DataError, MCQRecord, RowProblem
+from .record import MCQRecord, RowProblem
 
 Row = Union[MCQRecord, RowProblem]
 Convert = Callable[[Any, str], MCQRecord]  # (parsed row, default id) -> record; raises BadRow

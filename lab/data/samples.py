@@ -6,7 +6,7 @@ beside this module, in their original formats, and each dataset registers its ow
 (:attr:`DatasetSpec.bundled`: split → file or folder). ``data_files: [bundled]`` stands for them,
 as ``model: bundled`` stands for the bundled model; it is a whole entry, never a path prefix, so
 ``bundled/../x`` stays an ordinary (relative) path for the path checks. Configs keep the entry as
-written (:mod:`lab.paths` checks it); the loaders expand it here, at the moment they read.
+written (:mod:`lab.jobkit.paths` checks it); the loaders expand it here, at the moment they read.
 ``scripts/make_bundled_data.py`` regenerates the files from ../shared/data.
 """
 from __future__ import annotations
@@ -14,13 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from .record import DataError
+from lab.core.errors import DataError
 
 if TYPE_CHECKING:
     from .loaders import DatasetSpec
 
 BUNDLED = "bundled"
-ROOT = Path(__file__).resolve().parent / "bundled"  # the samples: an allowed, read-only root (lab.paths)
+ROOT = Path(__file__).resolve().parent / "bundled"  # the samples: an allowed, read-only root (lab.jobkit.paths)
 PREFERENCES = ROOT / "preferences" / "openbookqa_dev_pairs.jsonl"  # right vs wrong answers (SOURCES.md)
 
 

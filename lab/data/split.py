@@ -15,7 +15,9 @@ import random
 from dataclasses import dataclass
 from typing import Collection, Sequence
 
-from .record import DataError, MCQRecord
+from lab.core.errors import DataError
+
+from .record import MCQRecord
 
 SPLITS = ("train", "validation", "test")
 ALIASES = {"dev": "validation", "val": "validation"}

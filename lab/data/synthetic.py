@@ -18,8 +18,8 @@ would average their labels back to q, and fine-tuning could not over-fit them).
 choices, answer, id, and the true distribution and the light as extra fields, kept in ``MCQRecord.meta``); the
 ``synthetic`` dataset reads them, and ``data_files: [bundled]`` the copy that ships in
 ``lab/data/bundled/synthetic/`` (made by ``scripts/make_synthetic_data.py``). ``shifted`` is the
-out-of-domain variant: the same rule under other noise levels. :func:`oracle` scores the Bayes
-predictor on a sample, and :func:`expected_oracle` gives its accuracy and binned ECE in closed form.
+out-of-domain variant: the same rule under other noise levels. The Bayes predictor's figures
+(:mod:`lab.calibration.oracle`) are computed from the ``true_probs`` this module writes.
 """
 from __future__ import annotations
 
@@ -122,38 +122,6 @@ def write_splits(out: Path, task: Task = Task(), sizes: Optional[dict[str, int]]
     return written
 
 
-# ---------------------------------------------------------------- the Bayes predictor
-def oracle(true_probs: Any, labels: Any, n_bins: int = 10, edges: str = "right") -> dict[str, float]:
-    """How the Bayes-optimal predictor (argmax and max of the true distribution) does on a sample:
-    its accuracy, binned ECE, NLL and Brier against the stated answers."""
-    from lab import metrics
-
-    probs, mask = metrics.padded(true_probs)
-    labels = np.asarray(labels)
-    pred, conf = metrics.predictions(probs, mask)
-    correct = pred == labels
-    return {"accuracy": float(correct.mean()), "ece": metrics.ece(conf, correct, n_bins, edges=edges),
-            "nll": metrics.nll(probs, labels), "brier": metrics.brier(probs, labels, mask)}
-
-
-def expected_oracle(true_probs: Any, n_bins: int = 10, edges: str = "right") -> dict[str, float]:
-    """The Bayes predictor's expected accuracy and expected binned ECE over the label noise, for these
-    questions, in closed form: in each bin, the number of right answers is a sum of independent
-    Bernoulli(q_i) (Poisson binomial, computed exactly), and ECE's bin term is E|S − Σ q_i| / n.
-    Its population ECE is 0: what remains is the binned estimator's upward bias at this n."""
-    from lab import metrics
-
-    probs, mask = metrics.padded(true_probs)
-    conf = metrics.predictions(probs, mask)[1]
-    bins = metrics.bin_indices(conf, n_bins, edges=edges)
-    expected_ece = 0.0
-    for b in np.unique(bins):
-        q = conf[bins == b]
-        pmf = _poisson_binomial(q)
-        expected_ece += float(np.abs(np.arange(q.size + 1) - q.sum()) @ pmf)
-    return {"accuracy": float(conf.mean()), "ece": expected_ece / conf.size, "population_ece": 0.0}
-
-
 def true_distributions(rows: Sequence[dict[str, Any]]) -> Optional[list[list[float]]]:
     """Every prediction row's true answer distribution (``meta.true_probs``, kept from the record),
     or None unless all of them carry one: only the controlled task's runs have an oracle."""
@@ -161,14 +129,6 @@ def true_distributions(rows: Sequence[dict[str, Any]]) -> Optional[list[list[flo
     if not rows or not all(isinstance(t, list) for t in truths):
         return None
     return truths
-
-
-def _poisson_binomial(q: Sequence[float]) -> np.ndarray:
-    """P(S = s), s = 0..n, for S a sum of independent Bernoulli(q_i): one convolution per trial."""
-    pmf = np.array([1.0])
-    for p in q:
-        pmf = np.convolve(pmf, [1 - p, p])
-    return pmf
 
 
 def synthetic_row(row: Any, default_id: str) -> MCQRecord:

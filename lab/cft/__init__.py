@@ -1,1 +1,0 @@
-"""CFT / RCFT: calibration-aware fine-tuning and its baselines (REFERENCE.md §3)."""

@@ -1,0 +1,197 @@
+"""Prompt templates: how a question becomes the text a model is scored on.
+
+A template renders a record into a ``Prompt``: the context up to the answer position plus the
+strings to score after it. ``letter`` templates list the options in the prompt and score the
+option labels ("A", "Yes") as the next token; ``cloze`` templates do not list them and score
+each option's own text, as lm-evaluation-harness's ``acc`` / ``acc_norm`` do.
+
+Option strings carry their own leading space where the format puts one (" A" after "Answer:",
+"A" after "("), because the scorer tokenises them in context: "A" and " A" are different tokens
+in most tokenizers.
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Callable, Literal, Optional
+
+from lab.core.errors import DataError
+from lab.core.registry import Registry
+from lab.data.record import MCQRecord
+
+Kind = Literal["letter", "cloze"]
+LETTERS = string.ascii_uppercase
+
+CFT_SYSTEM = (
+    "You are an AI assistant that answers multiple choice questions. You must only respond with a "
+    "single letter corresponding to your choice without any explanation or additional text."
+)
+ALPACA_HEADER = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+)
+
+
+def option_letter(i: int) -> str:
+    """The label of option ``i`` (0-based) as prompts letter them: A, B, C, …, Z; past Z, its
+    1-based number as text, so that a table of a run with many (cloze) options still reads."""
+    return LETTERS[i] if 0 <= i < len(LETTERS) else str(i + 1)
+
+
+def option_letters(n: int) -> list[str]:
+    """The labels of ``n`` options: ``["A", "B", …]`` (see :func:`option_letter`)."""
+    return [option_letter(i) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What the scorer needs for one question.
+
+    ``options`` are the strings scored right after ``text`` (one per choice, in choice order);
+    ``chat`` means ``text`` came from a chat template and already holds its special tokens;
+    ``suffix`` follows the chosen option in a training target (FIRST's "The answer is (a).").
+    """
+
+    text: str
+    options: tuple[str, ...]
+    chat: bool = False
+    suffix: str = ""
+
+    def target(self, answer: int) -> str:
+        """The completion a model is trained to produce for the correct option."""
+        return self.options[answer] + self.suffix
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    kind: Kind
+    description: str
+    render: Callable[[MCQRecord, Optional[object]], Prompt]
+
+
+TEMPLATES: Registry[Template] = Registry("template")
+
+
+def register(name: str, kind: Kind, description: str):
+    def add(render: Callable[[MCQRecord, Optional[object]], Prompt]):
+        TEMPLATES.add(name, Template(name, kind, description, render))
+        return render
+
+    return add
+
+
+def get_template(name: str) -> Template:
+    return TEMPLATES.get(name)
+
+
+def template_names(kind: Optional[Kind] = None) -> list[str]:
+    return [n for n in TEMPLATES.names() if kind is None or TEMPLATES.get(n).kind == kind]
+
+
+def _letters(record: MCQRecord, lower: bool = False) -> list[str]:
+    if len(record.choices) > len(LETTERS):
+        raise DataError(f"record {record.id!r} has {len(record.choices)} options; letter templates allow at most 26")
+    letters = LETTERS[: len(record.choices)]
+    return list(letters.lower() if lower else letters)
+
+
+def _asked(question: str) -> str:
+    """BoolQ questions are lower-case statements without a question mark; both BoolQ formats add one."""
+    q = question.strip()
+    return q if q.endswith("?") else q + "?"
+
+
+def _first(record: MCQRecord, lower: bool) -> Prompt:
+    letters = _letters(record, lower)
+    listed = " ".join(f"({l}) {c}" for l, c in zip(letters, record.choices))
+    passage = f"{record.passage.strip()} " if record.passage else ""
+    return Prompt(f"Q: {passage}{record.question.strip()} Answer Choices: {listed} A: The answer is (", tuple(letters),
+                  suffix=").")
+
+
+@register("first", "letter", "FIRST CSQA/OBQA format: 'Q: … Answer Choices: (A) … A: The answer is (' (Shum et al. 2023)")
+def first(record: MCQRecord, tokenizer=None) -> Prompt:
+    return _first(record, lower=False)
+
+
+@register("first_lower", "letter", "FIRST format with lower-case letters (a)…(e), as in the paper's CSQA examples")
+def first_lower(record: MCQRecord, tokenizer=None) -> Prompt:
+    return _first(record, lower=True)
+
+
+@register("first_boolq", "letter", "FIRST BoolQ format: Alpaca instruction, 'Your answer should be Yes or No.'")
+def first_boolq(record: MCQRecord, tokenizer=None) -> Prompt:
+    names = "Yes or No" if set(record.choices) == {"Yes", "No"} else " or ".join(record.choices)
+    instruction = f"Read the input passage and answer the question: {_asked(record.question)} Your answer should be {names}."
+    body = f"{ALPACA_HEADER}\n\n### Instruction:\n{instruction}\n\n"
+    if record.passage:
+        body += f"### Input:\n{record.passage.strip()}\n\n"
+    return Prompt(body + "### Response:\n", tuple(record.choices))
+
+
+def _cft_user(record: MCQRecord) -> tuple[str, list[str]]:
+    letters = _letters(record)
+    listed = "\n".join(f"{l}. {c}" for l, c in zip(letters, record.choices))
+    passage = f"{record.passage.strip()}\n\n" if record.passage else ""
+    return f"{passage}{record.question.strip()}\nOptions:\n{listed}\nAnswer with only a single letter:", letters
+
+
+@register("cft_chat", "letter", "CFT/RCFT chat format: system prompt + 'Answer with only a single letter:' (model's chat template)")
+def cft_chat(record: MCQRecord, tokenizer=None) -> Prompt:
+    user, letters = _cft_user(record)
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "system", "content": CFT_SYSTEM}, {"role": "user", "content": user}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return Prompt(text, tuple(letters), chat=True)
+    # A base model without a chat template: the same words as plain text.
+    return Prompt(f"{CFT_SYSTEM}\n\n{user}", tuple(f" {l}" for l in letters))
+
+
+def user_turn(tokenizer, message: str, plain: str) -> tuple[str, bool]:
+    """``message`` as the user's turn of the model's chat template, ready for the reply; for a
+    model without a chat template, the ``plain`` text. Returns (text, whether it is chat-rendered)."""
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
+                                             add_generation_prompt=True), True
+    return plain, False
+
+
+@register("mmlu", "letter", "MMLU / lm-evaluation-harness format: question, 'A. …' lines, 'Answer:' then ' A'")
+def mmlu(record: MCQRecord, tokenizer=None) -> Prompt:
+    letters = _letters(record)
+    subject = record.meta.get("subject")
+    head = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n" if subject else ""
+    listed = "\n".join(f"{l}. {c}" for l, c in zip(letters, record.choices))
+    passage = f"{record.passage.strip()}\n" if record.passage else ""
+    return Prompt(f"{head}{passage}{record.question.strip()}\n{listed}\nAnswer:", tuple(f" {l}" for l in letters))
+
+
+@register("cloze_qa", "cloze", "lm-evaluation-harness ARC format: 'Question: …\\nAnswer:' then ' <option text>'")
+def cloze_qa(record: MCQRecord, tokenizer=None) -> Prompt:
+    passage = f"{record.passage.strip()}\n" if record.passage else ""
+    return Prompt(f"{passage}Question: {record.question.strip()}\nAnswer:", tuple(f" {c}" for c in record.choices))
+
+
+@register("cloze_plain", "cloze", "lm-evaluation-harness OpenBookQA format: the bare question then ' <option text>'")
+def cloze_plain(record: MCQRecord, tokenizer=None) -> Prompt:
+    return Prompt(record.question, tuple(f" {c}" for c in record.choices))
+
+
+@register("cloze_boolq", "cloze", "lm-evaluation-harness BoolQ format: passage, 'Question: …?\\nAnswer:' then ' no' / ' yes'")
+def cloze_boolq(record: MCQRecord, tokenizer=None) -> Prompt:
+    passage = f"{record.passage.strip()}\n" if record.passage else ""
+    return Prompt(f"{passage}Question: {_asked(record.question)}\nAnswer:", tuple(f" {c.lower()}" for c in record.choices))
+
+
+# The template a dataset gets when the user names none, per scoring mode.
+DEFAULTS: dict[tuple[str, Kind], str] = {
+    ("boolq", "letter"): "first_boolq",
+    ("boolq", "cloze"): "cloze_boolq",
+    ("obqa", "cloze"): "cloze_plain",
+    ("mmlu", "letter"): "mmlu",
+    ("csqa", "letter"): "first_lower",
+}
+
+
+def default_template(dataset: str, kind: Kind) -> str:
+    return DEFAULTS.get((dataset, kind), "first" if kind == "letter" else "cloze_qa")

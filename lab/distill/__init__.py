@@ -1,1 +1,0 @@
-"""Distillation from a teacher's stored top-k: extraction and knowledge-matching losses (FIRST §4)."""

@@ -1,1 +1,0 @@
-"""FIRST (Shum et al. 2024): efficient trustworthy distillation from a teacher's top-k tokens."""

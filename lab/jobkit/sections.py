@@ -1,0 +1,105 @@
+"""The sections job configs are composed of, each field declared once (TRL's ``GKDConfig(SFTConfig)``).
+
+A job config inherits the sections it needs and adds its own fields; a section's field that needs
+another default in one config is re-declared with :func:`lab.core.config.redeclare`, keeping its
+bounds. The YAML stays flat (``dataset:``, ``bins:`` …), so a section is a vocabulary shared by
+every kind rather than a level of nesting.
+
+    ModelSection    model                       the model a job loads
+    AdaptedModel    + adapter                   ... with a LoRA adapter on top
+    Dataset         dataset, data_files, subject which questions
+    DataSection     + split, limit              ... and which part of them
+    PromptSection   template                    how a question becomes a prompt
+    EvalSection     bins, bin_edges, bootstrap  how calibration is measured
+    PipelineEvalSection + eval_batch_size       ... of every model a pipeline (FIRST, CFT) makes
+    DeviceSection   device, dtype               where a model runs
+    RunSection      + seed                      ... reproducibly
+
+Dataclass fields are collected from the last base to the first, so a config lists its sections
+last-first to show them in reading order (model, data, prompt, evaluation, device).
+
+The defaults every kind starts from are the block below: the bundled model on the bundled
+OpenBookQA sample (an evaluation's own default is ARC-Easy, :mod:`lab.kinds.evaluate.config`), so that each kind's defaults run on a fresh machine with no network and no
+dataset files (``lab.data.samples``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from lab.calibration.checks import BinEdges
+from lab.core.config import doc
+from lab.core.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
+from lab.data import DATASETS, with_sample
+from lab.data.templates import TEMPLATES
+
+BUNDLED = "bundled"  # the model (lab.models.loading) and the dataset samples (lab.data.samples) that ship with the lab
+
+# ---------------------------------------------------------------- defaults
+DEFAULT_MODEL = BUNDLED  # SmolLM2-135M-Instruct, shipped with the lab
+DEFAULT_DATASET = "obqa"  # OpenBookQA: its bundled sample has train, validation and test splits
+DEFAULT_DATA_FILES = (BUNDLED,)  # the dataset's bundled sample (lab/data/bundled/)
+DEFAULT_SPLIT = "test"
+DATA_FILES_HELP = ("local files, folders or globs: PATH or SPLIT=PATH; 'bundled': the sample that ships with the "
+                   f"lab, every split of it ({', '.join(with_sample())}); none: the hub copy")
+
+
+@dataclass
+class ModelSection:
+    model: str = field(default=DEFAULT_MODEL, metadata=doc(
+        "'bundled', 'scratch' (a small random-weight model for the synthetic task), a local directory or a hub id",
+        role="model"))
+
+
+@dataclass
+class AdaptedModel(ModelSection):
+    adapter: Optional[str] = field(default=None, metadata=doc("PEFT (LoRA) adapter directory", role="dir"))
+
+
+@dataclass
+class Dataset:
+    dataset: str = field(default=DEFAULT_DATASET, metadata=doc("registered dataset name", role="name",
+                                                               registry=DATASETS))
+    data_files: list[str] = field(default_factory=lambda: list(DEFAULT_DATA_FILES), metadata=doc(
+        DATA_FILES_HELP, role="data_files"))
+    subject: Optional[str] = field(default=None, metadata=doc("MMLU subject (None: all)", **SUBJECT))
+
+
+@dataclass
+class DataSection(Dataset):
+    split: str = field(default=DEFAULT_SPLIT, metadata=doc("split name, or SOURCE:PART for a seeded carve", **SPLIT))
+    limit: Optional[int] = field(default=None, metadata=doc("first N questions only (None: all)", ge=1, le=MAX_ROWS))
+
+
+@dataclass
+class PromptSection:
+    template: Optional[str] = field(default=None, metadata=doc("prompt template (None: the dataset's default)",
+                                                               role="name", registry=TEMPLATES))
+
+
+@dataclass
+class EvalSection:
+    bins: int = field(default=10, metadata=doc("equal-width bins for ECE", ge=1, le=MAX_BINS))
+    bin_edges: BinEdges = field(default="right", metadata=doc(
+        "which end of a bin is closed: right, Guo et al.'s (m-1)/M < c <= m/M as both papers; "
+        "left, torchmetrics' [m/M, (m+1)/M)"))
+    bootstrap: int = field(default=1000, metadata=doc("bootstrap replicates for the ECE interval (0: none)",
+                                                      ge=0, le=MAX_BOOTSTRAP))
+
+
+@dataclass
+class PipelineEvalSection(EvalSection):
+    eval_batch_size: int = field(default=16, metadata=doc("questions per forward pass when evaluating",
+                                                          ge=1, le=MAX_BATCH))
+
+
+@dataclass
+class DeviceSection:
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda, cuda:N", **DEVICE))
+    dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16"))
+
+
+@dataclass
+class RunSection(DeviceSection):
+    seed: int = field(default=0, metadata=doc(
+        "seed of split carving, sampling, data order, initialisation and the bootstrap", **SEED))

@@ -1,0 +1,269 @@
+"""Several models on the user's own questions: option probabilities and the generated answers.
+
+FIRST's "Oslo or Helsinki" case study: ask each model the same questions and see not only what it
+answers but how sure it is. With options, each model's probabilities over the option letters
+(letter scoring, optionally temperature-scaled) and its greedy generated answer; without options,
+the generated answer only. The generation's confidence is the product of its tokens'
+probabilities (``sequence_prob``) and the probability of its first token (``first_token_prob``).
+
+The same function serves the ``compare`` job and the inference lane (:mod:`lab.kinds.compare.lane`): both hand it
+a :class:`lab.models.cache.ModelCache`, so each model is loaded once, every question of it is asked
+while it is loaded, and adapters of one base share its weights. ``compare.json`` holds
+``questions`` (each ``{question, options}``), and per model in ``results`` its ``label``, ``model``,
+``adapter``, ``temperature`` and ``answers`` (one per question, in order).
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import numpy as np
+
+from lab.calibration.temperature import load_temperature, scale
+from lab.core.files import write_atomic
+from lab.core.layout import COMPARE_FILE, COMPARISONS_DIR
+from lab.data.record import MCQRecord
+from lab.data.templates import get_template, option_letter, user_turn
+from lab.jobkit.worker import JobContext
+from lab.kinds.compare.config import CompareConfig
+from lab.models.weights import SCRATCH
+
+if TYPE_CHECKING:  # the web server imports this module for its config, and never torch
+    from lab.models.cache import ModelCache
+
+def _generate(loaded, ids: list[int], max_new_tokens: int) -> tuple[dict[str, Any], Any]:
+    """The greedy answer to the prompt ``ids``, and the log-probabilities (V,) of its first token: the
+    distribution letter scoring reads, taken from the same forward pass instead of a second one."""
+    import torch
+
+    tok = loaded.tokenizer
+    prompt = torch.tensor([ids], device=loaded.device)
+    with torch.inference_mode():
+        out = loaded.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+                                    do_sample=False, output_logits=True, return_dict_in_generate=True,
+                                    pad_token_id=tok.pad_token_id or tok.eos_token_id)
+    new = out.sequences[0, len(ids):]
+    steps = [torch.log_softmax(step[0].float(), -1) for step in out.logits]  # raw logits: no processor's edits
+    logps = [float(step[t]) for step, t in zip(steps, new)]
+    return ({"text": tok.decode(new, skip_special_tokens=True).strip(), "tokens": len(new),
+             "sequence_prob": float(np.exp(sum(logps))) if logps else None,
+             "first_token_prob": float(np.exp(logps[0])) if logps else None}, steps[0])
+
+
+def _label(entry: dict[str, Any]) -> str:
+    """The name a model is shown by: the user's, else model (+ adapter) (at T), so that two entries
+    of one model at two temperatures never look alike."""
+    if entry.get("label"):
+        return entry["label"]
+    temperature = entry.get("temperature")
+    if temperature in (None, ""):
+        at = ""
+    else:
+        at = f" at T = {temperature:g}" if isinstance(temperature, (int, float)) else f" at T = {Path(str(temperature)).name}"
+    return entry["model"] + (f" + {Path(entry['adapter']).name}" if entry.get("adapter") else "") + at
+
+
+def _ask(loaded, cfg: CompareConfig, label: str, log: Callable[[str], None]) -> list[dict]:
+    """Every question of ``cfg`` to one loaded model: its answers, in order, option probabilities unscaled.
+
+    With options, the model generates from exactly the tokens letter scoring reads, so one forward
+    pass over the prompt gives both the option probabilities and the answer's first token."""
+    from lab.models.scoring import check_context, encode_prompts, letter_option_ids, letter_score
+
+    tokenizer, template, items = loaded.tokenizer, get_template(cfg.template), cfg.items()
+    prompts = {i: template.render(MCQRecord(f"q{i}", q.strip(), tuple(o), 0, "user"), tokenizer)
+               for i, (q, o) in enumerate(items) if o}
+    encoded = dict(zip(prompts, encode_prompts(tokenizer, list(prompts.values()), "letter")))
+    options = dict(zip(prompts, letter_option_ids(list(prompts.values()), list(encoded.values()))))
+    ids = []
+    for i, (question, _) in enumerate(items):
+        if i in encoded:
+            ids.append(list(encoded[i][0]))
+        else:
+            text, chat = user_turn(tokenizer, question.strip(), f"Question: {question.strip()}\nAnswer:")
+            ids.append(tokenizer(text, add_special_tokens=not chat)["input_ids"])
+    # Generation reads the most: the prompt and then every generated token. Checked on these
+    # questions (a cheap extra tokenisation) before any forward pass of this model.
+    check_context(loaded.model, tokenizer, [(f"question {i + 1} as prompted to {label}", len(x)) for i, x in enumerate(ids)],
+                  remedy=f"Shorten the question or its options, lower max_new_tokens ({cfg.max_new_tokens}), or "
+                         "compare models with a longer context.", reserve=cfg.max_new_tokens)
+    answers = []
+    for i, prompt_ids in enumerate(ids):
+        if len(items) > 1:
+            log(f"{label}: question {i + 1} of {len(items)}")
+        generation, first = _generate(loaded, prompt_ids, cfg.max_new_tokens)
+        answer: dict[str, Any] = {}
+        if i in options:
+            score = letter_score(first, options[i], tokenizer)
+            answer.update(raw_probs=[float(p) for p in score.probs], option_mass=float(np.sum(score.vocab_probs)))
+        answer["generation"] = generation
+        answers.append(answer)
+    return answers
+
+
+def _at(answers: list[dict[str, Any]], temperature: Optional[float]) -> list[dict[str, Any]]:
+    """A model's answers with its option probabilities scaled by ``temperature`` (None: as they are)."""
+    scaled = []
+    for answer in answers:
+        if "raw_probs" in answer:
+            raw = np.asarray(answer["raw_probs"])
+            probs = scale(raw[None], temperature)[0] if temperature else raw
+            answer = {**answer, "probs": [float(p) for p in probs], "prediction": int(np.argmax(probs)),
+                      "confidence": float(np.max(probs))}
+        scaled.append(answer)
+    return scaled
+
+
+def compare(cfg: CompareConfig, out: Path, log: Callable[[str], None] = print,
+            cache: Optional[ModelCache] = None) -> dict[str, Any]:
+    """Ask every model every question; writes and returns ``compare.json``.
+
+    ``cache``: the models already loaded (the inference lane's); None loads them for this call,
+    on ``cfg.device`` in ``cfg.dtype``."""
+    if cache is None:
+        from lab.models.cache import ModelCache
+
+        cache = ModelCache(cfg.device, cfg.dtype)
+    start, results, asked = time.time(), [], {}
+    for n, entry in enumerate(cfg.models, 1):
+        label, key = _label(entry), (entry["model"], entry.get("adapter"))
+        log(f"model {n} of {len(cfg.models)}: {label}")
+        if key not in asked:  # one model at two temperatures is asked once: T only rescales its options
+            with cache.use(*key, announce=log) as loaded:
+                asked[key] = _ask(loaded, cfg, label, log)
+        temperature = load_temperature(entry.get("temperature"))
+        results.append({"label": label, "model": entry["model"], "adapter": entry.get("adapter"),
+                        "temperature": temperature, "answers": _at(asked[key], temperature)})
+    questions = [{"question": q, "options": o, **({"answer": a} if a is not None else {})}
+                 for (q, o), a in zip(cfg.items(), cfg.answers())]
+    report = {"questions": questions, "results": results,
+              "template": cfg.template, "created": start, "seconds": round(time.time() - start, 3)}
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / COMPARE_FILE, json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def upgrade(report: dict[str, Any]) -> dict[str, Any]:
+    """A ``compare.json`` of one question written before lists existed, in today's shape."""
+    if "questions" in report or "question" not in report:
+        return report
+    keys = ("probs", "raw_probs", "prediction", "option_mass", "generation")
+    results = [{"label": r.get("label"), "model": r.get("model"), "adapter": r.get("adapter"),
+                "temperature": r.get("temperature"),
+                "answers": [{**{k: r[k] for k in keys if k in r},
+                             **({"confidence": max(r["probs"])} if r.get("probs") else {})}]}
+               for r in report.get("results", [])]
+    return {"questions": [{"question": report["question"], "options": report.get("options") or []}], "results": results}
+
+
+def shown_answer(generation: dict[str, Any], model: Optional[str]) -> Optional[str]:
+    """The generated answer as a table shows it: a blank one says what was generated instead of
+    leaving an empty cell (the untrained ``scratch`` model answers with newlines only)."""
+    text = generation.get("text")
+    if text or not generation.get("tokens"):
+        return text
+    why = (f"; {SCRATCH} has random weights until it is trained (the finetune-controlled preset)"
+           if model == SCRATCH else "")
+    return f"(blank: its {generation['tokens']} generated tokens are only whitespace or special tokens{why})"
+
+
+# The answers table's columns, in order: the answer and its confidence first, the question last (it is the
+# same for every model and the page shows it above the table, so first it only pushed the answers off-screen).
+COLUMNS = ("#", "model", "prediction", "confidence", "correct", "answer", "option probabilities", "answer prob.",
+           "1st-token prob.", "T", "question")
+
+
+def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per question and model, keys in :data:`COLUMNS` order: what a table (and its CSV)
+    shows. A free-text question has no prediction, confidence or option probabilities."""
+    table = []
+    for q, item in enumerate(report["questions"]):
+        for result in report["results"]:
+            answer = result["answers"][q]
+            generation = answer.get("generation") or {}
+            row: dict[str, Any] = {"#": q + 1, "model": result["label"]}
+            if item["options"]:
+                p = answer["prediction"]
+                row["prediction"] = f"{option_letter(p)}. {item['options'][p]}"
+                row["confidence"] = answer["confidence"]
+                if item.get("answer") is not None:
+                    row["correct"] = p == item["answer"]
+            row["answer"] = shown_answer(generation, result.get("model"))
+            if item["options"]:
+                row["option probabilities"] = " ".join(f"{option_letter(i)} {v:.3f}"
+                                                       for i, v in enumerate(answer["probs"]))
+            row.update({"answer prob.": generation.get("sequence_prob"),
+                        "1st-token prob.": generation.get("first_token_prob"), "T": result.get("temperature"),
+                        "question": item["question"]})
+            table.append(row)
+    return table
+
+
+LETTERED = re.compile(r"^\(?([A-Za-z])[.):]\s+(.+)$")  # "A. Oslo", "A) Oslo", "(A) Oslo", "a: Oslo"
+
+
+def parse_questions(text: str) -> list[dict[str, Any]]:
+    """The compare page's question box as ``questions`` entries.
+
+    Questions are separated by blank lines; a question's first line is the question and each
+    further line an option. A ``*`` before an option marks it as the right one; letters the user
+    pasted with the options (``A.``, ``B)``, ``(C)``, in order) are dropped, as the prompt letters
+    them again. Raises ValueError naming the question."""
+    questions = []
+    for n, block in enumerate(re.split(r"\n[ \t]*\n", (text or "").strip()), 1):
+        lines = [line.strip() for line in block.splitlines() if line.strip()]
+        if not lines:
+            continue
+        question, options, answer = lines[0], [], None
+        for i, option in enumerate(lines[1:]):
+            if option.startswith("*"):
+                if answer is not None:
+                    raise ValueError(f"question {n}: two options are marked with *; mark only the right one")
+                answer, option = i, option[1:].strip()
+            options.append(option)
+        matches = [LETTERED.match(o) for o in options]
+        if options and all(m and m.group(1).upper() == option_letter(i) for i, m in enumerate(matches)):
+            options = [m.group(2) for m in matches]
+        questions.append({"question": question, "options": options, **({"answer": answer} if answer is not None else {})})
+    if not questions:
+        raise ValueError("Type a question, and its options one per line below it if it has any.")
+    return questions
+
+
+def format_questions(questions: list[dict[str, Any]]) -> str:
+    """The inverse of :func:`parse_questions`: what the question box shows for ``questions``."""
+    return "\n\n".join("\n".join([q["question"], *(("* " if i == q.get("answer") else "") + o
+                                                   for i, o in enumerate(q.get("options") or []))])
+                       for q in questions)
+
+
+def history_dir(root: Path, questions: list[dict[str, Any]]) -> Path:
+    """A new folder for one comparison of the compare page: ``<root>/comparisons/<time>-<first words>``."""
+    words = re.sub(r"[^a-z0-9]+", "-", questions[0]["question"].lower()).strip("-")[:40].strip("-") or "question"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        path = Path(root) / COMPARISONS_DIR / f"{stamp}-{words}{'' if n == 1 else f'-{n}'}"
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: a thousand comparisons this second")
+
+
+def read_result(run_dir: Optional[str | Path]) -> Optional[dict[str, Any]]:
+    """A comparison's ``compare.json`` in today's shape; None when absent or damaged."""
+    path = Path(run_dir or "") / COMPARE_FILE
+    try:
+        report = upgrade(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return report if isinstance(report.get("questions"), list) and isinstance(report.get("results"), list) else None
+
+
+def run_job(cfg: CompareConfig, ctx: JobContext) -> dict[str, Any]:
+    report = compare(cfg, ctx.run_dir, log=ctx.log)
+    return {"models": len(report["results"]), "questions": len(report["questions"])}

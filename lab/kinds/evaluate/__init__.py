@@ -1,0 +1,1 @@
+"""The ``evaluate`` kind: accuracy and calibration of a model on a multiple-choice dataset."""

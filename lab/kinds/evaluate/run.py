@@ -1,0 +1,258 @@
+"""Evaluate a model on a multiple-choice dataset: accuracy and calibration, written to a run dir.
+
+A run directory holds ``config.yaml`` (the resolved config: rerunning it reproduces the run),
+``metrics.json`` and ``predictions.jsonl`` (one question per line, with every probability the
+metrics were computed from, so any number can be recomputed without the model).
+
+With a ``temperature`` (a number, a ``temperature.json`` or a directory holding one) the metrics
+are those of the temperature-scaled probabilities; each row keeps the unscaled ones in
+``raw_probs``. With a ``calibrator`` (a ``calibrator.json`` the recalibration workbench saved, fitted
+on another run) each row also gets its ``calibrated_confidence`` and ``metrics.json`` a ``calibrated``
+block scoring it, beside the uncalibrated metrics, with how many of these questions it was fitted on.
+
+A question whose option scores are not finite (NaN, +inf, or −inf on every option: mostly a float16
+overflow) has no probabilities: it is left out like a malformed row, named in the log and in
+``metrics.json``'s ``nonfinite_questions`` and counted in ``n_skipped_rows``, and the rest are
+evaluated. Only when no question is left is the evaluation refused.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Optional
+
+import numpy as np
+
+from lab.calibration import calibrators, confidence, metrics
+from lab.calibration.summary import compute_metrics, oracle_metrics, selective_metrics
+from lab.calibration.temperature import load_temperature, scale
+from lab.core.errors import ScoringError
+from lab.core.files import write_atomic
+from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
+from lab.data import load_records
+from lab.data.record import MCQRecord
+from lab.data.templates import get_template
+from lab.jobkit.kinds import write_config
+from lab.kinds.evaluate.config import CONFIDENCE, EvalConfig
+
+SELECTIVE_BOOT = 200  # bootstrap replicates for the AURC/AUROC intervals: each re-sorts the questions
+LISTED_NONFINITE = 5  # questions with non-finite scores named in the log or in an error
+NONFINITE_REMEDY = ("In float16 a logit past 65,504 overflows to inf (and a softmax over it gives NaN): evaluate "
+                    "with dtype float32 or bfloat16. Scores that stay non-finite come from the model or adapter "
+                    "itself (NaN or inf weights).")
+
+
+def _prediction_row(record: MCQRecord, probs: np.ndarray) -> dict[str, Any]:
+    pred = int(np.argmax(probs))
+    row: dict[str, Any] = {
+        "id": record.id, "source": record.source, "question": record.question, "choices": list(record.choices),
+        "answer": record.answer, "probs": [float(p) for p in probs], "pred": pred,
+        "confidence": float(probs[pred]), "correct": pred == record.answer,
+    }
+    if record.labels:
+        row["labels"] = list(record.labels)
+    if record.meta:
+        row["meta"] = record.meta
+    return row
+
+
+def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: Optional[Callable[[int], None]] = None):
+    """Score ``records`` with an already-loaded model; returns (prediction rows, extra metrics,
+    skipped), ``skipped`` naming each question left out for non-finite scores (``id, where, cause``:
+    :func:`lab.models.scoring.nonfinite_cause`), so that one float16 overflow does not cost the evaluation
+    of all the others. A :class:`ScoringError` when no question is finite.
+
+    Every question's length is checked against the model's context before the first forward pass:
+    one question past it would otherwise hold the whole job at 0 done for minutes, then mean nothing.
+    ``progress(n)`` after each batch of n questions; a job's counter is told more (:func:`_reporting`).
+    """
+    from lab.models.scoring import (batch_tokens, check_context, encode_prompts, plan_batches, score_cloze,
+                                    score_letter, scored_length)
+
+    template = get_template(cfg.template)
+    prompts = [template.render(r, loaded.tokenizer) for r in records]
+    encoded = encode_prompts(loaded.tokenizer, prompts, cfg.scoring)
+    lengths = [scored_length(e, cfg.scoring) for e in encoded]
+    check_context(loaded.model, loaded.tokenizer,
+                  [(f"{r.id!r} at {r.where}" if r.where else repr(r.id), n) for r, n in zip(records, lengths)],
+                  remedy="Shorten or remove these questions (their passage and options count too), or "
+                         "evaluate a model with a longer context.")
+    batches = plan_batches(lengths, cfg.batch_size, batch_tokens(loaded.device))
+    scorer = score_letter if cfg.scoring == "letter" else score_cloze
+    with _reporting(progress, loaded.model, [(len(b), len(b) * lengths[b[0]]) for b in batches]):
+        scores = scorer(loaded.model, loaded.tokenizer, prompts, batch_size=cfg.batch_size, progress=progress,
+                        encoded=encoded, batches=batches)
+    skipped = [{"id": r.id, "where": r.where, "cause": s.problem} for r, s in zip(records, scores) if s.problem]
+    if skipped and len(skipped) == len(records):
+        raise ScoringError(f"All {len(records)} questions scored non-finite, so there is nothing to evaluate: "
+                           f"{_listed(skipped)}. {NONFINITE_REMEDY}")
+    kept = [(r, s) for r, s in zip(records, scores) if s.problem is None]
+    rows, scores = [_prediction_row(r, s.probs) for r, s in kept], [s for _, s in kept]
+    return rows, (_letter_extra if cfg.scoring == "letter" else _cloze_extra)(cfg, rows, scores), skipped
+
+
+def _listed(skipped: list[dict[str, str]]) -> str:
+    """The first :data:`LISTED_NONFINITE` questions with non-finite scores, where and why, for a message."""
+    named = "; ".join(f"{q['id']!r}{' at ' + q['where'] if q['where'] else ''}: {q['cause']}"
+                      for q in skipped[:LISTED_NONFINITE])
+    more = len(skipped) - LISTED_NONFINITE
+    return named + (f"; and {more} more" if more > 0 else "")
+
+
+def _reporting(progress: Any, model, batches: list[tuple[int, int]]) -> ContextManager[None]:
+    """Tell a job's counter (:class:`lab.jobkit.worker.Counter`: one with ``weigh`` and ``within``) the work
+    ahead, each batch's questions and padded tokens, and how far each forward pass is, block by
+    block: so it has news every second or two, and an ETA that holds although the longest come first.
+    A plain ``progress(n)`` (a progress bar, a list) is only advanced after each batch.
+    """
+    from lab.models.scoring import layer_progress
+
+    if not (hasattr(progress, "weigh") and hasattr(progress, "within")):
+        return contextlib.nullcontext()
+    progress.weigh(batches)
+    return layer_progress(model, progress.within)
+
+
+def _letter_extra(cfg: EvalConfig, rows: list[dict[str, Any]], scores: list) -> dict[str, Any]:
+    """Full-vocabulary probabilities and top tokens on each row; the FIRST authors' ECE."""
+    for row, s in zip(rows, scores):
+        row["option_vocab_probs"] = [float(p) for p in s.vocab_probs]
+        row["top_tokens"] = [{"token": t, "prob": p} for t, p in s.top_tokens]
+    # The FIRST authors' definition: confidence = full-vocabulary probability of the answer token.
+    vocab, _ = metrics.padded([s.vocab_probs for s in scores])
+    conf = vocab[np.arange(len(rows)), [r["pred"] for r in rows]]
+    correct = np.array([r["correct"] for r in rows])
+    return {"option_mass_mean": float(vocab.sum(axis=1).mean()),
+            "ece_full_vocab": metrics.ece(conf, correct, n_bins=cfg.bins, edges=cfg.bin_edges)}
+
+
+def _cloze_extra(cfg: EvalConfig, rows: list[dict[str, Any]], scores: list) -> dict[str, Any]:
+    """Log-likelihoods (summed and per character) on each row; ``acc_norm``."""
+    for row, s in zip(rows, scores):
+        row["logliks"] = [float(x) for x in s.logliks]
+        row["norm_logliks"] = [float(x) for x in s.norm_logliks]
+        row["pred_norm"] = int(np.argmax(s.norm_logliks))
+    return {"accuracy_norm": float(np.mean([r["pred_norm"] == r["answer"] for r in rows]))}
+
+
+def apply_temperature(rows: list[dict[str, Any]], temperature: float) -> list[dict[str, Any]]:
+    """Copies of prediction rows with temperature-scaled ``probs`` (the originals in ``raw_probs``)."""
+    out = []
+    for row in rows:
+        raw = np.asarray(row.get("raw_probs", row["probs"]), dtype=np.float64)
+        probs = scale(raw[None], temperature)[0]
+        pred = int(np.argmax(probs))
+        out.append({**row, "raw_probs": [float(p) for p in raw], "probs": [float(p) for p in probs],
+                    "temperature": temperature, "pred": pred, "confidence": float(probs[pred]),
+                    "correct": pred == row["answer"]})
+    return out
+
+
+def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[str], None] = print,
+             announce: Optional[Callable[[str], None]] = None, **info: Any) -> dict[str, Any]:
+    """Run one evaluation end to end and write the run directory ``out``.
+
+    ``progress_factory(total)`` returns a callable advanced by the number of questions scored;
+    ``announce(name)`` is told of each stage that has no count ("loading data …", "loading model …")
+    as it begins, so a watcher sees what the job does from its first second: torch is imported only
+    inside "loading model", seconds after the data stage was announced. ``info`` goes into
+    ``metrics.json`` as well (a pipeline's ``in_domain``).
+    """
+    announce = announce or (lambda name: None)
+    announce(f"loading data {cfg.dataset}")
+    data = load_records(
+        cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject,
+        on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
+    )
+    for problem in data.problems[:5]:
+        log(f"skipped {problem}")
+    if len(data.problems) > 5:
+        log(f"... and {len(data.problems) - 5} more skipped rows")
+    announce(f"loading model {cfg.model}")
+    from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
+
+    loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
+    log(f"scoring {len(data.records)} questions from {data.source} with {cfg.model} ({cfg.scoring}, template {cfg.template})")
+    progress = progress_factory(len(data.records)) if progress_factory else None
+    return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress, log=log, **info)
+
+
+def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Path, source: str, n_skipped: int = 0,
+                     progress: Optional[Callable[[int], None]] = None, log: Callable[[str], None] = print,
+                     **info: Any) -> dict[str, Any]:
+    """Score ``records`` with a loaded model and write ``out`` (config, predictions, metrics).
+
+    ``n_skipped``: rows the loader left out; questions with non-finite scores are added to it and
+    named in ``log`` (as :func:`evaluate` names bad rows) and in ``nonfinite_questions``. ``info``
+    adds to (or overrides, e.g. ``dataset`` for a pooled set) what ``metrics.json`` says.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    write_config(out, "evaluate", cfg)
+    start = time.perf_counter()
+    rows, extra, nonfinite = score_records(cfg, loaded, records, progress)
+    elapsed = time.perf_counter() - start
+    if nonfinite:
+        log(f"skipped {len(nonfinite)} of {len(records)} questions whose scores are not finite: {_listed(nonfinite)}. "
+            f"{NONFINITE_REMEDY}")
+    temperature = load_temperature(cfg.temperature)
+    if temperature is not None:
+        rows = apply_temperature(rows, temperature)
+    return write_evaluation(out, rows, cfg, {
+        **extra, "model": cfg.model, "adapter": cfg.adapter, "data_source": source,
+        "n_skipped_rows": n_skipped + len(nonfinite), "nonfinite_questions": nonfinite,
+        "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."), "temperature": temperature,
+        "seconds": round(elapsed, 3), "questions_per_second": round(len(rows) / elapsed, 3) if elapsed else None,
+        **info,
+    })
+
+
+def apply_calibrator(rows: list[dict[str, Any]], cal: calibrators.Calibrator,
+                     cfg: EvalConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Copies of ``rows`` with their ``calibrated_confidence``, and the ``calibrated`` block of the
+    metrics: the calibrated confidence scored as the workbench scores it, what the calibrator is, and
+    how many of these questions it was fitted on. Such overlap is recorded, not refused: the run is
+    already paid for, and the warning travels with its numbers.
+
+    A calibrator whose signal these rows cannot give (full-vocabulary on a cloze run) leaves the rows
+    as they are and the block says why, rather than losing the evaluation at its last step."""
+    probs, mask = metrics.padded([r["probs"] for r in rows])
+    try:
+        pred, conf = calibrators.apply(cal, probs, mask, rows)
+    except ValueError as e:
+        return rows, {"calibrator": cal.describe(), "error": str(e)}
+    correct = pred == np.array([r["answer"] for r in rows])
+    report = calibrators.confidence_report(conf, correct, cfg.bins, cfg.bin_edges, cfg.bootstrap or 1, cfg.seed)
+    block = {**report, "calibrator": cal.describe(), "overlap": calibrators.overlap(cal, rows),
+             "warning": calibrators.fitted_on_same(cal, rows)}
+    return [{**r, "calibrated_confidence": float(c)} for r, c in zip(rows, conf)], block
+
+
+def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, info: dict[str, Any]) -> dict[str, Any]:
+    """Write ``predictions.jsonl`` and ``metrics.json``; the metrics are always recomputed from ``rows``.
+
+    Each row gains ``signals``: every confidence signal it can give (:func:`lab.calibration.confidence.row_signals`);
+    with ``cfg.calibrator``, its calibrated confidence too (:func:`apply_calibrator`). Questions with
+    a known true distribution add the Bayes predictor's figures (:func:`lab.calibration.summary.oracle_metrics`) and
+    ``ece_gap_to_oracle``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [{**r, "signals": confidence.row_signals(r["probs"], r)} for r in rows]
+    result = {
+        "scoring": cfg.scoring, "confidence": CONFIDENCE[cfg.scoring], "template": cfg.template,
+        "dataset": cfg.dataset, "split": cfg.split, **info, **compute_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed, cfg.bin_edges),
+        **selective_metrics(rows, min(cfg.bootstrap, SELECTIVE_BOOT), cfg.seed),
+    }
+    oracle = oracle_metrics(rows, cfg.bins, cfg.bin_edges)
+    if oracle is not None:
+        result.update(oracle=oracle, ece_gap_to_oracle=result["ece"] - oracle["ece"])
+    if cfg.calibrator is not None:
+        rows, result["calibrated"] = apply_calibrator(rows, calibrators.load(Path(cfg.calibrator)), cfg)
+    write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_atomic(out / METRICS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")
+    return result
+
+
+def run_job(cfg: EvalConfig, ctx) -> dict[str, Any]:
+    return evaluate(cfg, ctx.run_dir, progress_factory=ctx.progress("scoring"), log=ctx.log, announce=ctx.announce)

@@ -1,0 +1,159 @@
+"""Load a causal language model (and its tokenizer) by hub id, local directory, ``bundled``
+(:mod:`lab.models.bundled`) or ``scratch`` (:mod:`lab.models.scratch`)."""
+from __future__ import annotations
+
+import re
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import torch
+
+from lab.core.errors import ModelLoadError
+from lab.core.hub import hub_reachable
+from lab.core.reads import check_folder
+from lab.models.bundled import bundled_converted, bundled_model_dir
+from lab.models.scratch import default_model
+from lab.models.tokenizers import load_tokenizer, offline_hint
+from lab.models.weights import BUNDLED, SCRATCH
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@contextmanager
+def peft_quietly() -> Iterator[None]:
+    """Around peft's wrapping of a model (making or loading a LoRA adapter): peft reads
+    transformers' ``is_gradient_checkpointing``, which transformers 5 renamed, and the
+    FutureWarning it raises would fill every LoRA job's log with what only a peft release can
+    fix. Only that warning, and only here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
+def resolve_model_path(name: str) -> str:
+    """Map a user's model name to what ``from_pretrained`` takes: ``bundled``, ``scratch``, a local dir or a hub id."""
+    if name == BUNDLED:
+        return str(bundled_model_dir())
+    if name == SCRATCH:
+        return str(default_model())
+    path = Path(name).expanduser()
+    if path.is_dir():
+        check_folder(path)  # a job's model folder, as it is now: no link in it leads out of the job's folders
+        return str(path)
+    if path.exists():
+        raise ModelLoadError(f"Model path {name!r} is a file; pass the directory that holds config.json and the weights.")
+    if not HUB_ID.fullmatch(name):  # a path, since hub ids are "name" or "org/name"
+        raise ModelLoadError(f"Model directory {name!r} does not exist.")
+    return name
+
+
+def select_device(device: str = "auto") -> torch.device:
+    """``auto`` picks the first CUDA GPU when there is one, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError as e:
+        raise ModelLoadError(f"Expected a device such as 'cpu', 'cuda' or 'cuda:1', but got {device!r}") from e
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"Device {device!r} was asked for but no CUDA GPU is visible; use --device cpu.")
+    return chosen
+
+
+def select_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto``: bf16 on a GPU that supports it (halves memory, same range as fp32), else fp32.
+
+    fp32 on the CPU because CPU bf16 matmuls are slower than fp32 on most machines and lose
+    precision in the probabilities we measure calibration from.
+    """
+    if dtype == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"Expected dtype 'auto' or one of {sorted(DTYPES)}, but got {dtype!r}")
+    return DTYPES[dtype]
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for inference, with what it was loaded from (recorded in every result)."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    path: str
+    adapter: Optional[str]
+    device: torch.device
+    dtype: torch.dtype
+
+
+def load_model(
+    name: str,
+    adapter: Optional[str] = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    merge_adapter: bool = True,
+    quantize_4bit: bool = False,
+    announce: Optional[Callable[[str], None]] = None,
+) -> LoadedModel:
+    """Load ``name`` (``bundled``, a local directory or a hub id) for inference.
+
+    ``adapter`` is a PEFT (LoRA) directory; for evaluation it is merged into the weights so the
+    forward pass costs the same as the base model's. ``quantize_4bit`` loads NF4 weights through
+    bitsandbytes (QLoRA training; CUDA only). ``announce(stage)`` is told of the one-off
+    conversion of the bundled model, which makes its first load half a minute longer.
+    """
+    from transformers import AutoModelForCausalLM
+
+    if announce is not None and name == BUNDLED and not bundled_converted():
+        announce("converting the bundled model (once; about 30 s)")
+    path = resolve_model_path(name)
+    torch_device = select_device(device)
+    torch_dtype = select_dtype(dtype, torch_device)
+    tokenizer = load_tokenizer(path, name)
+    extra = {"quantization_config": _nf4_config(torch_device, torch_dtype)} if quantize_4bit else {}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=not hub_reachable(), **extra)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(offline_hint(name) if path == name else f"Cannot load model {name!r}: {e}") from e
+    if adapter is not None:
+        model = _attach_adapter(model, adapter, merge_adapter)
+    if not quantize_4bit:  # a quantised model is placed on the GPU as it loads and refuses .to()
+        model.to(torch_device)
+    model.eval()
+    return LoadedModel(model, tokenizer, name, path, adapter, torch_device, torch_dtype)
+
+
+def _nf4_config(device: torch.device, dtype: torch.dtype):
+    """QLoRA's storage: 4-bit NF4 weights, double quantisation, compute in ``dtype``."""
+    from transformers import BitsAndBytesConfig
+
+    if device.type != "cuda":
+        raise ModelLoadError("QLoRA (4-bit weights) needs a CUDA GPU; on this machine use method: lora")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ModelLoadError("QLoRA needs the bitsandbytes package: `.venv/bin/pip install bitsandbytes` "
+                             "(the setup installs it where nvidia-smi sees a GPU)") from None
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=dtype)
+
+
+def _attach_adapter(model: torch.nn.Module, adapter: str, merge: bool) -> torch.nn.Module:
+    from peft import PeftModel
+
+    adapter_dir = Path(adapter).expanduser()
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise ModelLoadError(f"Adapter {adapter!r} is not a PEFT directory (no adapter_config.json found there).")
+    check_folder(adapter_dir)
+    try:
+        with peft_quietly():
+            peft_model = PeftModel.from_pretrained(model, str(adapter_dir))
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ModelLoadError(f"Adapter {adapter!r} does not fit this model: {e}") from e
+    return peft_model.merge_and_unload() if merge else peft_model

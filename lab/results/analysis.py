@@ -1,0 +1,337 @@
+"""Stored evaluations analysed again: predictions as arrays, re-calibration, summaries, tables.
+
+Every evaluation writes ``metrics.json`` and ``predictions.jsonl`` (see :mod:`lab.kinds.evaluate.run`), and
+the latter holds every probability the metrics came from. So the browser lab recomputes what it
+shows (temperatures, equal-mass bins, cross-run tables) from these files alone, with the same
+numpy functions as the evaluation (:mod:`lab.calibration.metrics`, :func:`lab.calibration.temperature.scale`,
+:func:`lab.calibration.temperature.temperature_paper`): the web server needs numpy and pandas only.
+Which evaluations there are is :mod:`lab.results.runs`'s business; case studies are :mod:`lab.results.cases`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from lab.calibration import metrics
+from lab.calibration.checks import BinEdges, check_edges
+from lab.calibration.metrics import finite_or_none
+from lab.calibration.temperature import (FORMS, LAB_SWEEP_BOUNDS, LAB_SWEEP_GRIDS, Form, scale, temperature_paper,
+                                         widened_search)
+from lab.core.layout import PREDICTIONS_FILE
+from lab.data.synthetic import true_distributions
+from lab.data.templates import option_letter
+from lab.results.runs import find_evaluations, read_metrics
+
+LEGACY_BIN_EDGES = "left"  # what a metrics.json without "bin_edges" was binned with (before the choice existed)
+TOPK_COLUMNS = ["rank", "mean_prob", "answer_in_topk"]
+# The run, the numbers a reader came for, then how it was made: at 1440 px the numbers were behind a scroll.
+RESULTS_COLUMNS = ["run", "ECE", "ECE low", "ECE high", "accuracy", "Trust", "AURC", "AUROC", "n", "cw-ECE",
+                   "oracle accuracy", "oracle ECE", "model", "dataset", "split", "scoring", "domain", "folder"]
+ROUNDED = {column: 4 for column in ("ECE", "ECE low", "ECE high", "accuracy", "Trust", "AURC", "AUROC", "cw-ECE",
+                                    "oracle accuracy", "oracle ECE")}
+DOMAIN = {True: "in", False: "out", None: ""}
+ROBUSTNESS_BINS = tuple(range(5, 31))  # the bin counts the ECE-robustness plot tries
+SMALL_N = 300  # below this many questions an ECE is flagged (HELM's floor for reporting calibration)
+
+
+# ---------------------------------------------------------------- loading predictions
+@dataclass
+class Predictions:
+    """One evaluation's questions as arrays.
+
+    ``probs`` (n, K) float64 zero-padded: the *unscaled* option probabilities (``raw_probs`` where
+    the run applied a temperature), so that any temperature is applied to the model's own output
+    and not on top of another one. ``mask`` (n, K) bool marks real options, ``labels`` (n,) the
+    correct option, ``rows`` the file's objects. ``dataset`` is the run's, from ``metrics.json``, and
+    so is ``bin_edges``, the convention its ECE was computed with, so that a page redraws it as reported.
+    """
+
+    probs: np.ndarray
+    mask: np.ndarray
+    labels: np.ndarray
+    rows: list[dict[str, Any]]
+    path: Optional[Path] = None
+    dataset: Optional[str] = None
+    bin_edges: BinEdges = "right"
+
+
+def _vector(row: dict[str, Any], key: str, where: str) -> list[float]:
+    """``row[key]`` as floats, or a ValueError saying where: a bad row is named, not skipped."""
+    values = row.get(key)
+    if not isinstance(values, list) or not values or any(finite_or_none(v) is None for v in values):
+        raise ValueError(f"{where}: expected '{key}' to be a non-empty list of finite numbers, but got {values!r}")
+    return [float(v) for v in values]
+
+
+def _row_probs(row: Any, where: str) -> list[float]:
+    """The probabilities a row contributes (``raw_probs`` first), checked; ``where`` is ``file:line``."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object per line, but got {type(row).__name__}")
+    probs = _vector(row, "probs", where)
+    if "raw_probs" in row:
+        raw = _vector(row, "raw_probs", where)
+        if len(raw) != len(probs):
+            raise ValueError(f"{where}: 'raw_probs' has {len(raw)} options but 'probs' has {len(probs)}")
+        probs = raw
+    answer = row.get("answer")
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(probs):
+        raise ValueError(f"{where}: expected 'answer' to be an option index in 0..{len(probs) - 1}, "
+                         f"but got {answer!r}")
+    return probs
+
+
+def _read_rows(file: Path) -> list[tuple[int, Any]]:
+    """(line number, parsed object) for every non-blank line; a malformed line names itself."""
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No predictions at {file}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{file}: not UTF-8 text ({e})") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((number, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{file}:{number}: not valid JSON ({e.msg}); is the file still being written?") from None
+    if not rows:
+        raise ValueError(f"{file} holds no predictions (the file is empty)")
+    return rows
+
+
+def load_predictions(path: Path) -> Predictions:
+    """``predictions.jsonl`` (the file or its directory) as :class:`Predictions`.
+
+    Raises ValueError naming the file and line for an empty file or a malformed row, and naming
+    the run for a ``bin_edges`` in its ``metrics.json`` that is no convention.
+    """
+    path = Path(path)
+    file = path / PREDICTIONS_FILE if path.is_dir() else path
+    numbered = _read_rows(file)
+    vectors = [_row_probs(row, f"{file}:{number}") for number, row in numbered]
+    probs, mask = metrics.padded(vectors)
+    rows = [row for _, row in numbered]
+    labels = np.array([row["answer"] for row in rows], dtype=np.int64)
+    info = read_metrics(file.parent) or {}
+    dataset, edges = info.get("dataset"), info.get("bin_edges", LEGACY_BIN_EDGES)
+    try:
+        check_edges(edges)
+    except ValueError as e:
+        raise ValueError(f"{file.parent}: metrics.json: {e}") from None
+    return Predictions(probs, mask, labels, rows, file, None if dataset is None else str(dataset), edges)
+
+
+def oracle_probs(pred: Predictions) -> Optional[np.ndarray]:
+    """The questions' true answer distributions (n, K) when every row carries one (``meta.true_probs``,
+    the controlled task of :mod:`lab.data.synthetic`), else None."""
+    truths = true_distributions(pred.rows)
+    if truths is None or any(len(t) != int(m.sum()) for t, m in zip(truths, pred.mask)):
+        return None
+    return metrics.padded(truths)[0]
+
+
+def reported_probs(pred: Predictions) -> np.ndarray:
+    """The probabilities the run reported (its rows' ``probs``, after any temperature it applied)."""
+    return metrics.padded([row["probs"] for row in pred.rows])[0]
+
+
+# ---------------------------------------------------------------- recalibration and summaries
+def _check_temperature(temperature: Any) -> float:
+    value = finite_or_none(temperature)
+    if value is None or value <= 0:
+        raise ValueError(f"Expected a positive temperature, but got {temperature!r}")
+    return value
+
+
+def _check_form(form: str) -> None:
+    if form not in FORMS:
+        raise ValueError(f"Expected `form` to be one of {FORMS}, but got {form!r}")
+
+
+def recalibrate(pred: Predictions, temperature: float, form: Form = "logit") -> np.ndarray:
+    """Option probabilities (n, K) at ``temperature``; padded options stay 0.
+
+    ``"logit"``: ``softmax(log p / T)`` (:func:`lab.calibration.temperature.scale`); T = 1 only renormalises.
+    ``"paper"``: FIRST Eq. 4 as printed, ``softmax(p / c)`` over the present options
+    (:func:`lab.calibration.temperature.temperature_paper` with the mask), which flattens rows at c = 1.
+    """
+    t = _check_temperature(temperature)
+    _check_form(form)
+    if form == "logit":
+        return scale(pred.probs, t, pred.mask)
+    return temperature_paper(pred.probs, t, pred.mask)
+
+
+def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
+                        strategy: metrics.Strategy = "width", edges: BinEdges = "right", n_boot: int = 0) -> dict[str, Any]:
+    """Headline metrics and the reliability table of one set of probabilities, JSON-ready.
+
+    Keys: ``n, accuracy, ece, ece_ci_low, ece_ci_high, nll, brier, cw_ece, trust, n_bins, strategy,
+    bin_edges, reliability`` (the interval with ``n_boot`` > 0 and equal-width bins, else None);
+    the reliability bins have the shape of ``metrics.json``'s (``lo, hi, count, conf, acc, gap``;
+    NaN → None), so a figure draws a stored summary and a recomputed one alike. ``strategy`` bins
+    the ECE and the table (``"mass"``: equal-mass bins); cw-ECE always uses equal-width bins.
+    ``edges`` closes each equal-width bin on the right (Guo et al.) or left (torchmetrics); pass a
+    run's :attr:`Predictions.bin_edges` to reproduce the ECE it reported.
+    """
+    mask, labels = np.asarray(mask), np.asarray(labels)
+    brier = metrics.brier(probs, labels, mask)  # checks probs, mask and labels before anything else
+    probs = np.where(mask, np.asarray(probs, dtype=np.float64), 0.0)  # nll takes no mask: padding must be 0
+    choice, conf = metrics.predictions(probs, mask)
+    summary = confidence_summary(conf, choice == labels, n_bins, strategy, edges, n_boot)
+    return {
+        **summary, "nll": metrics.nll(probs, labels), "brier": brier,
+        "cw_ece": metrics.classwise_ece(probs, labels, n_bins, mask, edges),
+        "trust": metrics.trust(summary["accuracy"], summary["ece"]),
+    }
+
+
+def confidence_summary(conf: Any, correct: Any, n_bins: int = 10, strategy: metrics.Strategy = "width",
+                       edges: BinEdges = "right", n_boot: int = 0) -> dict[str, Any]:
+    """The reliability of one confidence vector (the top probability, or a calibrated one), JSON-ready:
+    ``n, accuracy, ece, ece_ci_low, ece_ci_high, n_bins, strategy, bin_edges, reliability``. The
+    bootstrap interval (``n_boot`` > 0, equal-width bins only) is None otherwise."""
+    conf, correct = np.asarray(conf, dtype=np.float64), np.asarray(correct)
+    low = high = None
+    if n_boot > 0 and strategy == "width":
+        low, high = metrics.ece_bootstrap(conf, correct, n_bins, n_boot, metrics.CI_LEVEL, 0, edges)
+    return {
+        "n": int(conf.size), "accuracy": float(np.mean(correct)), "ece": metrics.ece(conf, correct, n_bins, strategy, edges),
+        "ece_ci_low": low, "ece_ci_high": high, "n_bins": int(n_bins), "strategy": strategy, "bin_edges": edges,
+        "reliability": metrics.reliability_rows(conf, correct, n_bins, strategy, edges),
+    }
+
+
+def ece_robustness(conf: Any, correct: Any, bin_counts: Sequence[int] = ROBUSTNESS_BINS, edges: BinEdges = "right",
+                   n_boot: int = 200, seed: int = 0) -> tuple[pd.DataFrame, float]:
+    """How much an ECE owes to its binning: for each number of bins, the equal-width ECE with its
+    bootstrap interval (``width``, ``width_low``, ``width_high``) and the equal-mass ECE (``mass``);
+    and the bin-free smooth ECE, one number for every row (returned beside the table)."""
+    conf, correct = np.asarray(conf, dtype=np.float64), np.asarray(correct)
+    records = []
+    for m in bin_counts:
+        low, high = metrics.ece_bootstrap(conf, correct, m, n_boot, metrics.CI_LEVEL, seed, edges)
+        records.append({"bins": int(m), "width": metrics.ece(conf, correct, m, "width", edges),
+                        "width_low": low, "width_high": high, "mass": metrics.ece(conf, correct, m, "mass")})
+    return pd.DataFrame(records), metrics.smooth_ece(conf, correct)
+
+
+def small_sample_warning(n: int) -> str:
+    """A sentence when ``n`` is below :data:`SMALL_N` (HELM's floor for reporting ECE), else ""."""
+    if n >= SMALL_N:
+        return ""
+    return (f"Only {n} questions: below {SMALL_N}, binned ECE is dominated by sampling noise and its upward "
+            "bias; read the interval, not the point.")
+
+
+class Sweep(NamedTuple):
+    """A temperature sweep: ``table`` (temperature, ece, nll, accuracy), ascending, and the best of each.
+
+    ``widened``: empty when the grid asked for held both optima inside it; otherwise a sentence
+    saying which optimum lay on which edge and how far the sweep went past it.
+    """
+
+    table: pd.DataFrame
+    best_ece: float
+    best_nll: float
+    widened: str = ""
+
+
+def _sweep_point(pred: Predictions, t: float, form: Form, n_bins: int, edges: BinEdges) -> dict[str, float]:
+    probs = recalibrate(pred, t, form)
+    choice, conf = metrics.predictions(probs, pred.mask)
+    correct = choice == pred.labels
+    return {"temperature": t, "ece": metrics.ece(conf, correct, n_bins, edges=edges),
+            "nll": metrics.nll(probs, pred.labels), "accuracy": float(np.mean(correct))}
+
+
+def _widened_note(asked: np.ndarray, table: pd.DataFrame, bounds: tuple[float, float]) -> str:
+    """What the sweep did past the grid it was asked for (``asked``, ascending), in words; empty when
+    it did nothing."""
+    lo, hi = float(table["temperature"].iloc[0]), float(table["temperature"].iloc[-1])
+    if (lo, hi) == (asked[0], asked[-1]):
+        return ""
+    best = {column: float(table["temperature"].iloc[int(np.argmin(table[column]))]) for column in ("ece", "nll")}
+    moved = " and ".join(f"lowest {c.upper()}" for c, t in best.items() if not asked[0] <= t <= asked[-1])
+    note = (f"The {moved or 'optimum'} lay on the edge of T = {asked[0]:.3g}…{asked[-1]:.3g}, "
+            f"so the sweep went on to T = {lo:.3g}…{hi:.3g}")
+    hit = [t for t in best.values() if t in bounds]
+    return note + (f"; it stopped at the bound T = {hit[0]:.3g}: the optimum may lie further out." if hit else ".")
+
+
+def temperature_sweep(pred: Predictions, temperatures: Optional[Sequence[float]] = None, form: Form = "logit",
+                      n_bins: int = 10, edges: BinEdges = "right") -> Sweep:
+    """ECE, NLL and accuracy at each temperature (default: ``LAB_SWEEP_GRIDS[form]`` of
+    :mod:`lab.calibration.temperature`), ascending.
+
+    The best values are the first lowest-ECE and lowest-NLL temperatures. An optimum on an edge of
+    the grid is only a sign that the curve still falls there, so the sweep widens the grid past that
+    edge (:func:`lab.calibration.temperature.widened_search`, up to ``LAB_SWEEP_BOUNDS[form]``) until both optima are
+    inside it or on a bound, and says so in ``widened``. Accuracy is constant up to ties, since both
+    forms keep each row's order. ``edges`` bins the ECE (a run's :attr:`Predictions.bin_edges`).
+    """
+    _check_form(form)
+    check_edges(edges)
+    asked = LAB_SWEEP_GRIDS[form] if temperatures is None else np.asarray(temperatures, dtype=np.float64)
+    if asked.ndim != 1 or asked.size == 0:
+        raise ValueError(f"Expected a non-empty 1-D sequence of temperatures, but got {temperatures!r}")
+    records = widened_search(lambda t: _sweep_point(pred, t, form, n_bins, edges), asked, ("ece", "nll"),
+                             LAB_SWEEP_BOUNDS[form])
+    table = pd.DataFrame(records, columns=["temperature", "ece", "nll", "accuracy"])
+    best_ece, best_nll = (float(table["temperature"].iloc[int(np.argmin(table[c]))]) for c in ("ece", "nll"))
+    return Sweep(table, best_ece, best_nll, _widened_note(np.unique(asked), table, LAB_SWEEP_BOUNDS[form]))
+
+
+# ---------------------------------------------------------------- across runs, and the top tokens
+def results_table(root: Path) -> pd.DataFrame:
+    """FIRST Table 1 across every evaluation under ``root``, newest first, numbers rounded to 4: each
+    run by its label and folder, how it was scored, its ECE with the bootstrap interval
+    (``ECE low``/``ECE high``; empty for a run evaluated without a bootstrap), and how well its top
+    probability ranks right above wrong answers (AURC, lower is better; AUROC, higher is better;
+    empty for a run evaluated before they were recorded); on data with known true distributions
+    (the controlled task), the Bayes predictor's accuracy and ECE on the same questions."""
+    records = [
+        {"run": r.label, "folder": r.name, "model": r.model, "dataset": r.dataset, "split": r.split,
+         "scoring": f"{r.scoring} ({r.template})" if r.scoring and r.template else r.scoring,
+         "domain": DOMAIN[r.in_domain], "n": r.n, "ECE": r.ece, "ECE low": r.ece_ci[0] if r.ece_ci else None,
+         "ECE high": r.ece_ci[1] if r.ece_ci else None, "accuracy": r.accuracy, "Trust": r.trust, "cw-ECE": r.cw_ece,
+         "AURC": r.aurc, "AUROC": r.auroc, "oracle accuracy": r.oracle_accuracy, "oracle ECE": r.oracle_ece}
+        for r in find_evaluations(root)
+    ]
+    return pd.DataFrame(records, columns=RESULTS_COLUMNS).round(ROUNDED)
+
+
+def results_csv(df: pd.DataFrame) -> str:
+    """The table as CSV text, for a download button."""
+    return df.to_csv(index=False)
+
+
+def _as_letter(token: Any) -> str:
+    """A decoded token compared as a letter: it may carry a leading space, and some templates
+    (``first_lower``) letter the options in lower case."""
+    return str(token).strip().upper()
+
+
+def positionwise_topk(pred: Predictions) -> pd.DataFrame:
+    """For rank k = 1..5 of the full-vocabulary top tokens at the answer position (letter scoring):
+    ``mean_prob`` of the rank-k token, and ``answer_in_topk``, the fraction of questions whose
+    answer letter is among the top k tokens. Empty when no row has ``top_tokens`` (cloze runs).
+    """
+    tops = [(sorted(row["top_tokens"], key=lambda t: -t["prob"]), option_letter(row["answer"]))
+            for row in pred.rows if row.get("top_tokens")]
+    if not tops:
+        return pd.DataFrame(columns=TOPK_COLUMNS)
+    depth = max(len(tokens) for tokens, _ in tops)
+    records = []
+    for k in range(1, depth + 1):
+        probs = [float(tokens[k - 1]["prob"]) for tokens, _ in tops if len(tokens) >= k]
+        hits = [answer in {_as_letter(t["token"]) for t in tokens[:k]} for tokens, answer in tops]
+        records.append({"rank": k, "mean_prob": float(np.mean(probs)), "answer_in_topk": float(np.mean(hits))})
+    return pd.DataFrame(records, columns=TOPK_COLUMNS)

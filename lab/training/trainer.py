@@ -1,0 +1,352 @@
+"""Supervised fine-tuning on transformers' ``Trainer``, with the lab's events and per-epoch calibration.
+
+The shared training machinery; each method's trainer lives beside its loss. ``finetune`` picks
+one per ``cfg.objective``: the plain ``Trainer`` (``sft``: cross-entropy, i.e. fine-tuning, and CFT
+with completion-only labels), :class:`lab.training.cft.LabelSmoothingTrainer` (``label_smoothing``:
+smoothed targets over the option letters) or :class:`lab.training.cft.RCFTTrainer` (``rcft``:
+cross-entropy + λ·ECE regulariser with its E-step). FIRST's
+:class:`lab.training.distill.DistillTrainer` (top-k KL to a teacher's stored distribution) goes
+through ``run_training`` from :mod:`lab.kinds.first.run`.
+
+After every epoch (and every ``eval_steps`` steps if set) the model scores the validation
+questions (letter scoring, no gradients) and an ``eval`` event carries their ECE and accuracy —
+REFERENCE.md §4: ECE grows with fine-tuning epochs, and users should see it happen. A ``STOP``
+request ends training after the current step, saving what it has.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from lab.calibration.summary import compute_metrics
+from lab.core.errors import DiskFull, Stopped
+from lab.core.events import EventWriter
+from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, TRACKER_DIR
+from lab.data import load_records
+from lab.data.record import MCQRecord
+from lab.data.templates import get_template
+from lab.models import distributed
+from lab.models.loading import load_model, peft_quietly, select_device
+from lab.models.scoring import score_letter
+from lab.models.weights import local_model_dir, model_shape, size_text
+from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
+from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
+from lab.training.data import build_examples, pad_batch, pad_option_batch
+from lab.training.estimates import MEMORY_EVENT, Precision, TrainingMemory, checkpoint_bytes, describe, training_memory
+
+STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: the last file of a checkpoint
+OPTIMIZER_FILE = "optimizer.pt"  # transformers' OPTIMIZER_NAME: absent from a weights-only checkpoint
+TRACKED = ("accuracy", "ece", "nll", "brier")  # validation metrics a tracker plots beside the loss
+PART_PREFIXES = ("loss_", "rank_")  # a method trainer's loss components and RCFT's rank-violation share
+MTIME_NOTICE = "mtime may not be reliable"
+
+
+class _QuietCheckpointOrder(logging.Filter):
+    """transformers orders checkpoints by mtime before removing the oldest (``save_total_limit``),
+    and where two were saved within a second (a small model's epochs) it says "mtime may not be
+    reliable on this filesystem" and orders them by step instead: right here (checkpoints are named
+    by step), and no fault of the filesystem, so in a job's log it is only noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return MTIME_NOTICE not in record.getMessage()
+
+
+logging.getLogger("transformers.trainer_utils").addFilter(_QuietCheckpointOrder())
+
+
+def letter_probs(model, tokenizer, records: Sequence[MCQRecord], template: str) -> list:
+    """Option probabilities of ``records`` under ``model`` in eval mode, restoring its mode after.
+
+    Under a multi-process launch each rank scores its share and every rank gets them all, in order."""
+    render = get_template(template).render
+
+    def score(share: list[MCQRecord]) -> list:
+        was_training = model.training
+        model.eval()
+        scores = score_letter(model, tokenizer, [render(r, tokenizer) for r in share])
+        model.train(was_training)
+        return [s.probs for s in scores]
+
+    return distributed.map_sharded(score, records)
+
+
+def validation_metrics(model, tokenizer, records: Sequence[MCQRecord], template: str, bins: int,
+                       bin_edges: str = "right") -> dict[str, Any]:
+    """Letter-scoring accuracy and calibration of ``model`` on ``records`` (no bootstrap: cheap)."""
+    probs = letter_probs(model, tokenizer, records, template)
+    rows = [{"probs": p, "answer": r.answer} for r, p in zip(records, probs)]
+    m = compute_metrics(rows, bins, n_boot=0, seed=0, edges=bin_edges)
+    return {k: m[k] for k in ("n", "accuracy", "ece", "cw_ece", "nll", "brier", "trust")}
+
+
+class LabCallback(TrainerCallback):
+    """Training progress and per-epoch validation as events (and to the trackers of ``report_to``,
+    through ``log``: the Trainer's own); stops at the user's request, every rank at the same step."""
+
+    def __init__(self, events: EventWriter, stage: str, validate: Optional[Callable[[Any], dict]],
+                 should_stop: Callable[[], bool], eval_steps: Optional[int] = None) -> None:
+        self.events, self.stage, self.validate, self.should_stop = events, stage, validate, should_stop
+        self.eval_steps = eval_steps
+        self.history: list[dict[str, Any]] = []
+        self.stopping = False  # agreed by every rank
+        self.log: Callable[[dict[str, float]], None] = lambda logs: None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            parts = {k: float(v) for k, v in logs.items() if k.startswith(PART_PREFIXES)}
+            self.events.emit(self.stage, step=state.global_step, total=state.max_steps, epoch=round(state.epoch or 0, 3),
+                             loss=float(logs["loss"]), lr=float(logs.get("learning_rate", 0.0)), **parts)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.stopping = distributed.agree(self.should_stop())
+        if self.stopping:
+            control.should_training_stop = True
+            control.should_save = True
+        elif self.eval_steps and state.global_step % self.eval_steps == 0:
+            self._validate(state, model)
+
+    def on_epoch_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if not self.stopping and not (self.eval_steps and state.global_step % self.eval_steps == 0):
+            self._validate(state, model)
+
+    def _validate(self, state, model) -> None:
+        if self.validate is None:
+            return
+        metrics = self.validate(model)
+        record = {"epoch": round(state.epoch or 0, 3), "step": state.global_step, **metrics}
+        self.history.append(record)
+        self.events.emit(f"{self.stage}_eval", **record)
+        self.log({f"eval_{k}": float(v) for k, v in metrics.items() if k in TRACKED and v is not None})
+
+
+def free_bytes(folder: Path) -> int:
+    """Free bytes on the disk ``folder`` is (or will be) on: its nearest existing ancestor's."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under ``folder``: a checkpoint as written, beside its estimate."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def ensure_room(folder: Path, need: float, what: str, hint: str = "") -> None:
+    """Raise :class:`DiskFull` on every rank when rank 0 (which writes) sees less than ``need``
+    bytes free where ``folder`` goes: a clear failure before writing, not a disk filled mid-file."""
+    free = free_bytes(folder) if distributed.is_main() else 0
+    if distributed.agree(distributed.is_main() and free < need):
+        raise DiskFull(f"disk full: {what} needs {size_text(need)}, {size_text(free)} free in {folder}; "
+                       f"free space{hint}, then resume the job")
+
+
+class CheckpointCallback(TrainerCallback):
+    """Checkpoints that fit, and resuming from one without the optimizer's state.
+
+    Before each save (``should_save`` is set by then: transformers' flow callback and
+    :class:`LabCallback` run first) the disk must hold a whole new checkpoint — the larger of
+    ``checkpoint`` (the estimate) and the last one written — beside the one it replaces;
+    ``weights_only`` (the size without the optimizer's state, when it is saved) is offered as the
+    way out. A weights-only checkpoint has no scheduler state either, so a run resumed from one would
+    restart the learning-rate schedule: it is stepped on to where the run was."""
+
+    def __init__(self, folder: Path, checkpoint: float, weights_only: Optional[float]) -> None:
+        self.folder, self.checkpoint, self.weights_only = folder, checkpoint, weights_only
+
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        if lr_scheduler is None or not state.global_step or lr_scheduler.last_epoch >= state.global_step:
+            return
+        with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": on purpose here
+            warnings.simplefilter("ignore")
+            for _ in range(state.global_step - lr_scheduler.last_epoch):
+                lr_scheduler.step()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._ensure_room(control)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self._ensure_room(control)
+
+    def _ensure_room(self, control) -> None:
+        if not control.should_save:
+            return
+        last = last_checkpoint(self.folder)
+        need = max(self.checkpoint, folder_bytes(last) if last else 0)
+        hint = "" if self.weights_only is None else \
+            f" (or set save_optimizer: false: {size_text(self.weights_only)} a checkpoint, weights only)"
+        ensure_room(self.folder, need, "the checkpoint", hint)
+
+
+def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device, run_name: str) -> TrainingArguments:
+    """transformers' arguments for ``cfg``: checkpoints every ``save_steps`` (else every epoch), with
+    the optimizer's state or (``save_optimizer`` off: ``save_only_model``) without, the last
+    :data:`KEPT_CHECKPOINTS` kept — transformers removes the older one only after the new one is
+    whole, so a kill during a save leaves one; trackers as ``report_to`` says."""
+    return TrainingArguments(
+        output_dir=str(out_dir / CHECKPOINTS_DIR), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
+        lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
+        adam_beta1=cfg.adam_beta1, adam_beta2=cfg.adam_beta2, adam_epsilon=cfg.adam_epsilon,
+        logging_steps=1, save_strategy="steps" if cfg.save_steps else "epoch", save_steps=cfg.save_steps or 500,
+        save_total_limit=KEPT_CHECKPOINTS, save_only_model=not cfg.save_optimizer, report_to=cfg.report_to,
+        run_name=run_name, seed=cfg.seed,
+        use_cpu=device.type == "cpu", bf16=device.type == "cuda" and torch.cuda.is_bf16_supported(),
+        remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=True,
+        ddp_find_unused_parameters=False,  # every trainable weight takes part in each forward: no graph walk per step
+    )
+
+
+def prepare_model(cfg: TrainConfig):
+    """The model to train: fp32 weights (bf16 autocast on a GPU) for full training; a LoRA
+    wrapper around frozen weights (bf16 on a GPU) for LoRA; around 4-bit NF4 weights for QLoRA."""
+    device = select_device(cfg.device)
+    dtype = "float32" if cfg.method == "full" or device.type == "cpu" else cfg.dtype
+    loaded = load_model(cfg.model, device=cfg.device, dtype=dtype, quantize_4bit=cfg.method == "qlora")
+    model = loaded.model
+    if cfg.method in ("lora", "qlora"):
+        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+        if cfg.method == "qlora":
+            model = prepare_model_for_kbit_training(model)
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules="all-linear", task_type="CAUSAL_LM")
+        with peft_quietly():
+            model = get_peft_model(model, lora)
+    model.train()
+    return model, loaded.tokenizer, device
+
+
+def saved_sizes(model, lora: bool) -> tuple[int, int]:
+    """(bytes of the weights a checkpoint writes, trainable parameters): the whole model as it is
+    held (fp32 for full training), or LoRA's adapters alone."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    written = trainable if lora else list(model.parameters())
+    return sum(p.numel() * p.element_size() for p in written), sum(p.numel() for p in trainable)
+
+
+def memory_estimate(cfg: TrainConfig, model, examples: list[dict], args: TrainingArguments,
+                    device: torch.device) -> Optional[TrainingMemory]:
+    """:func:`lab.training.estimates.training_memory` of this run at its longest example (a batch
+    pads to its longest), or None for a model without a local folder and Llama-type config."""
+    folder = local_model_dir(cfg.model)
+    shape = model_shape(folder) if folder else None
+    if shape is None or not examples:
+        return None
+    frozen = [p.element_size() for p in model.parameters() if not p.requires_grad]
+    precision = Precision(compute=2 if args.bf16 else 4, mask=1 if device.type == "cuda" else 4)
+    return training_memory(shape, cfg.method, cfg.batch_size, max(len(e["input_ids"]) for e in examples), precision,
+                           frozen[0] if frozen else 4, cfg.lora_r, cfg.lora_dropout)
+
+
+def load_split_records(cfg: TrainConfig, split: str, files: list[str], limit: Optional[int]) -> list[MCQRecord]:
+    return load_records(cfg.dataset, split, files or cfg.data_files or None, seed=cfg.seed, limit=limit).records
+
+
+def last_checkpoint(folder: Path) -> Optional[Path]:
+    """The newest whole checkpoint in ``folder``: the Trainer writes its state file last, so a
+    checkpoint a kill interrupted has none and the one before it (still there: transformers deletes
+    it only after the new one's state file is written) is used."""
+    if not folder.is_dir():
+        return None
+    steps = {int(p.name.rsplit("-", 1)[1]): p for p in folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+             if p.name.rsplit("-", 1)[1].isdigit() and (p / STATE_FILE).is_file()}
+    return steps[max(steps)] if steps else None
+
+
+def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, examples: list[dict], model, tokenizer,
+                 device: torch.device, events: EventWriter, stage: str, should_stop: Callable[[], bool],
+                 val_records: Sequence[MCQRecord], collator: Callable, **trainer_kwargs: Any) -> dict[str, Any]:
+    """Train, resuming from the last checkpoint in ``out_dir`` if there is one, and save the result.
+
+    Returns where the trained weights are (``model`` and ``adapter``, as ``load_model`` takes them)
+    and the per-epoch validation history.
+    """
+    from datasets import Dataset
+
+    validate = (lambda m: validation_metrics(m, tokenizer, val_records, cfg.template, cfg.bins, cfg.bin_edges)) if val_records else None
+    callback = LabCallback(events, stage, validate, should_stop, cfg.eval_steps)
+    # The TensorBoard callback reads its folder from the environment when the Trainer makes it.
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(out_dir / TRACKER_DIR)
+    run_name = f"{out_dir.name} {stage}" if stage not in out_dir.name else out_dir.name
+    args = training_arguments(cfg, out_dir, device, run_name)
+    lora = cfg.method in ("lora", "qlora")
+    checkpoints = out_dir / CHECKPOINTS_DIR
+    weights, trainable = saved_sizes(model, lora)
+    guard = CheckpointCallback(checkpoints, checkpoint_bytes(weights, trainable, cfg.save_optimizer),
+                               checkpoint_bytes(weights, trainable, False) if cfg.save_optimizer else None)
+    trainer = trainer_cls(model=model, args=args, train_dataset=Dataset.from_list(examples), data_collator=collator,
+                          callbacks=[callback, guard], **trainer_kwargs)
+    callback.log = trainer.log
+    memory = memory_estimate(cfg, model, examples, args, device)
+    if memory is not None:
+        longest = max(len(e["input_ids"]) for e in examples)
+        where = "per GPU" if device.type == "cuda" else "of RAM"
+        events.emit(MEMORY_EVENT, peak=memory.peak, **{k.replace(" ", "_"): v for k, v in memory.parts().items()},
+                    message=f"{stage}: about {size_text(memory.peak)} {where} at the peak, batches of {cfg.batch_size}"
+                            f" × {longest} tokens (the longest example): {describe(memory)}")
+    resume = last_checkpoint(checkpoints)
+    if resume:
+        step = TrainerState.load_from_json(str(resume / STATE_FILE)).global_step
+        restored = ("weights, optimizer, scheduler and RNG state restored" if (resume / OPTIMIZER_FILE).is_file() else
+                    "weights restored; a weights-only checkpoint (save_optimizer: false), so AdamW starts afresh "
+                    "and the learning-rate schedule goes on from that step")
+        events.emit("resumed", step=step, message=f"{stage}: resumed from step {step} ({resume.name}): {restored}")
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if callback.stopping:
+        raise Stopped(f"{stage} stopped at step {trainer.state.global_step}; checkpoint kept in {checkpoints}")
+    target = out_dir / (ADAPTER_DIR if lora else MODEL_DIR)
+    ensure_room(target, weights, "the trained weights")
+    if distributed.is_main():  # every rank holds the same weights; one writes them
+        model.save_pretrained(target)
+        if not lora:
+            tokenizer.save_pretrained(target)
+    distributed.barrier()  # no rank reads the model before it is written
+    saved = {"model": cfg.model, "adapter": str(target)} if lora else {"model": str(target), "adapter": None}
+    return {**saved, "n_train": len(examples), "history": callback.history}
+
+
+def finetune(cfg: TrainConfig, out_dir: Path, events: EventWriter, should_stop: Callable[[], bool] = lambda: False,
+             stage: str = "train", records: Optional[Sequence[MCQRecord]] = None,
+             val: Optional[Sequence[MCQRecord]] = None) -> dict[str, Any]:
+    """Fine-tune on hard labels with ``cfg.objective``'s loss and save the result.
+
+    ``records`` / ``val`` replace the configured splits (the CFT pipeline trains on a mix of
+    datasets it has already carved).
+    """
+    model, tokenizer, device = prepare_model(cfg)
+    if records is None:
+        records = load_split_records(cfg, cfg.split, [], cfg.limit)
+    if val is None:
+        val = load_split_records(cfg, cfg.val_split, cfg.val_data_files, cfg.val_limit) if cfg.val_split else []
+    examples = build_examples(records, cfg.template, tokenizer, cfg.completion_only, cfg.max_length)
+    events.emit("log", message=f"{stage}: {len(examples)} examples, {len(val)} validation questions, "
+                               f"{cfg.method}, objective {cfg.objective}")
+    pad_id = tokenizer.pad_token_id
+    if cfg.objective == "sft":
+        return run_training(Trainer, cfg, out_dir, examples, model, tokenizer, device, events, stage, should_stop, val,
+                            lambda batch: pad_batch(batch, pad_id))
+    collate = lambda batch: pad_option_batch(batch, pad_id)  # noqa: E731
+    if cfg.objective == "label_smoothing":
+        return run_training(LabelSmoothingTrainer, cfg, out_dir, examples, model, tokenizer, device, events, stage,
+                            should_stop, val, collate, epsilon=cfg.label_smoothing)
+    kept = [records[e["record"]] for e in examples]
+    estep = lambda m: letter_probs(m, tokenizer, kept, cfg.template)  # noqa: E731
+    esteps: list[dict[str, Any]] = []
+
+    def on_estep(**fields: Any) -> None:
+        events.emit(f"{stage}_estep", **fields)
+        esteps.append(fields)
+
+    result = run_training(RCFTTrainer, cfg, out_dir, examples, model, tokenizer, device, events, stage, should_stop,
+                          val, collate, ece_lambda=cfg.ece_lambda, n_bins=cfg.ece_bins, estep_steps=cfg.estep_steps,
+                          lambda_scale=cfg.lambda_scale, bin_edges=cfg.bin_edges, estep=estep,
+                          answers=[r.answer for r in kept], on_estep=on_estep)
+    return {**result, "esteps": esteps}

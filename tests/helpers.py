@@ -1,0 +1,156 @@
+"""What several test modules share that is not a fixture: builders of runs and models, waits, ports.
+
+Fixtures live in conftest.py; a test module imports from here, never from another test module."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# ---------------------------------------------------------------- ports
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- the job system, with fake workers
+
+FAKE = str(Path(__file__).with_name("fake_worker.py"))
+CONFIG = {"kind": "evaluate", "model": "bundled", "dataset": "arc_challenge", "limit": 4}
+
+
+def fake_launcher(modes: dict):
+    """A launcher that runs ``fake_worker.py`` in the mode ``modes[job.id]`` instead of the lab's worker."""
+    return lambda job, launch: [sys.executable, FAKE, job.run_dir, modes[job.id]]
+
+
+def wait_for(predicate, timeout: float = 20.0, step: float = 0.05, tick=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if tick:
+            tick()
+        if predicate():
+            return True
+        time.sleep(step)
+    raise AssertionError("condition not reached in time")
+
+
+# ---------------------------------------------------------------- evaluation runs, written without a model
+
+
+def row(i, probs, answer, **extra):
+    """One line of predictions.jsonl: question ``i`` answered with ``probs``."""
+    pred = int(np.argmax(probs))
+    return {"id": f"q{i}", "question": f"question {i}?", "choices": [f"choice {j}" for j in range(len(probs))],
+            "answer": answer, "probs": probs, "pred": pred, "confidence": max(probs), "correct": pred == answer,
+            **extra}
+
+
+def write_eval(directory, rows, mtime=None, **info):
+    """A run directory as lab.kinds.evaluate.run writes it: metrics.json plus predictions.jsonl."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = {"n": len(rows), "accuracy": 0.5, "ece": 0.1, "cw_ece": 0.05, "nll": 1.0, "trust": 0.4,
+            "model": "bundled", "dataset": "arc_challenge", "split": "test", "scoring": "letter", "temperature": None}
+    (directory / "metrics.json").write_text(json.dumps({**base, **info}))
+    if mtime is not None:
+        os.utime(directory / "metrics.json", (mtime, mtime))
+    return directory
+
+
+def overconfident_rows(seed: int, n: int, start: int) -> list[dict]:
+    """``n`` over-confident 4-option answers (logits sharpened ×3 against the labels' distribution)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        z = rng.normal(size=4)
+        answer = int(rng.choice(4, p=np.exp(z) / np.exp(z).sum()))
+        probs = np.exp(3 * z) / np.exp(3 * z).sum()
+        pred = int(np.argmax(probs))
+        rows.append({"id": f"q{start + i}", "question": f"question {start + i}", "choices": ["a", "b", "c", "d"],
+                     "answer": answer, "probs": probs.tolist(), "pred": pred, "confidence": float(probs[pred]),
+                     "correct": pred == answer})
+    return rows
+
+
+# (name, split, seed, questions, first question's number)
+RUNS = (("val", "validation", 0, 400, 0), ("test", "test", 1, 400, 10_000), ("small", "test", 2, 120, 20_000))
+
+
+def write_runs(root, which=RUNS) -> None:
+    """A validation and a test run of one over-confident model on distinct questions, and a small run,
+    written by the lab's own writer."""
+    from lab.kinds.evaluate.config import EvalConfig
+    from lab.kinds.evaluate.run import write_evaluation
+
+    for name, split, seed, n, start in which:
+        write_evaluation(root / name, overconfident_rows(seed, n, start),
+                         EvalConfig(model="bundled", dataset="obqa", split=split, bootstrap=50), {"model": "bundled"})
+
+
+# ---------------------------------------------------------------- a teacher's top-k
+
+
+def random_topk(n: int, k: int, seed: int) -> np.ndarray:
+    """Sorted-descending top-k rows (n, k) holding 0.5 to 1 of the mass, some entries 0."""
+    rng = np.random.default_rng(seed)
+    p = -np.sort(-rng.dirichlet(np.full(k, 0.5), size=n), axis=1) * rng.uniform(0.5, 1, (n, 1))
+    p[: n // 4, -1] = 0.0
+    return p
+
+
+# ---------------------------------------------------------------- tiny models
+
+# The tiny model directory (conftest's ``tiny_model_dir``): lab.models.scratch's machinery with a
+# small tokenizer, a byte-level BPE of TINY_VOCAB tokens trained on the renderings of TINY_RECORDS
+# (the controlled task's prompts and ARC-Easy's, so that English takes few tokens and each of the
+# letters A–E is one), and 2 layers of width 32: about 40 k parameters, of which the embedding is half (with the
+# bundled 49,152-token vocabulary it was 98 %). Its context is 512 tokens (max_position_embeddings).
+TINY_VOCAB = 600
+TINY_RECORDS = (("synthetic", "train", 200), ("arc_easy", "validation", None))  # (dataset, split, limit), bundled files
+
+
+def tiny_config(**dims):
+    """The tiny model's ScratchConfig; ``dims`` (hidden=128, …) change it for a test that needs another size."""
+    from lab.models.scratch import ScratchConfig
+
+    return ScratchConfig(**{"vocab_size": TINY_VOCAB, "hidden": 32, "intermediate": 64, **dims})
+
+
+def tiny_records() -> list:
+    from lab.data import load_records
+
+    return [record for dataset, split, limit in TINY_RECORDS
+            for record in load_records(dataset, split, ["bundled"], limit=limit).records]
+
+
+def make_tiny_model(out: Path, **dims) -> Path:
+    """Write the tiny model and its tokenizer into ``out`` (seeded: the same every time); ``out``.
+    ``dims`` change its ScratchConfig (the tokenizer stays the same)."""
+    from lab.models.scratch import create
+
+    return create(Path(out), tiny_records(), tiny_config(**dims))
+
+
+# An in-memory Llama with no tokenizer, for code that takes token ids (the top-k store): its vocabulary
+# is VOCAB ids, which the store tests count on.
+VOCAB = 300
+
+
+def tiny_llama(attention_dropout: float = 0.0):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         initializer_range=0.2, attention_dropout=attention_dropout)
+    return LlamaForCausalLM(config).eval()
