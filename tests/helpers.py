@@ -154,3 +154,14 @@ def tiny_llama(attention_dropout: float = 0.0):
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                          initializer_range=0.2, attention_dropout=attention_dropout)
     return LlamaForCausalLM(config).eval()
+
+
+def two_option_rows(pairs):
+    """Evaluation rows from (probability of option A, answer) pairs, as lab.kinds.evaluate.run writes them."""
+    rows = []
+    for i, (p, answer) in enumerate(pairs):
+        probs = [p, 1 - p]
+        pred = int(np.argmax(probs))
+        rows.append({"id": f"q{i}", "question": f"Question {i}?", "choices": ["a", "b"], "answer": answer,
+                     "probs": probs, "pred": pred, "confidence": max(probs), "correct": pred == answer})
+    return rows

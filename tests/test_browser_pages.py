@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab.kinds.evaluate.run import write_evaluation
 from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import write_evaluation
 from tests.browser_helpers import box as _box
 from tests.browser_helpers import fill as _fill
 from tests.browser_helpers import open_page as _page

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from lab.core import hub
-from lab.jobkit import kinds
 from lab.core.config import ConfigError, walk
+from lab.core.yamlio import load_yaml
 from lab.data import DATASETS, DataError, load_records, loaders, samples, with_sample
 from lab.data.preferences import load_pairs
+from lab.jobkit import kinds
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import PathNotAllowed
-from lab.core.yamlio import load_yaml
 from ui import forms
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,13 +8,12 @@ import pytest
 
 from lab.calibration import calibrators
 from lab.core.config import ConfigError
-from lab.kinds.evaluate.run import write_evaluation
-from lab.kinds.evaluate.config import EvalConfig
-from lab.jobkit.kinds import parse_config
 from lab.core.layout import CALIBRATOR_FILE, CALIBRATORS_DIR, PREDICTIONS_FILE
+from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import PathNotAllowed, checked_config, path_problems
-from ui import compare_page
-from ui import temperature_page
+from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import write_evaluation
+from ui import compare_page, temperature_page
 from ui.context import LabContext
 
 pytestmark = pytest.mark.unit

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab.results import cases, runs
-from lab.kinds.evaluate.run import write_evaluation
 from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import write_evaluation
+from lab.results import cases, runs
 from ui import cases_page
 from ui.context import LabContext
 

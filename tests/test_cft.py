@@ -6,13 +6,13 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-from lab.kinds.cft.config import CftConfig
-from lab.training.cft_losses import ece_regulariser, option_smoothing_loss
-from lab.kinds.cft.run import _eval_config, run_cft
-from lab.kinds.cft.report import temperature_notes
-from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
-from lab.data.record import MCQRecord
 from lab.core.events import EventWriter, read_events
+from lab.data.record import MCQRecord
+from lab.kinds.cft.config import CftConfig
+from lab.kinds.cft.report import temperature_notes
+from lab.kinds.cft.run import _eval_config, run_cft
+from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
+from lab.training.cft_losses import ece_regulariser, option_smoothing_loss
 from lab.training.config import TrainConfig
 from lab.training.data import IGNORE, build_examples, pad_option_batch
 from lab.training.trainer import finetune

@@ -8,7 +8,7 @@ import torch
 
 from lab.calibration import metrics
 from lab.training.cft_losses import (bin_accuracy, bin_index, ece_regulariser, option_probs, option_smoothing_loss,
-                            rank_preserving_targets, rcft_loss, smoothed_targets)
+                                     rank_preserving_targets, rcft_loss, smoothed_targets)
 
 pytestmark = pytest.mark.unit
 

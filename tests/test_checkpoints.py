@@ -9,10 +9,10 @@ import yaml
 
 from lab.core.errors import Stopped
 from lab.core.events import EventWriter, read_events
+from lab.models.weights import count_parameters, model_shape
 from lab.training.config import TrainConfig
 from lab.training.estimates import CHECKPOINT_EXTRA, checkpoint_bytes
 from lab.training.trainer import finetune
-from lab.models.weights import count_parameters, model_shape
 
 pytestmark = pytest.mark.model
 

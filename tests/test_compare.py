@@ -4,12 +4,12 @@ import json
 import numpy as np
 import pytest
 
-from lab.kinds.compare.run import compare, format_questions, history_dir, parse_questions, read_result, rows
-from lab.kinds.compare.config import CompareConfig
-from lab.data.record import MCQRecord
-from lab.models.scoring import score_letter
 from lab.calibration.temperature import scale
+from lab.data.record import MCQRecord
 from lab.data.templates import get_template
+from lab.kinds.compare.config import CompareConfig
+from lab.kinds.compare.run import compare, format_questions, history_dir, parse_questions, read_result, rows
+from lab.models.scoring import score_letter
 
 
 @pytest.mark.model

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lab.calibration.oracle import oracle
 from lab.cli import main
 from lab.data import load_records
-from lab.calibration.oracle import oracle
 from lab.data.synthetic import Task, write_splits
 from lab.models.scratch import create
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import datasets
 import pytest
 
-from lab.data import DATASETS, DataError, MCQRecord, carve, dataset_names, load_records, loaders
 from lab.core.registry import UnknownNameError
+from lab.data import DATASETS, DataError, MCQRecord, carve, dataset_names, load_records, loaders
 
 pytestmark = pytest.mark.unit
 

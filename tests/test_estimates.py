@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 import torch
 
-from lab.training.estimates import (CHECKPOINT_EXTRA, CPU, GPU, NF4_BYTES, Precision, TrainingMemory, checkpoint_bytes,
-                                 disk_peak, run_checkpoint_bytes, training_memory)
 from lab.models.weights import count_parameters, model_shape
+from lab.training.estimates import (CHECKPOINT_EXTRA, CPU, GPU, NF4_BYTES, Precision, TrainingMemory, checkpoint_bytes,
+                                    disk_peak, run_checkpoint_bytes, training_memory)
 
 pytestmark = pytest.mark.model
 

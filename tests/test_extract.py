@@ -8,7 +8,7 @@ import torch
 from safetensors.numpy import load_file
 
 from lab.kinds.extract.store import (ALIGNMENT, StoreError, TopKStore, extract_topk, id_dtype_for, misalignment,
-                                 sequences_sha256)
+                                     sequences_sha256)
 from tests.helpers import VOCAB, tiny_llama
 
 pytestmark = pytest.mark.model

@@ -5,13 +5,13 @@ import pytest
 import torch
 import yaml
 
-from lab.training.kd_losses import topk_kl_loss
 from lab.core.config import ConfigError
-from lab.kinds.first.config import FirstConfig
-from lab.kinds.first.run import run_first
-from lab.kinds.first.report import markdown, sweep_summary
 from lab.core.events import EventWriter, read_events
+from lab.kinds.first.config import FirstConfig
+from lab.kinds.first.report import markdown, sweep_summary
+from lab.kinds.first.run import run_first
 from lab.training.distill import DistillTrainer
+from lab.training.kd_losses import topk_kl_loss
 
 
 @pytest.mark.model

@@ -9,9 +9,9 @@ import gradio as gr
 import pytest
 
 from jobs import preflight
-from lab.jobkit import kinds
 from lab.cli import build_parser, kinds_table, main
 from lab.core.config import PATH_ROLES, ConfigError, ConfigMixin, doc, spec_of, unwrap_optional
+from lab.jobkit import kinds
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.sections import AdaptedModel, DataSection, EvalSection, RunSection
 from ui import forms

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from lab.data.record import MCQRecord
 from lab.core.errors import ScoringError
-from lab.kinds.evaluate.run import evaluate
-from lab.kinds.evaluate.config import EvalConfig
-from lab.models.scoring import encode_prompts, letter_score, nonfinite_cause
+from lab.data.record import MCQRecord
 from lab.data.templates import get_template
+from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import evaluate
+from lab.models.scoring import encode_prompts, letter_score, nonfinite_cause
 
 INF, NAN = math.inf, math.nan
 TOKENIZER = SimpleNamespace(decode=lambda ids: f"t{ids[0]}")  # all letter_score asks of a tokenizer

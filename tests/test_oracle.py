@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from lab.core.events import EventWriter
 from lab.data import DataError
 from lab.kinds.extract.store import TopKStore, derive_store, extract_topk, misalignment
-from lab.core.events import EventWriter
 from lab.kinds.first.config import FirstConfig
 from lab.kinds.first.oracle import FLOOR, oracle_rows
 from lab.kinds.first.run import run_first

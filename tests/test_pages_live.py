@@ -11,12 +11,12 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from lab.results import runs
-from lab.kinds.compare.run import COMPARE_FILE
-from lab.kinds.evaluate.run import write_evaluation
-from lab.kinds.evaluate.config import EvalConfig
 from lab.core.events import EventWriter
 from lab.core.layout import REPORT_MD
+from lab.kinds.compare.run import COMPARE_FILE
+from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import write_evaluation
+from lab.results import runs
 from ui import components, jobs_page
 from ui.context import LabContext
 from ui.job_results import job_results

@@ -9,10 +9,10 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import write_evaluation
 from lab.results import runs
 from lab.results.analysis import calibration_summary
-from lab.kinds.evaluate.run import write_evaluation
-from lab.kinds.evaluate.config import EvalConfig
 from ui import knowledge_page, plots, reliability_page
 from ui.context import LabContext
 

@@ -12,8 +12,8 @@ from jobs.cli import main as jobs_cli
 from jobs.store import JobStore
 from lab.core.config import ConfigError
 from lab.jobkit.kinds import parse_config
-from lab.training.estimates import CHECKPOINT_EXTRA, GPU, training_memory
 from lab.models.weights import count_parameters, model_shape, size_text
+from lab.training.estimates import CHECKPOINT_EXTRA, GPU, training_memory
 from ui import forms, launch_page
 from ui.context import LabContext
 from ui.messages import note

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lab.calibration import teacher as C
+from lab.calibration.temperature import temperature_logit, temperature_paper
 from tests.helpers import random_topk
 
 pytestmark = pytest.mark.unit
@@ -50,7 +51,9 @@ def test_direct_by_hand():
 
 
 # ------------------------------------------------------------------------- properties
-@pytest.mark.parametrize("fn, arg", [(C.direct, 1e-6), (partial(C.label_smooth, renormalise=True), 0.05)])
+@pytest.mark.parametrize("fn, arg", [(C.direct, 1e-6), (partial(C.label_smooth, renormalise=True), 0.05),
+                                     (temperature_paper, 0.3), (temperature_paper, 7.0), (temperature_logit, 0.2),
+                                     (temperature_logit, 3.0)])
 def test_rows_sum_to_one_and_shape_kept(fn, arg):
     p = random_topk(200, 5, seed=1).reshape(10, 20, 5)
     q = fn(p, arg)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from lab.results.runs import (MAX_DEPTH, EvalRun, TrainedModel, adapter_base, evaluation, find_evaluations, job_evaluations,
-                      resolve, saved_temperature, scan, store_names, topk_store)
+from lab.results.runs import (MAX_DEPTH, EvalRun, TrainedModel, adapter_base, evaluation, find_evaluations,
+                              job_evaluations, resolve, saved_temperature, scan, store_names, topk_store)
 from tests.helpers import row as _row
 from tests.helpers import write_eval
 

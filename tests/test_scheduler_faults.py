@@ -18,7 +18,6 @@ from jobs import scheduler as scheduler_module
 from jobs.scheduler import Scheduler, cancel, start_in_background
 from jobs.store import JobStore
 from lab.core.events import EventWriter, read_events
-
 from tests.helpers import CONFIG, fake_launcher, wait_for
 
 ROOT = os.geteuid() == 0

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from lab.data.record import MCQRecord
 from lab.core.errors import ScoringError
-from lab.models.scoring import split_pairs, score_cloze, score_letter
+from lab.data.record import MCQRecord
 from lab.data.templates import Prompt, get_template
+from lab.models.scoring import score_cloze, score_letter, split_pairs
 
 
 def _naive_logprobs(model, ids: list[int]) -> torch.Tensor:
@@ -114,8 +114,8 @@ def test_context_limit_takes_the_smaller_sane_bound():
 @pytest.mark.parametrize("scoring", ["letter", "cloze"])
 def test_a_question_past_the_context_is_refused_before_any_forward_pass(tiny, tmp_path, monkeypatch, scoring):
     from lab.data import DataError, load_records
-    from lab.kinds.evaluate.run import score_records
     from lab.kinds.evaluate.config import EvalConfig
+    from lab.kinds.evaluate.run import score_records
 
     path = tmp_path / "long.jsonl"
     rows = [{"id": "short", "question": "Is fire hot?", "choices": ["yes", "no"], "answer": 0},
@@ -135,9 +135,9 @@ def test_a_question_past_the_context_is_refused_before_any_forward_pass(tiny, tm
 
 @pytest.mark.model
 def test_compare_refuses_a_question_past_the_context_with_what_it_generates(tiny_model_dir, tmp_path, monkeypatch):
-    from lab.kinds.compare.run import compare
-    from lab.kinds.compare.config import CompareConfig
     from lab.data import DataError
+    from lab.kinds.compare.config import CompareConfig
+    from lab.kinds.compare.run import compare
 
     monkeypatch.setattr("lab.kinds.compare.run._generate", lambda *a, **k: pytest.fail("generation ran"))
     cfg = CompareConfig(question="Why? " * 400, options=["yes", "no"], models=[{"model": str(tiny_model_dir)}],

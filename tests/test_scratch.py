@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from lab.data import load_records
+from lab.data.templates import get_template
 from lab.models.loading import load_model
 from lab.models.scoring import score_cloze, score_letter
-from lab.data.templates import get_template
 from tests.helpers import TINY_VOCAB, make_tiny_model
 
 
@@ -50,8 +50,8 @@ def test_creation_is_seeded(scratch, tmp_path):
 
 @pytest.mark.unit
 def test_the_name_scratch_is_a_model_made_once_on_first_use(monkeypatch, tmp_path):
-    from lab.models import scratch as module
     from lab.jobkit.kinds import parse_config
+    from lab.models import scratch as module
     from lab.models.loading import resolve_model_path
     from lab.models.weights import local_model_dir
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from lab.core import yamlio
 from lab.core.config import PATH_ROLES, ConfigError, spec_of, unwrap_optional, walk
-from lab.jobkit.paths import PathNotAllowed
+from lab.core.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml
 from lab.jobkit import kinds
 from lab.jobkit.kinds import parse_config
-from lab.core import yamlio
-from lab.core.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml
+from lab.jobkit.paths import PathNotAllowed
 from ui.context import LabContext
 
 QUESTION = json.dumps({"question": "2+2?", "choices": ["4", "5"], "answer": "A"}) + "\n"
@@ -415,8 +415,8 @@ def test_a_file_swapped_for_a_link_after_submit_is_refused_by_the_worker(tree, c
 def test_a_swap_between_the_worker_s_check_and_the_open_is_caught_at_the_open(tree):
     """The worker checks its config at start; a file swapped after that, while the model loads, is
     caught where it is opened: a link in its place is not followed, nor one in a folder above it."""
-    from lab.data.custom import read_custom as read_file
     from lab.core.reads import restricted
+    from lab.data.custom import read_custom as read_file
 
     root, secret = tree
     (root / "data" / "q2.jsonl").write_text(QUESTION)
@@ -476,9 +476,9 @@ def test_store_faults_are_answered_as_refusals_and_the_server_carries_on(tmp_pat
     import sqlite3
 
     from jobs.store import JobStore
+    from ui import forms
     from ui.api import job_status, submit_job
     from ui.launch_page import submit_form
-    from ui import forms
 
     ctx = LabContext(tmp_path / "runs")
     job = ctx.submit({"kind": "evaluate"})

@@ -11,12 +11,12 @@ import pytest
 from jobs import preflight
 from jobs.cli import main as jobs_cli
 from jobs.store import JobStore, check_gpus
-from lab.jobkit import kinds
 from lab.cli import main as lab_cli
 from lab.core.config import ConfigError
-from lab.data import samples
-from lab.jobkit.paths import PathNotAllowed
 from lab.core.yamlio import load_yaml
+from lab.data import samples
+from lab.jobkit import kinds
+from lab.jobkit.paths import PathNotAllowed
 from ui import forms, launch_page
 from ui.context import LabContext
 from ui.messages import error

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from lab.data import load_records
 from lab.calibration.oracle import _poisson_binomial, expected_oracle, oracle
+from lab.data import load_records
 from lab.data.synthetic import IN_DOMAIN, SHIFTED, Task, generate, write_splits
 
 pytestmark = pytest.mark.unit
@@ -95,9 +95,9 @@ def test_a_task_that_would_make_the_rule_unlikely_is_refused():
 
 
 def test_an_evaluation_of_the_controlled_task_is_shown_beside_its_oracle(tmp_path):
-    from lab.results import analysis, cases, runs
-    from lab.kinds.evaluate.run import write_evaluation
     from lab.kinds.evaluate.config import EvalConfig
+    from lab.kinds.evaluate.run import write_evaluation
+    from lab.results import analysis, cases, runs
     from ui.context import LabContext
     from ui.reliability_page import reliability_view
 

@@ -13,9 +13,10 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from lab.results import analysis
-from lab.kinds.evaluate.run import apply_temperature, write_evaluation
 from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import apply_temperature, write_evaluation
+from lab.results import analysis
+from tests.helpers import two_option_rows
 from ui import temperature_page as page
 from ui.context import LabContext
 
@@ -25,21 +26,10 @@ NAME, BINS = "00001-evaluate", "10 equal-width bins"
 SKIP = gr.skip()
 
 
-def _rows(pairs):
-    """Evaluation rows from (probability of option A, answer) pairs, as lab.kinds.evaluate.run writes them."""
-    rows = []
-    for i, (p, answer) in enumerate(pairs):
-        probs = [p, 1 - p]
-        pred = int(np.argmax(probs))
-        rows.append({"id": f"q{i}", "question": f"Question {i}?", "choices": ["a", "b"], "answer": answer,
-                     "probs": probs, "pred": pred, "confidence": max(probs), "correct": pred == answer})
-    return rows
-
-
 @pytest.fixture
 def far(tmp_path):
     """A run whose lowest ECE lies at T = 28.7, past the logit sweep's default grid (0.1…10)."""
-    rows = _rows([(0.99, 0 if i < 27 else 1) for i in range(50)])
+    rows = two_option_rows([(0.99, 0 if i < 27 else 1) for i in range(50)])
     write_evaluation(tmp_path / NAME, rows, EvalConfig(dataset="mmlu", bootstrap=0), {"model": "toy"})
     return LabContext(tmp_path)
 
@@ -49,7 +39,7 @@ def spread(tmp_path):
     """A run with confidences spread over many bins, so that each binning gives its own ECE."""
     rng = np.random.default_rng(0)
     p = rng.uniform(0.5, 1.0, 300)
-    rows = _rows([(float(x), 0 if rng.uniform() < 0.8 * x else 1) for x in p])
+    rows = two_option_rows([(float(x), 0 if rng.uniform() < 0.8 * x else 1) for x in p])
     write_evaluation(tmp_path / NAME, rows, EvalConfig(dataset="mmlu", bootstrap=0), {"model": "toy"})
     return LabContext(tmp_path)
 
@@ -179,7 +169,7 @@ def test_the_paper_form_says_c_and_never_calls_the_baseline_t_1(far):
 
 
 def test_a_run_evaluated_at_a_temperature_is_not_called_as_evaluated_when_unscaled(tmp_path):
-    rows = apply_temperature(_rows([(0.9, 0), (0.8, 1), (0.7, 0)]), 2.0)
+    rows = apply_temperature(two_option_rows([(0.9, 0), (0.8, 1), (0.7, 0)]), 2.0)
     info = {"model": "toy", "temperature": 2.0}
     write_evaluation(tmp_path / NAME, rows, EvalConfig(dataset="mmlu", bootstrap=0), info)
     text = page.pick_run(LabContext(tmp_path), NAME, "paper", BINS).text
@@ -210,7 +200,7 @@ def test_save_records_the_binning_the_page_shows(spread, bins, edges, n_bins, st
 def at_chance(tmp_path):
     """A run at chance claiming 0.99 (25 of 50 right): its ECE falls all the way to T = ∞, so the
     sweep widens and stops at its bound, T = 100."""
-    rows = _rows([(0.99, 0 if i < 25 else 1) for i in range(50)])
+    rows = two_option_rows([(0.99, 0 if i < 25 else 1) for i in range(50)])
     write_evaluation(tmp_path / NAME, rows, EvalConfig(dataset="mmlu", bootstrap=0), {"model": "toy"})
     return LabContext(tmp_path)
 

@@ -1,9 +1,9 @@
 import pytest
 
+from lab.core.registry import UnknownNameError
 from lab.data import load_records
 from lab.data.record import MCQRecord
 from lab.data.templates import default_template, get_template, template_names
-from lab.core.registry import UnknownNameError
 
 
 @pytest.mark.unit

@@ -4,9 +4,9 @@ import json
 import pytest
 import torch
 
-from lab.data.record import MCQRecord
 from lab.core.errors import Stopped
 from lab.core.events import EventWriter, read_events
+from lab.data.record import MCQRecord
 from lab.models.loading import load_model
 from lab.training.config import TrainConfig
 from lab.training.data import IGNORE, build_examples, pad_batch

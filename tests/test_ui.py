@@ -10,12 +10,13 @@ import pytest
 
 import app
 from jobs.store import ConfigError
-from lab.results import runs
-from lab.data import DataError
-from lab.kinds.evaluate.run import write_evaluation
-from lab.kinds.evaluate.config import EvalConfig
-from lab.core.events import EventWriter
 from lab.calibration.temperature import load_temperature
+from lab.core.events import EventWriter
+from lab.data import DataError
+from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import write_evaluation
+from lab.results import runs
+from tests.helpers import two_option_rows
 from ui import api, cases_page, forms, knowledge_page, reliability_page, results_page, temperature_page
 from ui.components import AS_EVALUATED
 from ui.context import LabContext
@@ -163,22 +164,11 @@ def test_temperature_lab_recomputes_and_saves(run_root):
     assert "logit form" in temperature_page.save_chosen_temperature(ctx, "00001-evaluate", 0.5, "paper")
 
 
-def _two_option_rows(pairs):
-    """Evaluation rows from (probability of option A, answer) pairs, as lab.kinds.evaluate.run writes them."""
-    rows = []
-    for i, (p, answer) in enumerate(pairs):
-        probs = [p, 1 - p]
-        pred = int(np.argmax(probs))
-        rows.append({"id": f"q{i}", "question": f"Question {i}?", "choices": ["a", "b"], "answer": answer,
-                     "probs": probs, "pred": pred, "confidence": max(probs), "correct": pred == answer})
-    return rows
-
-
 @pytest.mark.unit
 def test_temperature_lab_widens_its_sweep_and_its_slider_past_the_grid_edge(tmp_path):
     # 50 rows at confidence 0.99, 27 right: ECE is 0 at T* = ln 99 / ln(27/23) = 28.7, beyond the grid's 10
     # (and at c* = 0.98 / ln(27/23) = 6.1 in the paper form, beyond its 1)
-    rows = _two_option_rows([(0.99, 0 if i < 27 else 1) for i in range(50)])
+    rows = two_option_rows([(0.99, 0 if i < 27 else 1) for i in range(50)])
     write_evaluation(tmp_path / "00001-evaluate", rows, EvalConfig(dataset="mmlu", bootstrap=0), {"model": "toy"})
     ctx, name, bins = LabContext(tmp_path), "00001-evaluate", "10 equal-width bins"
     text = _typed(ctx, name, 1.0, "logit", bins).text
@@ -190,7 +180,7 @@ def test_temperature_lab_widens_its_sweep_and_its_slider_past_the_grid_edge(tmp_
 def test_pages_bin_a_run_as_it_was_evaluated_unless_told_otherwise(tmp_path):
     # confidences 0.7 (right) and 0.65 (wrong): right-closed (Guo), both in (0.6, 0.7]: ECE |0.675 − 0.5| =
     # 0.175; left-closed (torchmetrics), 0.7 opens [0.7, 0.8): ECE (|0.7 − 1| + |0.65 − 0|) / 2 = 0.475
-    rows = _two_option_rows([(0.7, 0), (0.65, 1)])
+    rows = two_option_rows([(0.7, 0), (0.65, 1)])
     cfg = EvalConfig(dataset="mmlu", bootstrap=0)
     write_evaluation(tmp_path / "new", rows, cfg, {"model": "toy"})
     write_evaluation(tmp_path / "old", rows, cfg, {"model": "toy"})
@@ -218,7 +208,6 @@ def test_reliability_cases_and_results(run_root):
     assert set(datasets["choices"]) == {"", "mmlu", "obqa"} and "of 200 questions" in note
     only_obqa, _, _ = cases_page.cases_view(ctx, "00001-evaluate", "all", 0.0, 1.0, "obqa")
     assert set(only_obqa["dataset"]) == {"obqa"} and len(only_obqa) == 100
-
 
 
 @pytest.mark.unit
