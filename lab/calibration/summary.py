@@ -13,6 +13,7 @@ import numpy as np
 from lab.calibration import confidence, metrics, oracle, selective
 from lab.data import synthetic
 
+SELECTIVE_BOOT = 200  # bootstrap replicates for the AURC/AUROC intervals: each re-sorts the questions
 
 def compute_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: int,
                     edges: str = "right") -> dict[str, Any]:
@@ -43,3 +44,41 @@ def oracle_metrics(rows: list[dict[str, Any]], n_bins: int, edges: str) -> Optio
         return None
     labels = [r["answer"] for r in rows]
     return {**oracle.oracle(truths, labels, n_bins, edges), "expected": oracle.expected_oracle(truths, n_bins, edges)}
+
+
+CW_ECE_UNDEFINED = ("class-wise ECE is not reported for token tasks: over a vocabulary of tens of thousands of "
+                    "tokens almost every class is empty, and its binned estimate is then meaningless")
+
+
+def token_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: int,
+                  edges: str = "right") -> dict[str, Any]:
+    """What ``metrics.json`` holds for a token task (clm, facts), from its prediction rows alone, under
+    the same keys as a multiple-choice run's (:func:`compute_metrics`).
+
+    Each row is one target token: ``confidence`` (the top probability over the whole vocabulary),
+    ``correct``, ``target_prob``, and the ``top_ids``/``top_probs`` of its top-k with ``rest`` = the
+    mass outside them. The binned metrics and the bootstrap use confidence and correctness, as for
+    multiple choice; NLL is exact (the target's own probability); Brier is over the top-k plus one
+    "rest" class — the target's slot among them, or rest when it is outside the top-k — since the full
+    vocabulary is not stored; class-wise ECE is undefined here (:data:`CW_ECE_UNDEFINED`)."""
+    conf = np.array([r["confidence"] for r in rows], dtype=np.float64)
+    correct = np.array([bool(r["correct"]) for r in rows])
+    vectors = np.array([list(r["top_probs"]) + [r["rest"]] for r in rows], dtype=np.float64)
+    k = vectors.shape[1] - 1
+    slots = np.array([r["top_ids"].index(r["target_id"]) if r["target_id"] in r["top_ids"] else k for r in rows])
+    acc, err = float(correct.mean()), metrics.ece(conf, correct, n_bins, edges=edges)
+    low = high = level = None
+    if n_boot > 0:
+        low, high = metrics.ece_bootstrap(conf, correct, n_bins, n_boot, metrics.CI_LEVEL, seed, edges)
+        level = metrics.CI_LEVEL
+    target = np.array([[r["target_prob"]] for r in rows], dtype=np.float64)  # (n, 1): the target is "option 0"
+    return {
+        "n": int(conf.size), "accuracy": acc, "ece": err, "ece_equal_mass": metrics.ece(conf, correct, n_bins, "mass"),
+        "mce": metrics.mce(conf, correct, n_bins, edges), "cw_ece": None, "cw_ece_note": CW_ECE_UNDEFINED,
+        "brier": metrics.brier(vectors, slots), "brier_over": f"the top {k} tokens and the rest",
+        "nll": metrics.nll(target, np.zeros(conf.size, dtype=np.int64)), "trust": metrics.trust(acc, err), "smece": metrics.smooth_ece(conf, correct),
+        "ece_ci_low": low, "ece_ci_high": high, "ece_ci_level": level, "n_bins": int(n_bins), "bin_edges": edges,
+        "reliability": metrics.reliability_rows(conf, correct, n_bins, edges=edges),
+        **selective.summary(conf, correct, n_boot=min(n_boot, SELECTIVE_BOOT), seed=seed),
+        "signals": {confidence.DEFAULT: selective.summary(conf, correct)},
+    }

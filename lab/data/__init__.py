@@ -3,14 +3,16 @@
 ``load_records("arc_challenge", "test", ["data/arc/test.jsonl"])`` reads a dataset's original
 files; ``["bundled"]`` the sample that ships with the package; without files it reads the Hugging
 Face hub copy. Every dataset becomes a list of :class:`MCQRecord`. Importing this package
-registers the built-in datasets, ``custom`` and ``synthetic`` (the controlled task).
+registers the built-in datasets, ``custom`` and ``synthetic`` (the controlled task), and the
+datasets of texts for the token tasks, ``text`` and ``trex`` (:mod:`lab.data.texts`: ``load_texts``).
 """
 from lab.core.errors import DataError
 
-from . import builtin, custom, synthetic  # noqa: F401  (they register themselves in DATASETS)
+from . import builtin, custom, synthetic, texts  # noqa: F401  (they register themselves in DATASETS)
 from .loaders import DATASETS, DatasetSpec, LoadResult, dataset_names, load_records, with_sample
 from .record import MCQRecord, RowProblem
 from .split import carve
+from .texts import TEXT_TASKS, TextLoad, TextRecord, load_texts, text_dataset_names
 
-__all__ = ["DATASETS", "DataError", "DatasetSpec", "LoadResult", "MCQRecord", "RowProblem", "carve",
-           "dataset_names", "load_records", "with_sample"]
+__all__ = ["DATASETS", "DataError", "DatasetSpec", "LoadResult", "MCQRecord", "RowProblem", "TEXT_TASKS", "TextLoad",
+           "TextRecord", "carve", "dataset_names", "load_records", "load_texts", "text_dataset_names", "with_sample"]

@@ -47,6 +47,11 @@ class DatasetSpec:
     # The sample shipped in lab/data/bundled/ (``data_files: [bundled]``): (split, file or folder there).
     bundled: tuple[tuple[str, str], ...] = ()
     extra_splits: tuple[str, ...] = ()  # splits of its own beyond train/validation/test (synthetic's shifted)
+    # The tasks it feeds (lab.data.texts.TEXT_TASKS beside "mcq"): multiple choice through load_records,
+    # the token tasks (clm, facts) through lab.data.texts.load_texts.
+    tasks: tuple[str, ...] = ("mcq",)
+    # For clm / facts: (one local file, task) -> TextRecords and RowProblems, as read_file is for questions.
+    read_texts: Callable[[Path, str], Iterator[Any]] | None = None
     own_splits: tuple[str, ...] = field(init=False)  # alias names this dataset keeps as real splits
 
     def __post_init__(self) -> None:
@@ -62,9 +67,21 @@ def register(spec: DatasetSpec) -> DatasetSpec:
     return spec
 
 
-def dataset_names() -> list[str]:
-    """The registered dataset names, sorted (for dropdowns and --help)."""
-    return DATASETS.names()
+def dataset_names(task: str | None = "mcq") -> list[str]:
+    """The registered datasets that feed ``task`` (multiple choice by default; None: all), sorted (for
+    dropdowns and --help). :func:`lab.data.texts.text_dataset_names` is the same for clm / facts."""
+    return [name for name in DATASETS.names() if task is None or task in DATASETS.get(name).tasks]
+
+
+def not_for_task(spec: DatasetSpec, task: str) -> DataError:
+    """The refusal of a dataset for a task it does not feed: what it holds, and the datasets that do."""
+    holds = "questions" if "mcq" in spec.tasks else "texts"
+    others = ", ".join(dataset_names(task))
+    if holds == ("questions" if task == "mcq" else "texts"):  # texts without entity spans, asked for facts
+        return DataError(f"dataset {spec.name!r} holds texts without entity spans: it feeds task "
+                         f"{' and '.join(spec.tasks)}; for {task} use one of: {others}.")
+    return DataError(f"dataset {spec.name!r} holds {holds}, not {'texts' if holds == 'questions' else 'questions'}: "
+                     f"use task {' or '.join(spec.tasks)}, or a dataset for {task}: {others}.")
 
 
 def with_sample() -> list[str]:
@@ -107,10 +124,9 @@ def load_records(
     ``limit`` keeps the first N records after the split is taken.
     """
     spec = DATASETS.get(name)
-    if on_bad_rows not in ("skip", "error"):
-        raise DataError(f"Expected on_bad_rows to be 'skip' or 'error', but got {on_bad_rows!r}.")
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
-        raise DataError(f"Expected limit to be a positive integer or None, but got {limit!r}.")
+    if "mcq" not in spec.tasks:
+        raise not_for_task(spec, "mcq")
+    check_options(on_bad_rows, limit)
     if subject is not None and spec.subject_of_file is None:
         with_subjects = [n for n in DATASETS if DATASETS.get(n).subject_of_file is not None]
         raise DataError(f"{name} has no subjects; subject= applies to: {', '.join(with_subjects)}.")
@@ -138,6 +154,14 @@ def load_records(
         records = records[:limit]
         where += f", first {limit}"
     return LoadResult(records, problems, where)
+
+
+def check_options(on_bad_rows: str, limit: int | None) -> None:
+    """The options every loader shares: ``on_bad_rows`` skip or error, ``limit`` a positive integer or None."""
+    if on_bad_rows not in ("skip", "error"):
+        raise DataError(f"Expected on_bad_rows to be 'skip' or 'error', but got {on_bad_rows!r}.")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise DataError(f"Expected limit to be a positive integer or None, but got {limit!r}.")
 
 
 # ---------------------------------------------------------------- local files
@@ -354,8 +378,8 @@ def _duplicate(record: MCQRecord, first: MCQRecord) -> RowProblem:
     return RowProblem(file, line, reason)
 
 
-def _check(spec: DatasetSpec, where: str, records: list[MCQRecord], problems: list[RowProblem],
-           on_bad_rows: str, local: bool) -> None:
+def _check(spec: DatasetSpec, where: str, records: Sequence[Any], problems: list[RowProblem],
+           on_bad_rows: str, local: bool, listed_in: str = "LoadResult.problems") -> None:
     """Refuse data with no usable row, and bad rows under ``on_bad_rows="error"``."""
     expected = f" Expected {spec.local_format}." if local else ""
     if not records and not problems:
@@ -376,4 +400,4 @@ def _check(spec: DatasetSpec, where: str, records: list[MCQRecord], problems: li
         more = f"\n  ... and {unlisted} more" if unlisted > 0 else ""
         raise DataError(f"{len(problems)} bad rows in {where} ({len(records)} usable):\n{listed}{more}\n"
                         "Fix them, or pass on_bad_rows='skip' to skip them (they are then listed in "
-                        "LoadResult.problems).", tuple(problems))
+                        f"{listed_in}).", tuple(problems))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from dataclasses import replace
+from dataclasses import is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
@@ -63,14 +63,16 @@ def read_csv(path: Path, convert: Convert) -> Iterator[Row]:
 def convert_rows(path: Path, rows: Iterable[tuple[int, Any]], convert: Convert) -> Iterator[Row]:
     """Apply ``convert`` to ``(line, row)`` pairs; a row given as a ``BadRow`` is already a problem.
 
-    Records then pass :func:`checked`; what other converters make (preference pairs) passes as is.
+    Records then pass :func:`checked`; what other converters make passes as is, stamped with its
+    file and line where it keeps them (a text's ``origin``; preference pairs keep none).
     """
     for line, row in rows:
         try:
             if isinstance(row, BadRow):
                 raise row
             result = convert(row, f"{path.stem}-{line}")
-            yield checked(result, str(path), line) if isinstance(result, MCQRecord) else result
+            stamp = checked if isinstance(result, MCQRecord) else located
+            yield stamp(result, str(path), line)
         except BadRow as e:
             yield RowProblem(str(path), line, str(e))
 
@@ -83,6 +85,11 @@ def checked(record: MCQRecord, file: str, line: int) -> MCQRecord:
     if len(record.choices) < MIN_CHOICES:
         raise BadRow(f"only {len(record.choices)} choice: a question needs at least {MIN_CHOICES} options")
     return replace(record, origin=(file, line))
+
+
+def located(item: Any, file: str, line: int) -> Any:
+    """``item`` with ``origin=(file, line)`` if it is a dataclass with an unset ``origin`` field, else as is."""
+    return replace(item, origin=(file, line)) if is_dataclass(item) and getattr(item, "origin", False) is None else item
 
 
 def too_deep(value: Any) -> bool:
@@ -180,6 +187,32 @@ def not_utf8(path: Path, error: UnicodeDecodeError) -> DataError:
     """The error for a file that is not UTF-8 text (all readers decode UTF-8, with or without BOM)."""
     return DataError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}). "
                      "Save it as UTF-8 and try again.")
+
+
+def not_utf8_at_line(path: Path, error: UnicodeDecodeError) -> DataError:
+    """:func:`not_utf8` naming ``file:line``: the file decoded again line by line, since the error of a
+    streaming decode counts bytes from the start of a read buffer, not of the file or a line."""
+    found = first_bad_utf8(path)
+    if found is None:  # not reproducible line by line (the file changed meanwhile): the plain message
+        return not_utf8(path, error)
+    line, column, reason = found
+    return DataError(f"{path}:{line}: not UTF-8 text ({reason} at byte {column} of that line). "
+                     "Save the file as UTF-8 and try again.")
+
+
+def first_bad_utf8(path: Path) -> tuple[int, int, str] | None:
+    """(line, 1-based byte in that line, reason) of the first bytes of ``path`` that are not UTF-8, or None.
+
+    Read as Latin-1, which maps every byte to one character and back, so each line's bytes are exactly
+    the file's; line breaks (LF, CR, CRLF) are ASCII and never part of a multi-byte UTF-8 character.
+    """
+    with open_text(path, encoding="latin-1") as f:
+        for line_no, text in enumerate(f, 1):
+            try:
+                text.encode("latin-1").decode("utf-8")
+            except UnicodeDecodeError as e:
+                return line_no, e.start + 1, e.reason
+    return None
 
 
 # ---------------------------------------------------------------- field checks

@@ -20,22 +20,28 @@ choices, answer, id, and the true distribution and the light as extra fields, ke
 ``lab/data/bundled/synthetic/`` (made by ``scripts/make_synthetic_data.py``). ``shifted`` is the
 out-of-domain variant: the same rule under other noise levels. The Bayes predictor's figures
 (:mod:`lab.calibration.oracle`) are computed from the ``true_probs`` this module writes.
+
+The token tasks (:mod:`lab.data.texts`, ``task: clm`` / ``facts``) read the same files as statements,
+"Card 48213. In bright light, the kettle looks red.", the stated colour being the entity
+(:func:`statement`), so that the oracle applies to facts on this task too.
 """
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
 from .custom import custom_row
 from .loaders import DatasetSpec, register
-from .record import MCQRecord
+from .record import MCQRecord, RowProblem
 from .rows import BadRow, read_json
+from .texts import TextRecord, TextRow
 
 COLOURS = ("red", "green", "blue", "gold", "grey", "pink")
 OBJECTS = ("kettle", "lantern", "saddle", "anchor", "violin", "teapot", "compass", "ladder", "bucket", "helmet",
@@ -84,6 +90,50 @@ class Task:
 
 def question_text(obj: str, light: str, card: int) -> str:
     return f"Card {card}. In {light} light, which colour does the {obj} look?"
+
+
+QUESTION = re.compile(r"Card (\d+)\. In (\w+) light, which colour does the (\w+) look\?")  # question_text's
+
+
+def statement_prefix(obj: str, light: str, card: int | str) -> str:
+    """The statement of a question up to its colour: "Card 48213. In bright light, the kettle looks "."""
+    return f"Card {card}. In {light} light, the {obj} looks "
+
+
+def statement(record: MCQRecord, task: str = "facts") -> TextRecord:
+    """A question of the task as the text the token tasks read: "Card 48213. In bright light, the
+    kettle looks red." with the *stated* answer's colour, which is its one entity (for facts).
+
+    ``meta`` keeps the question's (the light, and for facts ``true_probs``, the true distribution
+    over the colours) with ``choices`` (the colours, in the order of ``true_probs``) and ``answer``
+    (the index of the stated one), so that the Bayes predictor applies to the colour's first token
+    as to the question. For clm, whose positions are random, ``true_probs`` is left out: it is the
+    distribution of the colour, not of a token drawn anywhere in the text.
+    """
+    found = QUESTION.fullmatch(record.question)
+    if not found:
+        raise BadRow(f"not a question of the controlled task ({question_text('<object>', '<light>', 0)!r} "
+                     "expected), so it has no statement form")
+    card, light, obj = found.groups()
+    prefix, colour = statement_prefix(obj, light, card), record.choices[record.answer]
+    meta = {**record.meta, "choices": list(record.choices), "answer": record.answer}
+    if task != "facts":
+        meta.pop("true_probs", None)
+    entities = ((len(prefix), len(prefix) + len(colour)),) if task == "facts" else ()
+    return TextRecord(record.id, f"{prefix}{colour}.", entities, "synthetic", meta, record.origin)
+
+
+def synthetic_texts(path: Path, task: str) -> Iterator[TextRow]:
+    """A file of the task's questions (:func:`synthetic_row`) as statements (:func:`statement`)."""
+    for row in read_json(path, synthetic_row):
+        if isinstance(row, RowProblem):
+            yield row
+            continue
+        try:
+            yield statement(row, task)
+        except BadRow as e:
+            file, line = row.origin or (str(path), 0)
+            yield RowProblem(file, line, str(e))
 
 
 def generate(task: Task, n: int, split_seed: int, split: str = "test") -> list[dict[str, Any]]:
@@ -151,4 +201,5 @@ register(DatasetSpec(
     local_format=("JSON Lines written by scripts/make_synthetic_data.py: question, choices, answer, id, "
                   "true_probs, light"),
     read_file=partial(read_json, convert=synthetic_row), from_hub=None,
-    bundled=tuple((split, f"synthetic/{split}.jsonl") for split in SIZES), extra_splits=("shifted",)))
+    bundled=tuple((split, f"synthetic/{split}.jsonl") for split in SIZES), extra_splits=("shifted",),
+    tasks=("mcq", "clm", "facts"), read_texts=synthetic_texts))

@@ -8,6 +8,10 @@ each option's own text, as lm-evaluation-harness's ``acc`` / ``acc_norm`` do.
 Option strings carry their own leading space where the format puts one (" A" after "Answer:",
 "A" after "("), because the scorer tokenises them in context: "A" and " A" are different tokens
 in most tokenizers.
+
+``text`` templates are for the token tasks (``clm``, ``facts``: :mod:`lab.data.texts`): a text is
+scored as it is, after the template's prefix (:meth:`Template.text_prefix`) — nothing, or the
+alignment-calibration paper's instruction (its Table 1), in the model's chat template where ``chat``.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from lab.core.errors import DataError
 from lab.core.registry import Registry
 from lab.data.record import MCQRecord
 
-Kind = Literal["letter", "cloze"]
+Kind = Literal["letter", "cloze", "text"]
 LETTERS = string.ascii_uppercase
 
 CFT_SYSTEM = (
@@ -67,6 +71,19 @@ class Template:
     kind: Kind
     description: str
     render: Callable[[MCQRecord, Optional[object]], Prompt]
+    prefix: str = ""  # text templates: what precedes the text (the instruction)
+    chat: bool = False  # text templates: the prefix as the user's turn of the model's chat template, if it has one
+
+    def text_prefix(self, tokenizer=None) -> str:
+        """What a text template puts before the text the model reads: ``prefix``, or, for ``chat``
+        with a tokenizer that has a chat template, ``prefix`` as the user's turn ready for the reply
+        (the text is then the model's answer). "" for ``plain``."""
+        if self.kind != "text":
+            raise DataError(f"template {self.name!r} is a {self.kind} template: it renders questions, not texts; "
+                            f"text templates: {', '.join(template_names('text'))}")
+        if not self.prefix or not self.chat:
+            return self.prefix
+        return user_turn(tokenizer, self.prefix.strip(), self.prefix)[0]
 
 
 TEMPLATES: Registry[Template] = Registry("template")
@@ -183,6 +200,31 @@ def cloze_boolq(record: MCQRecord, tokenizer=None) -> Prompt:
     return Prompt(f"{passage}Question: {_asked(record.question)}\nAnswer:", tuple(f" {c.lower()}" for c in record.choices))
 
 
+# ---------------------------------------------------------------- texts (clm, facts)
+
+
+def _no_question(record: MCQRecord, tokenizer=None) -> Prompt:
+    """What a text template makes of a question: nothing (an empty prompt). Text templates prefix texts
+    (:meth:`Template.text_prefix`); the configs refuse them for multiple choice, and code that renders
+    every template on questions (a scratch model's tokenizer corpus) gets no text from them."""
+    return Prompt("", ())
+
+
+def register_text(name: str, description: str, prefix: str = "", chat: bool = False) -> Template:
+    """A text template: ``prefix`` before the text, as the user's turn of the chat template where ``chat``."""
+    template = Template(name, "text", description, _no_question, prefix, chat)
+    TEMPLATES.add(name, template)
+    return template
+
+
+PAPER_CLM = "Finish this sentence:"  # the alignment-calibration paper's Table 1, causal language modelling
+PAPER_FACTS = "Finish this Wikipedia description:"  # ... and facts generation
+register_text("plain", "the text alone, no prefix (a base model, as in the paper's pre-training stage)")
+register_text("paper_clm", f"'{PAPER_CLM}' then the text; the instruction as the user's turn of the model's chat "
+              "template if it has one (the paper's alignment stage, Table 1)", f"{PAPER_CLM}\n", chat=True)
+register_text("paper_facts", f"'{PAPER_FACTS}' then the text; the instruction as the user's turn of the model's "
+              "chat template if it has one (the paper's alignment stage, Table 1)", f"{PAPER_FACTS}\n", chat=True)
+
 # The template a dataset gets when the user names none, per scoring mode.
 DEFAULTS: dict[tuple[str, Kind], str] = {
     ("boolq", "letter"): "first_boolq",
@@ -194,4 +236,4 @@ DEFAULTS: dict[tuple[str, Kind], str] = {
 
 
 def default_template(dataset: str, kind: Kind) -> str:
-    return DEFAULTS.get((dataset, kind), "first" if kind == "letter" else "cloze_qa")
+    return DEFAULTS.get((dataset, kind), {"letter": "first", "text": "plain"}.get(kind, "cloze_qa"))

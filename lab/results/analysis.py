@@ -115,6 +115,9 @@ def load_predictions(path: Path) -> Predictions:
     path = Path(path)
     file = path / PREDICTIONS_FILE if path.is_dir() else path
     numbered = _read_rows(file)
+    if isinstance(numbered[0][1], dict) and "target_id" in numbered[0][1]:
+        raise ValueError(f"{file.parent} is a token-level run (task clm or facts): this page reads multiple-choice "
+                         "runs; the job's page and the Results table show its figures and reliability diagram")
     vectors = [_row_probs(row, f"{file}:{number}") for number, row in numbered]
     probs, mask = metrics.padded(vectors)
     rows = [row for _, row in numbered]

@@ -9,16 +9,26 @@ from lab.calibration import calibrators
 from lab.calibration.temperature import load_temperature
 from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
-from lab.core.limits import MAX_BATCH
+from lab.core.limits import MAX_BATCH, MAX_TOKENS
+from lab.data import DATASETS
 from lab.data.templates import default_template, get_template, template_names
+from lab.data.texts import text_dataset_names
 from lab.jobkit.kinds import JobKind, register
 from lab.jobkit.sections import AdaptedModel, DataSection, EvalSection, PromptSection, RunSection
 
 Scoring = Literal["letter", "cloze"]
+Task = Literal["mcq", "clm", "facts"]
 CONFIDENCE = {
     "letter": "softmax over the option tokens' logits at the answer position (renormalised over the options)",
     "cloze": "softmax over the options' summed log-likelihoods",
+    "clm": "the highest probability over the whole vocabulary for the token at a sampled position",
+    "facts": "the highest probability over the whole vocabulary for an entity's first token",
 }
+# The multiple-choice defaults (ARC-Easy's validation split); a token task given them reads its own
+# instead: these datasets' test splits (the bundled T-REx sample has no other).
+MCQ_DATASET, MCQ_SPLIT = "arc_easy", "validation"
+TOKEN_DATASETS, TOKEN_SPLIT = {"clm": "text", "facts": "trex"}, "test"
+MAX_POSITIONS = 1000  # sampled positions per document
 
 
 @dataclass
@@ -33,9 +43,20 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
     # on OpenBookQA (the evaluate-obqa preset) it is at chance. Cloze, because by option text it is
     # right about half the time yet claims ~80 % confidence (ECE ~28 %), the mis-calibration to see
     # first; by letter it is at chance and says so (the README's first five minutes has the figures).
-    dataset: str = redeclare(DataSection, "dataset", default="arc_easy")
-    split: str = redeclare(DataSection, "split", default="validation")
-    scoring: Scoring = field(default="cloze", metadata=doc("cloze (option texts) or letter (option tokens)"))
+    dataset: str = redeclare(DataSection, "dataset", default=MCQ_DATASET, help=(
+        f"registered dataset name ({MCQ_DATASET} with task clm or facts: that task's own default, "
+        f"{' / '.join(TOKEN_DATASETS.values())})"))
+    split: str = redeclare(DataSection, "split", default=MCQ_SPLIT, help=(
+        f"split name, or SOURCE:PART for a seeded carve ({MCQ_SPLIT} with task clm or facts: {TOKEN_SPLIT})"))
+    # The alignment-calibration paper's three tasks (§4): multiple choice, the next token at a random
+    # position of a text (causal language modelling), the first token of an entity (facts generation).
+    task: Task = field(default="mcq", metadata=doc(
+        "mcq (multiple choice), clm (the token at random positions of texts) or facts (each entity's first token)"))
+    positions: int = field(default=1, metadata=doc("clm: positions sampled per document (with the seed)", ge=1,
+                                                   le=MAX_POSITIONS))
+    min_context: int = field(default=8, metadata=doc("clm: tokens before the earliest sampled position", ge=1,
+                                                     le=MAX_TOKENS))
+    scoring: Scoring = field(default="cloze", metadata=doc("mcq: cloze (option texts) or letter (option tokens)"))
     batch_size: int = field(default=16, metadata=doc("questions per forward pass", ge=1, le=MAX_BATCH))
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
     temperature: Optional[str] = field(default=None, metadata=doc(
@@ -48,6 +69,9 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
         load_temperature(self.temperature)  # a bad number or a missing file fails at submit time
         if self.calibrator is not None:
             calibrators.load(Path(self.calibrator))  # ... and so does a damaged calibrator.json
+        if self.task != "mcq":
+            self._check_token_task()
+            return
         if self.template is None:
             self.template = default_template(self.dataset, self.scoring)
         kind = get_template(self.template).kind
@@ -57,10 +81,26 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
                 f"{', '.join(template_names(self.scoring))}"
             )
 
+    def _check_token_task(self) -> None:
+        if (self.dataset, self.split) == (MCQ_DATASET, MCQ_SPLIT):
+            self.dataset, self.split = TOKEN_DATASETS[self.task], TOKEN_SPLIT
+        elif self.dataset == MCQ_DATASET:
+            self.dataset = TOKEN_DATASETS[self.task]
+        if self.task not in DATASETS.get(self.dataset).tasks:
+            raise ValueError(f"dataset: {self.dataset!r} cannot feed task {self.task}; use one of: "
+                             f"{', '.join(text_dataset_names(self.task))}")
+        if self.calibrator is not None:
+            raise ValueError("calibrator: a saved calibrator applies to multiple-choice runs only")
+        if self.template is None:
+            self.template = "plain"
+        if get_template(self.template).kind != "text":
+            raise ValueError(f"template: {self.template!r} is a {get_template(self.template).kind} template; for "
+                             f"task {self.task} use one of: {', '.join(template_names('text'))}")
+
 
 register(JobKind(
     "evaluate", "accuracy and calibration of a model on a dataset", EvalConfig, "lab.kinds.evaluate.run:run_job",
     outputs=(METRICS_FILE, PREDICTIONS_FILE),
-    key_fields=("model", "adapter", "dataset", "data_files", "split", "limit", "scoring", "template", "temperature",
+    key_fields=("model", "adapter", "task", "dataset", "data_files", "split", "limit", "scoring", "template", "temperature",
                 "calibrator"),
 ))

@@ -1,4 +1,5 @@
-"""Evaluate a model on a multiple-choice dataset: accuracy and calibration, written to a run dir.
+"""Evaluate a model on a dataset: accuracy and calibration, written to a run dir (multiple choice here;
+the token tasks clm and facts in :mod:`lab.kinds.evaluate.tokens`).
 
 A run directory holds ``config.yaml`` (the resolved config: rerunning it reproduces the run),
 ``metrics.json`` and ``predictions.jsonl`` (one question per line, with every probability the
@@ -26,7 +27,7 @@ from typing import Any, Callable, ContextManager, Optional
 import numpy as np
 
 from lab.calibration import calibrators, confidence, metrics
-from lab.calibration.summary import compute_metrics, oracle_metrics, selective_metrics
+from lab.calibration.summary import SELECTIVE_BOOT, compute_metrics, oracle_metrics, selective_metrics
 from lab.calibration.temperature import load_temperature, scale
 from lab.core.errors import ScoringError
 from lab.core.files import write_atomic
@@ -36,8 +37,8 @@ from lab.data.record import MCQRecord
 from lab.data.templates import get_template
 from lab.jobkit.kinds import write_config
 from lab.kinds.evaluate.config import CONFIDENCE, EvalConfig
+from lab.kinds.evaluate.tokens import evaluate_tokens
 
-SELECTIVE_BOOT = 200  # bootstrap replicates for the AURC/AUROC intervals: each re-sorts the questions
 LISTED_NONFINITE = 5  # questions with non-finite scores named in the log or in an error
 NONFINITE_REMEDY = ("In float16 a logit past 65,504 overflows to inf (and a softmax over it gives NaN): evaluate "
                     "with dtype float32 or bfloat16. Scores that stay non-finite come from the model or adapter "
@@ -160,6 +161,8 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
     inside "loading model", seconds after the data stage was announced. ``info`` goes into
     ``metrics.json`` as well (a pipeline's ``in_domain``).
     """
+    if cfg.task != "mcq":
+        return evaluate_tokens(cfg, out, progress_factory, log, announce, **info)
     announce = announce or (lambda name: None)
     announce(f"loading data {cfg.dataset}")
     data = load_records(

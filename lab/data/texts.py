@@ -1,0 +1,262 @@
+"""Texts for the token tasks of the alignment-calibration paper (§4): ``clm`` and ``facts``.
+
+``clm`` (causal language modelling) scores the token at random positions of a text; ``facts``
+(facts generation) the first token of each entity of an entity-annotated text. Both read
+:class:`TextRecord`\\ s through :func:`load_texts`, as multiple choice reads questions through
+:func:`lab.data.load_records`, with the same machinery: the dataset registry (a dataset says which
+tasks it feeds in :attr:`DatasetSpec.tasks`), ``data_files`` entries (paths, folders, globs,
+``SPLIT=PATH``, ``bundled``), restricted reads, ``file:line`` for every bad row, skipped
+(``on_bad_rows="skip"``, listed in :attr:`TextLoad.problems`) or refused (``"error"``).
+
+File formats:
+
+* ``clm`` — plain text (``.txt``: documents separated by one or more blank lines; a document is
+  named by its first line) or JSON Lines (or one JSON list) of objects with a ``text`` field.
+* ``facts`` — JSON Lines ``{"text": …, "entities": [[start, end], …]}``: character offsets
+  ``[start, end)`` into ``text``, 0-based, as T-REx's entity boundaries; an optional ``id``. Spans
+  may come in any order (they are sorted); overlapping, reversed, empty or out-of-range spans make
+  the row bad. For clm a facts file is read as texts, its entities ignored.
+
+Other fields of a JSON row are kept in :attr:`TextRecord.meta`. A row without ``id`` is named
+``<file stem>-<line>``, as multiple-choice rows are. Datasets: ``text`` (clm; its bundled sample is
+Shakespeare), ``trex`` (facts and clm; its bundled sample is from T-REx) and ``synthetic``, whose
+questions become statements (:func:`lab.data.synthetic.statement`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
+
+from lab.core.errors import DataError
+from lab.core.reads import open_text
+
+from .loaders import (DATASETS, DatasetSpec, _check, _collect, _describe, _files_for, _local_way, check_options,
+                      not_for_task, register)
+from .record import RowProblem
+from .rows import BadRow, as_object, json_type, not_utf8_at_line, read_json, row_id, text_field
+from .split import carve, parse_split
+
+TEXT_TASKS = ("clm", "facts")
+CLM_FORMAT = ("plain text (.txt: documents separated by blank lines) or JSON Lines with a 'text' field, "
+              'e.g. {"text": "Once upon a time ..."}')
+FACTS_FORMAT = ('JSON Lines with the text and its entities as character spans [start, end), e.g. '
+                '{"text": "Paris is in France.", "entities": [[0, 5], [12, 18]]}, and an optional "id"')
+SHOWN = 60  # characters of a bad value quoted in a message
+
+
+@dataclass(frozen=True)
+class TextRecord:
+    """One document of a token task.
+
+    ``entities``: for facts, the character spans ``[start, end)`` of its entities in ``text``, in
+    text order (sorted, never overlapping); empty for clm. ``origin``: where the loader read it
+    (``(file, line)``, the line a document starts on), for messages.
+    """
+
+    id: str
+    text: str
+    entities: tuple[tuple[int, int], ...] = ()
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    origin: Optional[tuple[str, int]] = field(default=None, compare=False, hash=False)
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the row or document it came from, or "" for a record made in code."""
+        return f"{self.origin[0]}:{self.origin[1]}" if self.origin else ""
+
+
+TextRow = Union[TextRecord, RowProblem]
+
+
+class TextLoad(NamedTuple):
+    """The usable documents, the rows that were skipped (each naming ``file:line`` and why), and what
+    was read, for the log and ``metrics.json`` (e.g. "text clm test from the bundled sample (...)")."""
+
+    records: list[TextRecord]
+    problems: list[RowProblem]
+    source: str
+
+
+def text_dataset_names(task: str) -> list[str]:
+    """The registered datasets that can feed token task ``task`` (clm or facts), sorted."""
+    _check_task(task)
+    return [name for name in DATASETS.names() if task in DATASETS.get(name).tasks]
+
+
+def load_texts(dataset: str, task: str, files: Optional[Sequence[Union[str, "os.PathLike[str]"]]] = None,
+               split: str = "test", on_bad_rows: str = "skip", limit: Optional[int] = None, *,
+               seed: int = 0, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> TextLoad:
+    """The documents of ``dataset`` for token task ``task`` (``clm`` or ``facts``).
+
+    ``files``: ``data_files`` entries as for :func:`lab.data.load_records` — files, folders, globs,
+    ``SPLIT=PATH``, or ``["bundled"]``, the sample that ships with the lab. There is no hub copy:
+    without files this is a DataError saying what to give. ``split``: which split of the entries to
+    read (the bundled samples: ``text`` validation / test, ``trex`` test, ``synthetic`` train /
+    validation / test / shifted), or ``SOURCE:PART`` for a part of a seeded carve (``seed``,
+    ``fractions``). Bad rows are skipped into ``problems`` (``on_bad_rows="skip"``) or raise
+    (``"error"``); an empty file, or one holding no document, is a DataError naming it. ``limit``
+    keeps the first N documents (after the split).
+    """
+    spec = DATASETS.get(dataset)
+    _check_task(task)
+    if task not in spec.tasks or spec.read_texts is None:
+        raise not_for_task(spec, task)
+    check_options(on_bad_rows, limit)
+    if not files:
+        raise DataError(f"{spec.name} has no copy on the Hugging Face hub: {_local_way(spec)}")
+    request = parse_split(split, spec.own_splits)
+    paths = _files_for(spec, files, request.source, None)
+    where = f"{spec.name} {task} {split} from {_describe(paths)}"
+    records, problems = _collect(row for path in paths for row in _read(spec, path, task))
+    _check(spec, where, records, problems, on_bad_rows, local=True, listed_in="TextLoad.problems")
+    where += f" ({len(records)} documents, {len(problems)} skipped)"
+    if request.part is not None:
+        records = carve(records, fractions, seed)[request.part]
+        carve_name = f"a seed-{seed} {'/'.join(f'{f:g}' for f in fractions)} carve"
+        if not records:
+            raise DataError(f"{where}: the {request.part} part of {carve_name} is empty. Use more "
+                            "documents or a larger fraction for that part.")
+        where += f", the {request.part} part of {carve_name}: {len(records)} documents"
+    if limit is not None and limit < len(records):
+        records = records[:limit]
+        where += f", first {limit}"
+    return TextLoad(records, problems, where)
+
+
+def _check_task(task: str) -> None:
+    if task not in TEXT_TASKS:
+        raise DataError(f"Unknown text task {task!r}: expected one of {', '.join(TEXT_TASKS)} "
+                        "(multiple choice, mcq, reads questions with lab.data.load_records).")
+
+
+def _read(spec: DatasetSpec, path: Path, task: str) -> Iterator[TextRow]:
+    """One file's documents and problems; a file with neither is refused, naming it."""
+    assert spec.read_texts is not None  # load_texts checked
+    found = False
+    try:
+        for row in spec.read_texts(path, task):
+            found = True
+            yield row
+    except UnicodeDecodeError as e:
+        raise not_utf8_at_line(path, e) from None
+    except OSError as e:
+        raise DataError(f"Cannot read {path}: {e.strerror or e}.") from None
+    if not found:
+        raise DataError(f"{path}: no document in it: the file is empty (or holds only blank lines). "
+                        f"Expected {spec.local_format}.")
+
+
+# ---------------------------------------------------------------- reading files
+
+
+def read_text_file(path: Path, task: str, source: str = "text") -> Iterator[TextRow]:
+    """A ``.txt`` file's documents (clm only: plain text marks no entities), or the rows of a JSON
+    Lines file (or one JSON list, decided by the content as for questions)."""
+    if path.suffix.lower() == ".txt":
+        if task == "facts":
+            raise DataError(f"{path}: a plain-text file marks no entities, so it cannot feed facts. "
+                            f"Expected {FACTS_FORMAT}.")
+        return plain_documents(path, source)
+    return read_json(path, partial(text_row, task=task, source=source))
+
+
+def plain_documents(path: Path, source: str = "text") -> Iterator[TextRecord]:
+    """The documents of a plain-text file: runs of non-blank lines, separated by one or more blank
+    lines (a line of only spaces is blank), each named ``<file stem>-<its first line>``; the lines
+    of a document are kept as written, joined by newlines."""
+    from lab.core.reads import open_text
+
+    with open_text(path) as f:
+        lines: list[str] = []
+        start = 0
+        for line_no, line in enumerate(f, 1):
+            if line.strip():
+                if not lines:
+                    start = line_no
+                lines.append(line.rstrip("\r\n"))
+            elif lines:
+                yield _document(path, start, lines, source)
+                lines = []
+        if lines:
+            yield _document(path, start, lines, source)
+
+
+def _document(path: Path, start: int, lines: list[str], source: str) -> TextRecord:
+    return TextRecord(f"{path.stem}-{start}", "\n".join(lines), source=source, origin=(str(path), start))
+
+
+def text_row(value: Any, default_id: str, task: str = "clm", source: str = "text") -> TextRecord:
+    """One JSON row → a document; for facts with its entity spans, checked against its text."""
+    row = as_object(value)
+    text = text_field(row, "text")
+    entities = entity_spans(row.get("entities"), text) if task == "facts" else ()
+    meta = {k: v for k, v in row.items() if k not in ("id", "text", "entities")}
+    return TextRecord(row_id(row, default_id), text, entities, source, meta)
+
+
+def entity_spans(value: Any, text: str) -> tuple[tuple[int, int], ...]:
+    """``[[start, end], …]`` → sorted spans, each a non-blank ``[start, end)`` inside ``text``, none
+    overlapping another; raises ``BadRow`` naming the first span that is not."""
+    if value is None:
+        raise BadRow("missing 'entities': facts needs each entity's character span, [[start, end], ...]")
+    if not isinstance(value, list):
+        raise BadRow(f"'entities' should be a list of [start, end] spans, got {json_type(value)}")
+    if not value:
+        raise BadRow("'entities' is empty: facts needs at least one entity to predict")
+    spans: list[tuple[int, int, int]] = []
+    for i, span in enumerate(value):
+        if not (isinstance(span, list) and len(span) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in span)):
+            raise BadRow(f"entities[{i}] should be [start, end], two whole numbers (character offsets), got "
+                         f"{_shown(span)}")
+        start, end = span
+        if end <= start:
+            raise BadRow(f"entities[{i}] [{start}, {end}] is reversed or empty: end must be greater than start "
+                         "(spans are [start, end), end excluded)")
+        if start < 0 or end > len(text):
+            raise BadRow(f"entities[{i}] [{start}, {end}] is out of range: the text has {len(text)} characters "
+                         "(spans are 0-based [start, end) character offsets)")
+        if not text[start:end].strip():
+            raise BadRow(f"entities[{i}] [{start}, {end}] covers only whitespace")
+        spans.append((start, end, i))
+    spans.sort()
+    for (s1, e1, i1), (s2, e2, i2) in zip(spans, spans[1:]):
+        if s2 < e1:
+            raise BadRow(f"entities[{i1}] [{s1}, {e1}] and entities[{i2}] [{s2}, {e2}] overlap "
+                         f"({text[s2:min(e1, e2)]!r} is in both); an entity's first token must be one place")
+    return tuple((s, e) for s, e, _ in spans)
+
+
+def _shown(value: Any) -> str:
+    try:
+        shown = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        shown = repr(value)
+    return shown if len(shown) <= SHOWN else shown[:SHOWN] + "…"
+
+
+# ---------------------------------------------------------------- the datasets
+
+register(DatasetSpec(
+    name="text",
+    description="plain texts for clm (the token at random positions): .txt documents separated by blank "
+                "lines, or JSON Lines with a 'text' field; bundled: Shakespeare (public domain)",
+    hub_path=None, hub_config=None, hub_splits={}, local_format=CLM_FORMAT,
+    read_file=partial(read_text_file, task="clm", source="text"), from_hub=None,
+    extensions=(".txt", ".jsonl", ".json"),
+    bundled=(("validation", "text/validation.txt"), ("test", "text/test.txt")),
+    tasks=("clm",), read_texts=partial(read_text_file, source="text")))
+
+register(DatasetSpec(
+    name="trex",
+    description="entity-annotated texts for facts (each entity's first token) and clm: JSON Lines "
+                "{text, entities: [[start, end], ...]}; bundled: sentences of the T-REx sample (CC BY-SA 4.0)",
+    hub_path=None, hub_config=None, hub_splits={}, local_format=FACTS_FORMAT,
+    read_file=partial(read_text_file, task="facts", source="trex"), from_hub=None,
+    extensions=(".jsonl", ".json"), bundled=(("test", "trex/test.jsonl"),),
+    tasks=("facts", "clm"), read_texts=partial(read_text_file, source="trex")))

@@ -1,0 +1,167 @@
+"""The token tasks of an evaluation (the alignment-calibration paper's §4): ``clm``, the token at
+``positions`` random places of each text (after ``min_context`` tokens), and ``facts``, the first
+token of each entity of an entity-annotated text. The model predicts each target from everything
+before it; confidence is its top probability over the whole vocabulary, correct that the top token
+is the text's.
+
+``predictions.jsonl`` holds one row per target — ``doc`` (index of the document in file order),
+``position`` (index of the target in the document's tokens as the model saw them, prompt prefix
+included), ``target_id``, ``pred_id``, ``confidence``, ``correct``, ``target_prob``, the top-k ids,
+tokens and probabilities and ``rest`` (the mass outside them), the ``context`` text before the target
+(for case studies) and, for facts, ``entity`` (its index in the row's list). ``metrics.json`` has
+the multiple-choice keys (:func:`lab.calibration.summary.token_metrics`).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from lab.calibration import oracle
+from lab.calibration.summary import token_metrics
+from lab.calibration.temperature import load_temperature
+from lab.core.errors import DataError
+from lab.core.files import write_atomic
+from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
+from lab.data.templates import get_template
+from lab.data.texts import TextRecord, load_texts
+from lab.jobkit.kinds import write_config
+from lab.kinds.evaluate.config import CONFIDENCE, EvalConfig
+from lab.models.token_targets import NO_SPAN, TokenDoc, clm_positions, encode, facts_positions
+
+TOP_K = 5  # the top tokens each row keeps (their probabilities, for Brier and the case studies)
+CONTEXT_CHARS = 400  # of text before a target, kept in its row for the case studies
+
+
+def _where(record: TextRecord) -> str:
+    return f"{record.origin[0]}:{record.origin[1]}" if record.origin else record.id
+
+
+def _documents(cfg: EvalConfig, tokenizer, records: list[TextRecord], prefix: str,
+               context: Optional[int]) -> tuple[list[TokenDoc], list[int], list[list[tuple[int, int]]], list[str]]:
+    """Each record's tokens and targets, the index of its record, the character span of every token,
+    and the documents left out (too short for ``min_context``, or no entity the tokenizer could
+    place), each named by file and line.
+
+    ``min_context`` counts the text's own tokens: the template's prefix and special tokens come on
+    top. A clm target is drawn among the first ``context`` tokens (the model's window), so that no
+    document is refused for its length; a facts entity past the window is left out."""
+    docs, kept, spans, skipped = [], [], [], []
+    for i, record in enumerate(records):
+        ids, offsets = encode(tokenizer, record.text, prefix)
+        if cfg.task == "clm":
+            rng = np.random.default_rng([cfg.seed, i])  # one stream per document: a limit keeps the others' draws
+            lead = next((j for j, span in enumerate(offsets) if span != NO_SPAN), len(ids))
+            n = len(ids) if context is None else min(len(ids), context + 1)
+            positions = clm_positions(n, cfg.positions, lead + cfg.min_context, rng)
+            entities: list[Optional[int]] = [None] * len(positions)
+            why = f"{len(ids)} tokens, not more than min_context {cfg.min_context}"
+        else:
+            placed = [(e, p) for e, p in facts_positions(offsets, record.entities) if context is None or p <= context]
+            entities, positions = [e for e, _ in placed], [p for _, p in placed]
+            why = "no entity starts after the first token"
+        if not positions:
+            skipped.append(f"{_where(record)}: {why}")
+            continue
+        docs.append(TokenDoc(ids=ids, positions=positions, entities=entities))
+        kept.append(i)
+        spans.append(offsets)
+    return docs, kept, spans, skipped
+
+
+def _row(record: TextRecord, index: int, offsets: list[tuple[int, int]], scored: dict[str, Any],
+         entity: Optional[int], decode: Callable[[int], str]) -> dict[str, Any]:
+    start = offsets[scored["position"]][0]
+    row: dict[str, Any] = {
+        "id": f"{record.id}@{scored['position']}", "doc": index, "position": scored["position"],
+        "target_id": scored["target_id"], "target": decode(scored["target_id"]),
+        "pred_id": scored["pred_id"], "pred": decode(scored["pred_id"]),
+        "confidence": scored["confidence"], "correct": scored["pred_id"] == scored["target_id"],
+        "target_prob": scored["target_prob"], "top_ids": scored["top_ids"],
+        "top_tokens": [decode(t) for t in scored["top_ids"]], "top_probs": scored["top_probs"],
+        "rest": scored["rest"], "context": record.text[max(0, start - CONTEXT_CHARS):max(start, 0)],
+    }
+    if entity is not None:
+        row["entity"] = entity
+    if record.meta:
+        row["meta"] = record.meta
+    return row
+
+
+def oracle_block(rows: list[dict[str, Any]], n_bins: int, edges: str) -> Optional[dict[str, Any]]:
+    """The Bayes predictor's figures when every target carries its true distribution (the controlled
+    task's statements: ``meta.true_probs`` over the colours, ``meta.answer`` the stated one)."""
+    metas = [r.get("meta") or {} for r in rows]
+    if not rows or not all(isinstance(m.get("true_probs"), list) and isinstance(m.get("answer"), int) for m in metas):
+        return None
+    truths, labels = [m["true_probs"] for m in metas], [m["answer"] for m in metas]
+    return {**oracle.oracle(truths, labels, n_bins, edges), "expected": oracle.expected_oracle(truths, n_bins, edges)}
+
+
+def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[str], None] = print,
+                    announce: Optional[Callable[[str], None]] = None, **info: Any) -> dict[str, Any]:
+    """Run a clm or facts evaluation end to end and write the run directory ``out``."""
+    announce = announce or (lambda name: None)
+    announce(f"loading data {cfg.dataset}")
+    data = load_texts(cfg.dataset, cfg.task, cfg.data_files or None, split=cfg.split, on_bad_rows=cfg.on_bad_rows,
+                      limit=cfg.limit)
+    for problem in data.problems[:5]:
+        log(f"skipped {problem}")
+    if len(data.problems) > 5:
+        log(f"... and {len(data.problems) - 5} more skipped rows")
+    announce(f"loading model {cfg.model}")
+    from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
+    from lab.models.scoring import context_limit
+    from lab.models.token_scoring import score_documents
+
+    loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
+    tokenizer = loaded.tokenizer
+    limit = context_limit(loaded.model, tokenizer)
+    context = None if limit is None else limit[0]
+    docs, kept, spans, short = _documents(cfg, tokenizer, data.records, get_template(cfg.template).text_prefix(tokenizer),
+                                          context)
+    for reason in short[:5]:
+        log(f"skipped {reason}")
+    if not docs:
+        raise DataError(f"no document of {data.source} has a target to predict ({len(short)} skipped: "
+                        f"{short[0] if short else 'none read'})")
+    n_targets = sum(len(d.positions) for d in docs)
+    log(f"scoring {n_targets} targets in {len(docs)} documents from {data.source} with {cfg.model} "
+        f"(task {cfg.task}, template {cfg.template})")
+    progress = progress_factory(n_targets) if progress_factory else None
+    temperature = load_temperature(cfg.temperature)
+    start = time.perf_counter()
+    scored = score_documents(loaded.model, docs, tokenizer.pad_token_id, batch_size=cfg.batch_size, top_k=TOP_K,
+                             progress=progress, temperature=temperature or 1.0)
+    elapsed = time.perf_counter() - start
+    decode = lambda token: tokenizer.decode([token])  # noqa: E731
+    rows, undefined = [], []
+    for doc, index, offsets, targets in zip(docs, kept, spans, scored):
+        for target in targets:
+            if target["problem"]:
+                undefined.append(f"{_where(data.records[index])} at token {target['position']}: {target['problem']}")
+            else:
+                rows.append(_row(data.records[index], index, offsets, target, target["entity"], decode))
+    if undefined:
+        log(f"skipped {len(undefined)} targets whose probabilities are not finite, e.g. {undefined[0]}")
+    if not rows:
+        raise DataError(f"no target of {data.source} has finite probabilities: {undefined[0]}")
+    write_config(out, "evaluate", cfg)
+    result = {
+        "task": cfg.task, "confidence": CONFIDENCE[cfg.task], "template": cfg.template, "dataset": cfg.dataset,
+        "split": cfg.split, "model": cfg.model, "adapter": cfg.adapter, "data_source": data.source,
+        "n_documents": len(docs), "n_skipped_rows": len(data.problems) + len(short),
+        "n_skipped_targets": len(undefined),
+        "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."), "temperature": temperature,
+        "seconds": round(elapsed, 3), "targets_per_second": round(len(rows) / elapsed, 3) if elapsed else None,
+        **info, **token_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed, cfg.bin_edges),
+    }
+    truth = oracle_block(rows, cfg.bins, cfg.bin_edges)
+    if truth is not None:
+        result.update(oracle=truth, ece_gap_to_oracle=result["ece"] - truth["ece"])
+    write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_atomic(out / METRICS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")
+    return result
