@@ -11,7 +11,7 @@ from lab.core.errors import DataError
 from lab.jobkit.kinds import parse_config
 from lab.kinds.evaluate.run import evaluate
 from lab.models.tokenizers import load_tokenizer
-from lab.results.analysis import load_predictions
+from lab.results.analysis import load_predictions, require_options
 
 TEXT = ("The quick brown fox jumps over the lazy dog while the farmer watches from the gate.\n\n"
         "Rain fell on the hills all night, and by morning the river had risen over the old stone bridge.\n\n"
@@ -117,12 +117,14 @@ def test_bad_token_input_is_said_and_nothing_else_is_lost(tmp_path, tiny_model_d
 
 
 @pytest.mark.model
-def test_a_page_that_reads_questions_says_what_a_token_run_is(tmp_path, tiny_model_dir):
+def test_a_token_run_loads_and_what_needs_options_says_what_a_token_run_is(tmp_path, tiny_model_dir):
     data = tmp_path / "texts.txt"
     data.write_text(TEXT)
     _run(tmp_path, tiny_model_dir, task="clm", data_files=[str(data)], min_context=4)
+    pred = load_predictions(tmp_path / "run")  # the pages' reading of it: tests/test_token_pages.py
+    assert pred.task == "clm" and pred.probs.shape[1] == 6
     with pytest.raises(ValueError, match="token-level run"):
-        load_predictions(tmp_path / "run")
+        require_options(pred, "rescaling by a temperature")
 
 
 @pytest.mark.model

@@ -67,8 +67,7 @@ def run_metrics(ctx: LabContext, name: str) -> dict[str, Any]:
     except (ValueError, OSError) as e:
         return {"ok": False, "error": f"Cannot read evaluation {name!r}: {e}"}
     return {"ok": True, "name": run.name, "model": run.model, "dataset": run.dataset,
-            **analysis.calibration_summary(analysis.reported_probs(pred), pred.mask, pred.labels,
-                                           edges=pred.bin_edges)}
+            **analysis.reported_summary(pred)}
 
 
 def _bound(fn: Callable[..., dict[str, Any]], ctx: LabContext) -> Callable[..., dict[str, Any]]:

@@ -9,7 +9,7 @@ dropdown beside it.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional
 
 import gradio as gr
 import pandas as pd
@@ -101,8 +101,11 @@ def page_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: fl
     return gr.update(value=table, column_widths=widths, pinned_columns=KEY_COLUMNS + extra), datasets, note
 
 
-def probabilities_text(probs: Sequence[float]) -> str:
-    """``A 0.873 · B 0.127``: each option's probability, lettered, to 3 significant digits."""
+def probabilities_text(probs: Any) -> str:
+    """``A 0.873 · B 0.127``: each option's probability, lettered, to 3 significant digits (a token
+    run's top tokens come as text already, :func:`lab.results.cases.top_tokens_text`)."""
+    if isinstance(probs, str):
+        return probs
     return " · ".join(f"{option_letter(i)} {three_digits(p)}" for i, p in enumerate(probs))
 
 

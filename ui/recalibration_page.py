@@ -82,6 +82,10 @@ def fit_and_apply(ctx: LabContext, fit_name: Optional[str], apply_name: Optional
     n_bins = int(bins) if isinstance(bins, (int, float)) else calibrators.DEFAULT_BINS
     try:
         fit_pred, test_pred = ctx.results.predictions(fit_run), ctx.results.predictions(apply_run)
+        for pred in (fit_pred, test_pred):  # the calibrators read correctness off the option probabilities
+            analysis.require_options(pred, "the recalibration workbench",
+                                     "Its reliability and selective prediction are on the Reliability and Selective "
+                                     "prediction pages; evaluate with `--temperature T` to rescale it.")
         cal = calibrators.fit(method or DEFAULT_METHOD, analysis.reported_probs(fit_pred), fit_pred.mask,
                               fit_pred.labels, fit_pred.rows, signal or confidence.DEFAULT, n_bins,
                               run=fit_run.name, label=fit_run.label, dataset=fit_run.dataset, split=fit_run.split)

@@ -21,7 +21,7 @@ import gradio as gr
 import plotly.graph_objects as go
 from gradio.components.plot import PlotData
 
-from lab.calibration import calibrators, metrics
+from lab.calibration import calibrators
 from lab.results import analysis, runs
 from ui.components import (AS_EVALUATED, bin_edges, binning, binning_radio, calibrator_picker, edges_radio, export,
                            picked_calibrator, run_picker)
@@ -33,7 +33,8 @@ MAX_SIDE_BY_SIDE = 6
 VIEWS = ("reliability diagram", "position-wise top-k", "ECE vs number of bins")
 BOOT = 1000  # bootstrap replicates of each drawn ECE's interval (≈ 30 ms for 500 questions)
 PNG_SCALE = 3  # the camera button saves the plot as shown at 3× its pixels: sharp in print and slides
-NO_TOP_TOKENS = "No top-token data (only letter scoring keeps the top tokens; cloze runs do not) for: "
+NO_TOP_TOKENS = ("No top-token data (only letter scoring keeps the top tokens at the answer letter; cloze and "
+                 "token-level runs do not) for: ")
 
 
 # ---------------------------------------------------------------- handlers
@@ -42,9 +43,10 @@ def drawn_confidence(ctx: LabContext, run: runs.EvalRun,
     """(confidence, correct) of the run as it reported it, or after ``calibrator``; and the cautions
     to show: a calibrator fitted on some of these questions, a run too small for a steady ECE."""
     pred = ctx.results.predictions(run)
-    probs = analysis.reported_probs(pred)
-    choice, conf = (metrics.predictions(probs, pred.mask) if calibrator is None
-                    else calibrators.apply(calibrator, probs, pred.mask, pred.rows))
+    if calibrator is None:  # as reported: a token-level run's own confidence and correctness per target
+        return analysis.reported_confidence(pred), analysis.reported_correct(pred), cautions_of(run, pred, None)
+    analysis.require_options(pred, "applying a saved calibrator", "Draw it without a calibrator.")
+    choice, conf = calibrators.apply(calibrator, analysis.reported_probs(pred), pred.mask, pred.rows)
     return conf, choice == pred.labels, cautions_of(run, pred, calibrator)
 
 
@@ -64,8 +66,7 @@ def reported_summary(ctx: LabContext, run: runs.EvalRun, n_bins: int, strategy: 
     pred = ctx.results.predictions(run)
     closed = bin_edges(edges, pred.bin_edges)
     if calibrator is None:  # the whole summary (NLL, Brier, Trust) of the probabilities as reported
-        return (analysis.calibration_summary(analysis.reported_probs(pred), pred.mask, pred.labels, n_bins, strategy,
-                                             closed, BOOT), cautions_of(run, pred, None))
+        return analysis.reported_summary(pred, n_bins, strategy, closed, BOOT), cautions_of(run, pred, None)
     conf, correct, cautions = drawn_confidence(ctx, run, calibrator)
     return analysis.confidence_summary(conf, correct, n_bins, strategy, closed, BOOT), cautions
 

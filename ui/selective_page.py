@@ -17,7 +17,7 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
-from lab.calibration import confidence, metrics, selective
+from lab.calibration import confidence, selective
 from lab.results import analysis, cases, runs
 from ui.cases_page import COLUMN_WIDTHS
 from ui.cases_page import COLUMNS as CASE_COLUMNS
@@ -100,7 +100,7 @@ def selective_view(ctx: LabContext, names: Optional[list[str]], signal: Optional
             except ValueError as e:
                 cautions.append(f"{run.label}: {e}")
                 continue
-            correct = reported_correct(pred)
+            correct = analysis.reported_correct(pred)
             coverage, risk = selective.risk_coverage(conf, correct)
             s = ctx.results.selective_summary(run, signal, lambda: selective.summary(conf, correct, n_boot=BOOT))
             cut = selective.select(conf, correct, threshold)
@@ -118,12 +118,6 @@ def selective_view(ctx: LabContext, names: Optional[list[str]], signal: Optional
                f"({confidence.SIGNALS.get(signal).title}); least confident first.")
     return (selective_figure(curves, threshold), pd.DataFrame(rows, columns=TABLE_COLUMNS), dropped, heading,
             "".join(note(c) for c in cautions))
-
-
-def reported_correct(pred: analysis.Predictions) -> np.ndarray:
-    """Whether each reported answer (the top option of the probabilities as reported) is right."""
-    probs = analysis.reported_probs(pred)
-    return metrics.predictions(probs, pred.mask)[0] == pred.labels
 
 
 def build_selective(ctx: LabContext) -> SelectiveLink:

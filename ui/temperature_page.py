@@ -348,6 +348,7 @@ def save_chosen_temperature(ctx: LabContext, name: Optional[str], temperature: A
     n_bins, strategy = binning(bins)
     try:
         pred = ctx.results.predictions(run)
+        analysis.require_options(pred, "rescaling by a temperature", analysis.TEMPERATURE_INSTEAD)
     except (ValueError, OSError) as e:
         return error(f"Cannot save: {e}")
     closed = bin_edges(edges, pred.bin_edges)

@@ -24,6 +24,7 @@ from lab.calibration import metrics
 from lab.core.registry import Registry
 
 DEFAULT = "max_prob"
+TOKEN_SIGNALS = ("max_prob", "margin")  # what a token-level run (task clm or facts) can give
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,33 @@ for _signal in (
     SIGNALS.add(_signal.name, _signal)
 
 
+def token_rows(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether ``rows`` are a token-level run's (one target token each: ``target_id``, ``confidence``,
+    ``top_probs``, :mod:`lab.kinds.evaluate.tokens`), not questions with options."""
+    return bool(rows) and all(isinstance(row, dict) and "target_id" in row for row in rows)
+
+
+def _token_values(signal: Signal, rows: Sequence[dict[str, Any]]) -> np.ndarray:
+    """A token-level run's signal, from its rows: the top probability over the whole vocabulary (the
+    row's ``confidence``) or the margin between the two best tokens; no other (they need options)."""
+    if signal.name not in TOKEN_SIGNALS:
+        titles = " and the ".join(SIGNALS.get(n).title for n in TOKEN_SIGNALS)
+        raise ValueError(f"This run has no {signal.title} confidence: it needs the options of a multiple-choice run; "
+                         f"a token-level run (task clm or facts) offers the {titles}.")
+    if signal.name == "max_prob":
+        return np.array([float(row["confidence"]) for row in rows], dtype=np.float64)
+    top = [sorted((float(p) for p in row["top_probs"]), reverse=True) + [0.0] for row in rows]
+    return np.array([t[0] - t[1] for t in top], dtype=np.float64)
+
+
 def values(name: str, probs: np.ndarray, mask: np.ndarray, rows: Sequence[dict[str, Any]]) -> np.ndarray:
     """The signal ``name`` for every question, computed from ``probs`` (so a recalibrated set gets
     its own), else read from the rows' stored ``signals`` (a signal no probability gives, such as a
-    verbalized one); ValueError when this run has neither (e.g. full-vocabulary on cloze)."""
+    verbalized one); ValueError when this run has neither (e.g. full-vocabulary on cloze). A
+    token-level run's rows (:func:`token_rows`) give :data:`TOKEN_SIGNALS` only, read from the rows."""
     signal = SIGNALS.get(name)
+    if token_rows(rows):
+        return _token_values(signal, rows)
     computed = signal.compute(np.asarray(probs, dtype=np.float64), np.asarray(mask, dtype=bool), rows)
     if computed is not None:
         return computed

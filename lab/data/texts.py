@@ -169,8 +169,6 @@ def plain_documents(path: Path, source: str = "text") -> Iterator[TextRecord]:
     """The documents of a plain-text file: runs of non-blank lines, separated by one or more blank
     lines (a line of only spaces is blank), each named ``<file stem>-<its first line>``; the lines
     of a document are kept as written, joined by newlines."""
-    from lab.core.reads import open_text
-
     with open_text(path) as f:
         lines: list[str] = []
         start = 0

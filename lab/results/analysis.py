@@ -37,6 +37,10 @@ ROUNDED = {column: 4 for column in ("ECE", "ECE low", "ECE high", "accuracy", "T
 DOMAIN = {True: "in", False: "out", None: ""}
 ROBUSTNESS_BINS = tuple(range(5, 31))  # the bin counts the ECE-robustness plot tries
 SMALL_N = 300  # below this many questions an ECE is flagged (HELM's floor for reporting calibration)
+MCQ = "mcq"  # Predictions.task of a multiple-choice run; a token-level run's is its task, clm or facts
+TOKEN_TASKS = ("clm", "facts")
+TEMPERATURE_INSTEAD = ("To see it at another temperature, evaluate it again with `--temperature T`, which scales "
+                       "the logits over the whole vocabulary.")
 
 
 # ---------------------------------------------------------------- loading predictions
@@ -49,6 +53,13 @@ class Predictions:
     and not on top of another one. ``mask`` (n, K) bool marks real options, ``labels`` (n,) the
     correct option, ``rows`` the file's objects. ``dataset`` is the run's, from ``metrics.json``, and
     so is ``bin_edges``, the convention its ECE was computed with, so that a page redraws it as reported.
+
+    ``task``: :data:`MCQ`, or for a token-level run (:mod:`lab.kinds.evaluate.tokens`) its task, clm or
+    facts. There a row is one target token: ``probs`` (n, k + 1) holds its top-k probabilities over the
+    whole vocabulary and, last, the ``rest`` mass outside them; ``labels`` the target's slot among
+    them (k: outside the top k); ``mask`` is all True. The rest column can exceed the top token's
+    probability, so the argmax of ``probs`` is not the prediction: read the confidence and correctness
+    with :func:`reported_confidence` and :func:`reported_correct`, which hold for both kinds.
     """
 
     probs: np.ndarray
@@ -58,6 +69,7 @@ class Predictions:
     path: Optional[Path] = None
     dataset: Optional[str] = None
     bin_edges: BinEdges = "right"
+    task: str = MCQ
 
 
 def _vector(row: dict[str, Any], key: str, where: str) -> list[float]:
@@ -115,25 +127,101 @@ def load_predictions(path: Path) -> Predictions:
     path = Path(path)
     file = path / PREDICTIONS_FILE if path.is_dir() else path
     numbered = _read_rows(file)
-    if isinstance(numbered[0][1], dict) and "target_id" in numbered[0][1]:
-        raise ValueError(f"{file.parent} is a token-level run (task clm or facts): this page reads multiple-choice "
-                         "runs; the job's page and the Results table show its figures and reliability diagram")
-    vectors = [_row_probs(row, f"{file}:{number}") for number, row in numbered]
-    probs, mask = metrics.padded(vectors)
-    rows = [row for _, row in numbered]
-    labels = np.array([row["answer"] for row in rows], dtype=np.int64)
     info = read_metrics(file.parent) or {}
     dataset, edges = info.get("dataset"), info.get("bin_edges", LEGACY_BIN_EDGES)
     try:
         check_edges(edges)
     except ValueError as e:
         raise ValueError(f"{file.parent}: metrics.json: {e}") from None
-    return Predictions(probs, mask, labels, rows, file, None if dataset is None else str(dataset), edges)
+    dataset = None if dataset is None else str(dataset)
+    rows = [row for _, row in numbered]
+    if isinstance(rows[0], dict) and "target_id" in rows[0]:
+        probs, labels = _token_arrays(file, numbered)
+        task = info.get("task") if info.get("task") in TOKEN_TASKS else TOKEN_TASKS[0]
+        return Predictions(probs, np.ones(probs.shape, dtype=bool), labels, rows, file, dataset, edges, str(task))
+    vectors = [_row_probs(row, f"{file}:{number}") for number, row in numbered]
+    probs, mask = metrics.padded(vectors)
+    labels = np.array([row["answer"] for row in rows], dtype=np.int64)
+    return Predictions(probs, mask, labels, rows, file, dataset, edges)
+
+
+def _token_arrays(file: Path, numbered: list[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """A token-level run's (probs, labels) as :class:`Predictions` holds them: each row's top-k
+    probabilities and the rest mass, and the target's slot among them (k when outside the top k);
+    a row lacking a field it needs names its file and line."""
+    vectors, labels = [], []
+    for number, row in numbered:
+        where = f"{file}:{number}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object per line, but got {type(row).__name__}")
+        top = _vector(row, "top_probs", where)
+        rest, ids = finite_or_none(row.get("rest")), row.get("top_ids")
+        if rest is None or not isinstance(ids, list) or len(ids) != len(top):
+            raise ValueError(f"{where}: expected a finite 'rest' and one 'top_ids' entry per 'top_probs' entry")
+        if finite_or_none(row.get("confidence")) is None or not isinstance(row.get("correct"), bool):
+            raise ValueError(f"{where}: expected a finite 'confidence' and a true/false 'correct'")
+        if vectors and len(top) != len(vectors[0]) - 1:
+            raise ValueError(f"{where}: {len(top)} top tokens, but the first row has {len(vectors[0]) - 1}")
+        vectors.append(top + [float(rest)])
+        labels.append(ids.index(row["target_id"]) if row["target_id"] in ids else len(top))
+    return np.array(vectors, dtype=np.float64), np.array(labels, dtype=np.int64)
+
+
+def is_token_run(pred: Predictions) -> bool:
+    """Whether ``pred`` is a token-level run (task clm or facts), not a multiple-choice one."""
+    return pred.task != MCQ
+
+
+def require_options(pred: Predictions, what: str, instead: str = "") -> None:
+    """ValueError when ``pred`` is a token-level run: ``what`` (e.g. "rescaling by a temperature")
+    needs every option's probability, which a token run keeps only for its top tokens; ``instead``
+    says what to do."""
+    if is_token_run(pred):
+        where = pred.path.parent if pred.path is not None else "this run"
+        raise ValueError(f"{where} is a token-level run (task {pred.task}): {what} needs the probability of every "
+                         f"option, and the run keeps only the top tokens of the vocabulary and the rest mass."
+                         + (f" {instead}" if instead else ""))
+
+
+def reported_confidence(pred: Predictions) -> np.ndarray:
+    """Each question's confidence as the run reported it: the top option probability (after any
+    temperature it applied), or for a token-level run each target's ``confidence`` (the top
+    probability over the whole vocabulary)."""
+    if is_token_run(pred):
+        return np.array([float(row["confidence"]) for row in pred.rows], dtype=np.float64)
+    return metrics.predictions(reported_probs(pred), pred.mask)[1]
+
+
+def reported_correct(pred: Predictions) -> np.ndarray:
+    """Whether each reported answer is right: the top option of the probabilities as reported, or for
+    a token-level run each target's ``correct`` (the top token is the text's)."""
+    if is_token_run(pred):
+        return np.array([bool(row["correct"]) for row in pred.rows])
+    return metrics.predictions(reported_probs(pred), pred.mask)[0] == pred.labels
+
+
+def reported_summary(pred: Predictions, n_bins: int = 10, strategy: metrics.Strategy = "width",
+                     edges: Optional[BinEdges] = None, n_boot: int = 0) -> dict[str, Any]:
+    """:func:`calibration_summary` of the run as it reported it (``edges`` default: the run's own).
+    A token-level run gets the same keys as its ``metrics.json``: the binned figures from each
+    target's confidence and correctness, NLL from the target's probability (exact), Brier over the
+    top tokens and the rest, and no class-wise ECE (None)."""
+    edges = pred.bin_edges if edges is None else edges
+    if not is_token_run(pred):
+        return calibration_summary(reported_probs(pred), pred.mask, pred.labels, n_bins, strategy, edges, n_boot)
+    summary = confidence_summary(reported_confidence(pred), reported_correct(pred), n_bins, strategy, edges, n_boot)
+    target = np.array([[float(row["target_prob"])] for row in pred.rows], dtype=np.float64)
+    return {**summary, "nll": metrics.nll(target, np.zeros(len(pred.rows), dtype=np.int64)),
+            "brier": metrics.brier(pred.probs, pred.labels, pred.mask), "cw_ece": None,
+            "trust": metrics.trust(summary["accuracy"], summary["ece"])}
 
 
 def oracle_probs(pred: Predictions) -> Optional[np.ndarray]:
     """The questions' true answer distributions (n, K) when every row carries one (``meta.true_probs``,
-    the controlled task of :mod:`lab.data.synthetic`), else None."""
+    the controlled task of :mod:`lab.data.synthetic`), else None (always for a token-level run,
+    whose slots are tokens, not the colours the truths are over)."""
+    if is_token_run(pred):
+        return None
     truths = true_distributions(pred.rows)
     if truths is None or any(len(t) != int(m.sum()) for t, m in zip(truths, pred.mask)):
         return None
@@ -141,7 +229,10 @@ def oracle_probs(pred: Predictions) -> Optional[np.ndarray]:
 
 
 def reported_probs(pred: Predictions) -> np.ndarray:
-    """The probabilities the run reported (its rows' ``probs``, after any temperature it applied)."""
+    """The probabilities the run reported (its rows' ``probs``, after any temperature it applied); for
+    a token-level run, :attr:`Predictions.probs` (top tokens and rest, as the run reported them)."""
+    if is_token_run(pred):
+        return pred.probs
     return metrics.padded([row["probs"] for row in pred.rows])[0]
 
 
@@ -167,6 +258,7 @@ def recalibrate(pred: Predictions, temperature: float, form: Form = "logit") -> 
     """
     t = _check_temperature(temperature)
     _check_form(form)
+    require_options(pred, "rescaling by a temperature", TEMPERATURE_INSTEAD)
     if form == "logit":
         return scale(pred.probs, t, pred.mask)
     return temperature_paper(pred.probs, t, pred.mask)
@@ -282,6 +374,7 @@ def temperature_sweep(pred: Predictions, temperatures: Optional[Sequence[float]]
     """
     _check_form(form)
     check_edges(edges)
+    require_options(pred, "rescaling by a temperature", TEMPERATURE_INSTEAD)
     asked = LAB_SWEEP_GRIDS[form] if temperatures is None else np.asarray(temperatures, dtype=np.float64)
     if asked.ndim != 1 or asked.size == 0:
         raise ValueError(f"Expected a non-empty 1-D sequence of temperatures, but got {temperatures!r}")
@@ -327,6 +420,8 @@ def positionwise_topk(pred: Predictions) -> pd.DataFrame:
     ``mean_prob`` of the rank-k token, and ``answer_in_topk``, the fraction of questions whose
     answer letter is among the top k tokens. Empty when no row has ``top_tokens`` (cloze runs).
     """
+    if is_token_run(pred):  # its top tokens are the vocabulary's at a target, not answer letters
+        return pd.DataFrame(columns=TOPK_COLUMNS)
     tops = [(sorted(row["top_tokens"], key=lambda t: -t["prob"]), option_letter(row["answer"]))
             for row in pred.rows if row.get("top_tokens")]
     if not tops:

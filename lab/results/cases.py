@@ -6,6 +6,7 @@ prompts letter them (:func:`lab.data.templates.option_letter`).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
@@ -14,7 +15,8 @@ import pandas as pd
 
 from lab.calibration import metrics
 from lab.data.templates import option_letter
-from lab.results.analysis import Predictions, load_predictions, oracle_probs, reported_probs
+from lab.results.analysis import (Predictions, is_token_run, load_predictions, oracle_probs, reported_probs,
+                                  require_options)
 
 CaseKind = Literal["all", "overconfident_wrong", "correct", "wrong"]
 CASE_KINDS: tuple[str, ...] = ("all", "overconfident_wrong", "correct", "wrong")
@@ -30,6 +32,8 @@ SORT_ORDERS: dict[str, tuple[list[str], Any]] = {
     "dataset, then confidence high to low": (["dataset", "confidence"], [True, False]),
 }
 DEFAULT_SORT = "most over-confident wrong first"
+TOKEN_CONTEXT_CHARS = 150  # of a token target's context, shown before it (the column is cut at 180 on the page)
+TARGET_MARKS = ("⟦", "⟧")  # around a token target, after its context, in the question column
 
 
 def _options_text(choices: Sequence[Any]) -> str:
@@ -43,6 +47,49 @@ def _row_dataset(row: dict[str, Any], fallback: Optional[str]) -> str:
     return str(row.get("source") or meta.get("dataset") or meta.get("source") or fallback or "")
 
 
+def token_text(token: Any) -> str:
+    """A decoded token as a case shows it: quoted, so a leading space or a newline is seen."""
+    return json.dumps(str(token), ensure_ascii=False)
+
+
+def top_tokens_text(row: dict[str, Any]) -> str:
+    """A token target's top tokens with their probabilities and the rest mass, to 3 significant
+    digits: ``" Paris" 0.412 · " the" 0.1 · … · rest 0.3``."""
+    def digits(p: Any) -> float:
+        return float(f"{float(p):.3g}")
+
+    tops = [f"{token_text(t)} {digits(p)}" for t, p in zip(row["top_tokens"], row["top_probs"])]
+    return " · ".join(tops + [f"rest {digits(row['rest'])}"])
+
+
+def token_question(row: dict[str, Any]) -> str:
+    """A token target as a question: the end of its context, then the target between :data:`TARGET_MARKS`."""
+    context = str(row.get("context", ""))
+    if len(context) > TOKEN_CONTEXT_CHARS:
+        context = "…" + context[-TOKEN_CONTEXT_CHARS:]
+    return f"{context}{TARGET_MARKS[0]}{row.get('target', '')}{TARGET_MARKS[1]}"
+
+
+def _token_case_table(pred: Predictions) -> pd.DataFrame:
+    """:func:`case_table` of a token-level run: one row per target, its context as the question (the
+    target marked), its top tokens as the options, the target as the answer, the top token as the
+    prediction, and the run's own confidence and correctness."""
+    conf = np.array([float(row["confidence"]) for row in pred.rows], dtype=np.float64)
+    correct = np.array([bool(row["correct"]) for row in pred.rows])
+    table = pd.DataFrame({
+        "id": [str(row.get("id", i)) for i, row in enumerate(pred.rows)],
+        "dataset": [_row_dataset(row, pred.dataset) for row in pred.rows],
+        "question": [token_question(row) for row in pred.rows],
+        "options": [top_tokens_text(row) for row in pred.rows],
+        "answer": [token_text(row.get("target", "")) for row in pred.rows],
+        "prediction": [token_text(row.get("pred", "")) for row in pred.rows],
+        "confidence": conf,
+        "correct": correct,
+        "overconfident_wrong": np.where(correct, 0.0, conf),
+    })
+    return table[CASE_COLUMNS]
+
+
 def case_table(pred: Predictions, probs: Optional[np.ndarray] = None) -> pd.DataFrame:
     """One row per question, for browsing what the model answered and how sure it was.
 
@@ -51,8 +98,13 @@ def case_table(pred: Predictions, probs: Optional[np.ndarray] = None) -> pd.Data
     confidence put on a wrong answer (0 for a right one): the sort key of :func:`filter_cases`.
     Questions with a known true distribution (the controlled task) add :data:`ORACLE_COLUMN`: the
     true probability that the predicted option is the stated answer, the confidence a calibrated
-    model would give that prediction.
+    model would give that prediction. A token-level run's rows are its targets (:func:`_token_case_table`);
+    it takes no other ``probs``.
     """
+    if is_token_run(pred):
+        if probs is not None:
+            require_options(pred, "showing its cases at other probabilities")
+        return _token_case_table(pred)
     probs = reported_probs(pred) if probs is None else np.asarray(probs, dtype=np.float64)
     if probs.shape != pred.mask.shape:
         raise ValueError(f"Expected `probs` of shape {pred.mask.shape}, but got {probs.shape}")
@@ -165,7 +217,13 @@ def same_question(runs: Sequence[Path], question_id: Any, labels: Optional[Seque
         found = next((i for i, row in enumerate(pred.rows) if str(row.get("id")) == wanted), None)
         if found is None:
             continue
-        row, probs = pred.rows[found], [float(p) for p in pred.rows[found]["probs"]]
+        row = pred.rows[found]
+        if is_token_run(pred):  # "probs": its top tokens as text, the options it had
+            records.append({"run": name, "answer": token_text(row.get("target", "")),
+                            "prediction": token_text(row.get("pred", "")), "confidence": float(row["confidence"]),
+                            "correct": bool(row["correct"]), "probs": top_tokens_text(row)})
+            continue
+        probs = [float(p) for p in row["probs"]]
         choice = int(np.argmax(probs))
         records.append({"run": name, "answer": option_letter(row["answer"]),
                         "prediction": option_letter(choice), "confidence": probs[choice],
