@@ -191,16 +191,6 @@ def test_more_than_one_process_is_refused_where_it_would_only_repeat_work(tmp_pa
     assert store.list() == []
 
 
-@pytest.fixture(scope="module")
-def slower_model_dir(tmp_path_factory) -> Path:
-    """The tiny model (tests.helpers.make_tiny_model) made 4 layers deep and 256 wide, for a test whose
-    kill must land between the checkpoint at step 20 and the end at step 50: conftest's tiny model
-    trains those 50 steps in 0.3 s, this one in about 2.3 s on two cores (46 ms a step)."""
-    from tests.helpers import make_tiny_model
-
-    return make_tiny_model(tmp_path_factory.mktemp("slower") / "model", hidden=256, intermediate=1024, layers=4)
-
-
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.e2e

@@ -126,14 +126,14 @@ def test_jobs_with_executor_slurm_from_the_cli_and_the_api_succeed_as_local_ones
 @pytest.mark.model
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left(slurm, tmp_path, tiny_model_dir,
+def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left(slurm, tmp_path, slower_model_dir,
                                                                                  no_stray_output):
     from jobs.scheduler import Scheduler, cancel
     from jobs.store import JobStore
 
     store = JobStore(tmp_path / "runs")
-    job = store.submit({"kind": "finetune", "model": str(tiny_model_dir), "dataset": "obqa", "data_files": ["bundled"],
-                        "epochs": 50, "val_split": None, "device": "cpu"}, executor="slurm", slurm={"minutes": 10})
+    job = store.submit({"kind": "finetune", "model": str(slower_model_dir), "dataset": "obqa", "data_files": ["bundled"],
+                        "epochs": 500, "val_split": None, "device": "cpu"}, executor="slurm", slurm={"minutes": 10})
     scheduler, deadline = Scheduler(store, gpus=[]), time.time() + 120
     run_dir = Path(job.run_dir)
     while time.time() < deadline and not any(e["stage"] == "train" for e in read_events(run_dir / "events.jsonl")[0]):
@@ -151,7 +151,7 @@ def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left
 @pytest.mark.model
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_a_slurm_job_past_its_time_limit_fails_with_timeout_and_a_restart_sees_it(slurm, tmp_path, tiny_model_dir,
+def test_a_slurm_job_past_its_time_limit_fails_with_timeout_and_a_restart_sees_it(slurm, tmp_path, slower_model_dir,
                                                                                   no_stray_output):
     """Submitted by one scheduler, which then stops (the server restarts); another, new one
     follows the job to its end: Slurm's TIMEOUT, in words."""
@@ -159,7 +159,8 @@ def test_a_slurm_job_past_its_time_limit_fails_with_timeout_and_a_restart_sees_i
     from jobs.store import JobStore
 
     store = JobStore(tmp_path / "runs")
-    job = store.submit({"kind": "finetune", "model": str(tiny_model_dir), "dataset": "obqa", "data_files": ["bundled"],
+    # 500 epochs of 8 steps at 46 ms a step: three minutes, three times the limit.
+    job = store.submit({"kind": "finetune", "model": str(slower_model_dir), "dataset": "obqa", "data_files": ["bundled"],
                         "epochs": 500, "val_split": None, "device": "cpu"}, executor="slurm", slurm={"minutes": 1})
     first, deadline = Scheduler(store, gpus=[]), time.time() + 60
     while time.time() < deadline and store.get(job.id).status != "running":
