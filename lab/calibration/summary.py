@@ -50,6 +50,23 @@ CW_ECE_UNDEFINED = ("class-wise ECE is not reported for token tasks: over a voca
                     "tokens almost every class is empty, and its binned estimate is then meaningless")
 
 
+def token_arrays(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """A token run's rows as (n, k + 1) probabilities — each target's top k over the vocabulary, then
+    the ``rest`` mass — and the target's slot among them (k: outside the top k)."""
+    vectors = np.array([list(r["top_probs"]) + [r["rest"]] for r in rows], dtype=np.float64)
+    k = vectors.shape[1] - 1
+    slots = np.array([r["top_ids"].index(r["target_id"]) if r["target_id"] in r["top_ids"] else k for r in rows],
+                     dtype=np.int64)
+    return vectors, slots
+
+
+def token_scores(vectors: np.ndarray, slots: np.ndarray, target_probs: Any) -> dict[str, float]:
+    """Brier over the top k tokens and the rest (:func:`token_arrays`), and the exact NLL: the
+    target's own probability, floored as :func:`lab.calibration.metrics.nll` floors it."""
+    target = np.asarray(target_probs, dtype=np.float64)[:, None]  # (n, 1): the target is "option 0"
+    return {"brier": metrics.brier(vectors, slots), "nll": metrics.nll(target, np.zeros(len(target), dtype=np.int64))}
+
+
 def token_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: int,
                   edges: str = "right") -> dict[str, Any]:
     """What ``metrics.json`` holds for a token task (clm, facts), from its prediction rows alone, under
@@ -63,20 +80,18 @@ def token_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: in
     vocabulary is not stored; class-wise ECE is undefined here (:data:`CW_ECE_UNDEFINED`)."""
     conf = np.array([r["confidence"] for r in rows], dtype=np.float64)
     correct = np.array([bool(r["correct"]) for r in rows])
-    vectors = np.array([list(r["top_probs"]) + [r["rest"]] for r in rows], dtype=np.float64)
-    k = vectors.shape[1] - 1
-    slots = np.array([r["top_ids"].index(r["target_id"]) if r["target_id"] in r["top_ids"] else k for r in rows])
+    vectors, slots = token_arrays(rows)
     acc, err = float(correct.mean()), metrics.ece(conf, correct, n_bins, edges=edges)
     low = high = level = None
     if n_boot > 0:
         low, high = metrics.ece_bootstrap(conf, correct, n_bins, n_boot, metrics.CI_LEVEL, seed, edges)
         level = metrics.CI_LEVEL
-    target = np.array([[r["target_prob"]] for r in rows], dtype=np.float64)  # (n, 1): the target is "option 0"
     return {
         "n": int(conf.size), "accuracy": acc, "ece": err, "ece_equal_mass": metrics.ece(conf, correct, n_bins, "mass"),
         "mce": metrics.mce(conf, correct, n_bins, edges), "cw_ece": None, "cw_ece_note": CW_ECE_UNDEFINED,
-        "brier": metrics.brier(vectors, slots), "brier_over": f"the top {k} tokens and the rest",
-        "nll": metrics.nll(target, np.zeros(conf.size, dtype=np.int64)), "trust": metrics.trust(acc, err), "smece": metrics.smooth_ece(conf, correct),
+        **token_scores(vectors, slots, [r["target_prob"] for r in rows]),
+        "brier_over": f"the top {vectors.shape[1] - 1} tokens and the rest",
+        "trust": metrics.trust(acc, err), "smece": metrics.smooth_ece(conf, correct),
         "ece_ci_low": low, "ece_ci_high": high, "ece_ci_level": level, "n_bins": int(n_bins), "bin_edges": edges,
         "reliability": metrics.reliability_rows(conf, correct, n_bins, edges=edges),
         **selective.summary(conf, correct, n_boot=min(n_boot, SELECTIVE_BOOT), seed=seed),

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence, TypeVar
 
 from lab.core.errors import DataError
 from lab.core.hub import hub_offline_mode, hub_reachable
@@ -25,6 +25,8 @@ from .rows import NO_ANSWER, BadRow, Row, checked, not_utf8
 from .split import canonical_split, carve, parse_split
 
 MAX_LISTED_PROBLEMS = 5
+
+T = TypeVar("T")  # a record: MCQRecord, or a TextRecord (lab.data.texts)
 
 
 @dataclass(frozen=True)
@@ -142,18 +144,33 @@ def load_records(
     records, problems = _collect(rows)
     _check(spec, where, records, problems, on_bad_rows, local=bool(data_files))
     where += f" ({len(records)} rows, {len(problems)} skipped)"
+    records, where = part_and_limit(records, where, request.part, fractions, seed, limit)
+    return LoadResult(records, problems, where)
 
-    if request.part is not None:
-        records = carve(records, fractions, seed)[request.part]
+
+def part_and_limit(records: list[T], where: str, part: str | None, fractions: tuple[float, float, float], seed: int,
+                   limit: int | None, unit: str = "rows") -> tuple[list[T], str]:
+    """The ``part`` of a seeded carve of ``records`` (None: all of them), then the first ``limit``;
+    ``where`` (what was read) extended to say so. An empty part is refused, naming the carve."""
+    if part is not None:
+        records = carve(records, fractions, seed)[part]
         carve_name = f"a seed-{seed} {'/'.join(f'{f:g}' for f in fractions)} carve"
         if not records:
-            raise DataError(f"{where}: the {request.part} part of {carve_name} is empty. Use more "
-                            "rows or a larger fraction for that part.")
-        where += f", the {request.part} part of {carve_name}: {len(records)} rows"
+            raise DataError(f"{where}: the {part} part of {carve_name} is empty. Use more "
+                            f"{unit} or a larger fraction for that part.")
+        where += f", the {part} part of {carve_name}: {len(records)} {unit}"
     if limit is not None and limit < len(records):
         records = records[:limit]
         where += f", first {limit}"
-    return LoadResult(records, problems, where)
+    return records, where
+
+
+def log_skipped(problems: Sequence[RowProblem], log: Callable[[str], None], shown: int = 5) -> None:
+    """Tell ``log`` of the first ``shown`` rows a load skipped, and how many more there were."""
+    for problem in problems[:shown]:
+        log(f"skipped {problem}")
+    if len(problems) > shown:
+        log(f"... and {len(problems) - shown} more skipped rows")
 
 
 def check_options(on_bad_rows: str, limit: int | None) -> None:

@@ -35,10 +35,10 @@ from lab.core.errors import DataError
 from lab.core.reads import open_text
 
 from .loaders import (DATASETS, DatasetSpec, _check, _collect, _describe, _files_for, _local_way, check_options,
-                      not_for_task, register)
+                      not_for_task, part_and_limit, register)
 from .record import RowProblem
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, read_json, row_id, text_field
-from .split import carve, parse_split
+from .split import parse_split
 
 TEXT_TASKS = ("clm", "facts")
 CLM_FORMAT = ("plain text (.txt: documents separated by blank lines) or JSON Lines with a 'text' field, "
@@ -115,16 +115,7 @@ def load_texts(dataset: str, task: str, files: Optional[Sequence[Union[str, "os.
     records, problems = _collect(row for path in paths for row in _read(spec, path, task))
     _check(spec, where, records, problems, on_bad_rows, local=True, listed_in="TextLoad.problems")
     where += f" ({len(records)} documents, {len(problems)} skipped)"
-    if request.part is not None:
-        records = carve(records, fractions, seed)[request.part]
-        carve_name = f"a seed-{seed} {'/'.join(f'{f:g}' for f in fractions)} carve"
-        if not records:
-            raise DataError(f"{where}: the {request.part} part of {carve_name} is empty. Use more "
-                            "documents or a larger fraction for that part.")
-        where += f", the {request.part} part of {carve_name}: {len(records)} documents"
-    if limit is not None and limit < len(records):
-        records = records[:limit]
-        where += f", first {limit}"
+    records, where = part_and_limit(records, where, request.part, fractions, seed, limit, unit="documents")
     return TextLoad(records, problems, where)
 
 

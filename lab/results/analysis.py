@@ -20,6 +20,7 @@ import pandas as pd
 from lab.calibration import metrics
 from lab.calibration.checks import BinEdges, check_edges
 from lab.calibration.metrics import finite_or_none
+from lab.calibration.summary import token_arrays, token_scores
 from lab.calibration.temperature import (FORMS, LAB_SWEEP_BOUNDS, LAB_SWEEP_GRIDS, Form, scale, temperature_paper,
                                          widened_search)
 from lab.core.layout import PREDICTIONS_FILE
@@ -149,7 +150,7 @@ def _token_arrays(file: Path, numbered: list[tuple[int, Any]]) -> tuple[np.ndarr
     """A token-level run's (probs, labels) as :class:`Predictions` holds them: each row's top-k
     probabilities and the rest mass, and the target's slot among them (k when outside the top k);
     a row lacking a field it needs names its file and line."""
-    vectors, labels = [], []
+    width = None  # the first row's number of top tokens: every row must have as many
     for number, row in numbered:
         where = f"{file}:{number}"
         if not isinstance(row, dict):
@@ -160,11 +161,10 @@ def _token_arrays(file: Path, numbered: list[tuple[int, Any]]) -> tuple[np.ndarr
             raise ValueError(f"{where}: expected a finite 'rest' and one 'top_ids' entry per 'top_probs' entry")
         if finite_or_none(row.get("confidence")) is None or not isinstance(row.get("correct"), bool):
             raise ValueError(f"{where}: expected a finite 'confidence' and a true/false 'correct'")
-        if vectors and len(top) != len(vectors[0]) - 1:
-            raise ValueError(f"{where}: {len(top)} top tokens, but the first row has {len(vectors[0]) - 1}")
-        vectors.append(top + [float(rest)])
-        labels.append(ids.index(row["target_id"]) if row["target_id"] in ids else len(top))
-    return np.array(vectors, dtype=np.float64), np.array(labels, dtype=np.int64)
+        if width is not None and len(top) != width:
+            raise ValueError(f"{where}: {len(top)} top tokens, but the first row has {width}")
+        width = len(top)
+    return token_arrays([row for _, row in numbered])
 
 
 def is_token_run(pred: Predictions) -> bool:
@@ -210,10 +210,8 @@ def reported_summary(pred: Predictions, n_bins: int = 10, strategy: metrics.Stra
     if not is_token_run(pred):
         return calibration_summary(reported_probs(pred), pred.mask, pred.labels, n_bins, strategy, edges, n_boot)
     summary = confidence_summary(reported_confidence(pred), reported_correct(pred), n_bins, strategy, edges, n_boot)
-    target = np.array([[float(row["target_prob"])] for row in pred.rows], dtype=np.float64)
-    return {**summary, "nll": metrics.nll(target, np.zeros(len(pred.rows), dtype=np.int64)),
-            "brier": metrics.brier(pred.probs, pred.labels, pred.mask), "cw_ece": None,
-            "trust": metrics.trust(summary["accuracy"], summary["ece"])}
+    return {**summary, **token_scores(pred.probs, pred.labels, [float(row["target_prob"]) for row in pred.rows]),
+            "cw_ece": None, "trust": metrics.trust(summary["accuracy"], summary["ece"])}
 
 
 def oracle_probs(pred: Predictions) -> Optional[np.ndarray]:

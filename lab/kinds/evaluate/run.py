@@ -33,6 +33,7 @@ from lab.core.errors import ScoringError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
 from lab.data import load_records
+from lab.data.loaders import log_skipped
 from lab.data.record import MCQRecord
 from lab.data.templates import get_template
 from lab.jobkit.kinds import write_config
@@ -169,10 +170,7 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
         cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject,
         on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
     )
-    for problem in data.problems[:5]:
-        log(f"skipped {problem}")
-    if len(data.problems) > 5:
-        log(f"... and {len(data.problems) - 5} more skipped rows")
+    log_skipped(data.problems, log)
     announce(f"loading model {cfg.model}")
     from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
 

@@ -26,6 +26,7 @@ from lab.calibration.temperature import load_temperature
 from lab.core.errors import DataError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
+from lab.data.loaders import log_skipped
 from lab.data.templates import get_template
 from lab.data.texts import TextRecord, load_texts
 from lab.jobkit.kinds import write_config
@@ -107,11 +108,8 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
     announce = announce or (lambda name: None)
     announce(f"loading data {cfg.dataset}")
     data = load_texts(cfg.dataset, cfg.task, cfg.data_files or None, split=cfg.split, on_bad_rows=cfg.on_bad_rows,
-                      limit=cfg.limit)
-    for problem in data.problems[:5]:
-        log(f"skipped {problem}")
-    if len(data.problems) > 5:
-        log(f"... and {len(data.problems) - 5} more skipped rows")
+                      limit=cfg.limit, seed=cfg.seed)
+    log_skipped(data.problems, log)
     announce(f"loading model {cfg.model}")
     from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
     from lab.models.scoring import context_limit
