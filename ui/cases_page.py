@@ -169,8 +169,10 @@ def build_cases(ctx: LabContext) -> CasesControls:
     same = gr.Dataframe(interactive=False, wrap=True, label="What each run answered")
 
     inputs = [name, kind, lo, hi, dataset, order, signal]
-    for control in inputs:
-        control.change(functools.partial(page_view, ctx), inputs=inputs, outputs=[table, dataset, note])
+    # One event for every control, run again after the last change: a link that sets five controls at once
+    # (the selective page's) fires five changes, and as five events the first one's view could land last.
+    gr.on([control.change for control in inputs], functools.partial(page_view, ctx), inputs=inputs,
+          outputs=[table, dataset, note], trigger_mode="always_last")
     on_same = functools.partial(same_question_view, ctx)
     question_id.submit(on_same, inputs=[question_id, across], outputs=same)
     across.change(on_same, inputs=[question_id, across], outputs=same)
