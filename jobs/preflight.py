@@ -193,9 +193,19 @@ def _setting(cls: type, values: dict[str, Any], dotted: str) -> Any:
 def models(kind: str, config: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
     """(field path, model, what the job does with it: inference or a training method) per model field."""
     cls = kinds.get(kind).config
-    for path, spec, holder, key, _ in walk(cls, config):
+    for path, spec, holder, key, declaring in walk(cls, config):
         if spec.role == "model" and isinstance(holder[key], str):
-            yield path, holder[key], _setting(cls, config, spec.trained_by) if spec.trained_by else "inference"
+            yield path, holder[key], _method(cls, config, declaring, holder, spec.trained_by)
+
+
+def _method(cls: type, config: dict[str, Any], declaring: type, holder: dict[str, Any], trained_by: Optional[str]) -> str:
+    """How a model field's model is used: a dotted ``trained_by`` (``training.method``) is read from the
+    top of the config, a plain one from the entry holding the field (a series' ``train`` entry); none: inference."""
+    if not trained_by:
+        return "inference"
+    if "." in trained_by:
+        return _setting(cls, config, trained_by)
+    return _setting(declaring, holder, trained_by)
 
 
 def check(kind: str, config: dict[str, Any], gpus: tuple[int, ...], free: Optional[dict[int, float]] = None) -> list[str]:

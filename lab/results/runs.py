@@ -35,7 +35,7 @@ from lab.calibration.metrics import finite_or_none
 from lab.calibration.temperature import load_temperature
 from lab.core.layout import (ADAPTER_DIR, CALIBRATOR_FILE, CHECKPOINTS_DIR, COMPARE_FILE, CONFIG_FILE, EVAL_DIR,
                              FITTED_TEMPERATURE_DIR, LABEL_FILE, MANIFEST_FILE, METRICS_FILE, MODEL_DIR,
-                             PREDICTIONS_FILE, REPORT_JSON, TEMPERATURE_FILE, TOPK_DIR)
+                             PREDICTIONS_FILE, REPORT_JSON, SNAPSHOTS_DIR, TEMPERATURE_FILE, TOPK_DIR)
 from lab.core.yamlio import load_yaml
 
 MAX_DEPTH = 4  # runs/<job>/models/<row>/ and runs/<job>/eval/<row>-<set>/ are depth 3; a checkpoint is deeper
@@ -109,8 +109,8 @@ class Catalogue:
 
 # ---------------------------------------------------------------- the walk
 def _entered(name: str) -> bool:
-    """Folders the walk goes into: not hidden, not a trainer's checkpoints (never offered as a model)."""
-    return not name.startswith(".") and name != CHECKPOINTS_DIR and not name.startswith("checkpoint-")
+    """Folders the walk goes into: not hidden, not a trainer's checkpoints or snapshots (never offered as a model)."""
+    return not name.startswith(".") and name not in (CHECKPOINTS_DIR, SNAPSHOTS_DIR) and not name.startswith("checkpoint-")
 
 
 def _walk(directory: Path, depth: int) -> Iterator[tuple[Path, set[str], set[str]]]:

@@ -85,6 +85,9 @@ class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSect
         "checkpoints keep AdamW's state (8 bytes a trained parameter: a full fine-tune's checkpoint is 12 "
         "bytes a parameter, not 4) so that a resumed run continues exactly; off: weights only, and a resumed "
         "run restarts the optimizer"))
+    snapshots: bool = field(default=False, metadata=doc(
+        "also keep the weights of every save (each epoch, or every save_steps) in snapshots/step-N/, weights "
+        "only, for a series over training steps (a full model's snapshot is 4 bytes a parameter)"))
     report_to: Tracker = field(default="none", metadata=doc(
         "experiment tracker for loss and validation ECE / accuracy / NLL (installed ones: "
         "tensorboard writes into the stage's tensorboard/ folder)"))

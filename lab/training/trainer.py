@@ -29,7 +29,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from lab.calibration.summary import compute_metrics
 from lab.core.errors import DiskFull, Stopped
 from lab.core.events import EventWriter
-from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, TRACKER_DIR
+from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, SNAPSHOTS_DIR, TRACKER_DIR
 from lab.data import load_records
 from lab.data.record import MCQRecord
 from lab.data.templates import get_template
@@ -41,6 +41,7 @@ from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
 from lab.training.data import build_examples, pad_batch, pad_option_batch
 from lab.training.estimates import MEMORY_EVENT, Precision, TrainingMemory, checkpoint_bytes, describe, training_memory
+from lab.training.snapshots import save_snapshot
 
 STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: the last file of a checkpoint
 OPTIMIZER_FILE = "optimizer.pt"  # transformers' OPTIMIZER_NAME: absent from a weights-only checkpoint
@@ -185,6 +186,19 @@ class CheckpointCallback(TrainerCallback):
         ensure_room(self.folder, need, "the checkpoint", hint)
 
 
+class SnapshotCallback(TrainerCallback):
+    """With ``snapshots`` on, the weights of every save kept in ``snapshots/step-N/``
+    (:mod:`lab.training.snapshots`): the checkpoints themselves are pruned to the last one."""
+
+    def __init__(self, folder: Path, tokenizer, lora: bool, weights: float) -> None:
+        self.folder, self.tokenizer, self.lora, self.weights = folder, tokenizer, lora, weights
+
+    def on_save(self, args, state, control, model=None, **kwargs):
+        ensure_room(self.folder, self.weights, "a snapshot", " (or train without snapshots)")
+        if distributed.is_main():
+            save_snapshot(model, self.tokenizer, self.folder, state.global_step, self.lora)
+
+
 def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device, run_name: str) -> TrainingArguments:
     """transformers' arguments for ``cfg``: checkpoints every ``save_steps`` (else every epoch), with
     the optimizer's state or (``save_optimizer`` off: ``save_only_model``) without, the last
@@ -282,8 +296,11 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     weights, trainable = saved_sizes(model, lora)
     guard = CheckpointCallback(checkpoints, checkpoint_bytes(weights, trainable, cfg.save_optimizer),
                                checkpoint_bytes(weights, trainable, False) if cfg.save_optimizer else None)
+    callbacks = [callback, guard]
+    if cfg.snapshots:
+        callbacks.append(SnapshotCallback(out_dir / SNAPSHOTS_DIR, tokenizer, lora, weights))
     trainer = trainer_cls(model=model, args=args, train_dataset=Dataset.from_list(examples), data_collator=collator,
-                          callbacks=[callback, guard], **trainer_kwargs)
+                          callbacks=callbacks, **trainer_kwargs)
     callback.log = trainer.log
     memory = memory_estimate(cfg, model, examples, args, device)
     if memory is not None:

@@ -153,17 +153,18 @@ def apply_temperature(rows: list[dict[str, Any]], temperature: float) -> list[di
 
 
 def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[str], None] = print,
-             announce: Optional[Callable[[str], None]] = None, **info: Any) -> dict[str, Any]:
+             announce: Optional[Callable[[str], None]] = None, loaded: Any = None, **info: Any) -> dict[str, Any]:
     """Run one evaluation end to end and write the run directory ``out``.
 
     ``progress_factory(total)`` returns a callable advanced by the number of questions scored;
     ``announce(name)`` is told of each stage that has no count ("loading data …", "loading model …")
     as it begins, so a watcher sees what the job does from its first second: torch is imported only
-    inside "loading model", seconds after the data stage was announced. ``info`` goes into
-    ``metrics.json`` as well (a pipeline's ``in_domain``).
+    inside "loading model", seconds after the data stage was announced. ``loaded``: the model
+    already in memory (a series evaluates one model on several tasks), else ``cfg.model`` is loaded.
+    ``info`` goes into ``metrics.json`` as well (a pipeline's ``in_domain``).
     """
     if cfg.task != "mcq":
-        return evaluate_tokens(cfg, out, progress_factory, log, announce, **info)
+        return evaluate_tokens(cfg, out, progress_factory, log, announce, loaded, **info)
     announce = announce or (lambda name: None)
     announce(f"loading data {cfg.dataset}")
     data = load_records(
@@ -171,10 +172,11 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
         on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
     )
     log_skipped(data.problems, log)
-    announce(f"loading model {cfg.model}")
-    from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
+    if loaded is None:
+        announce(f"loading model {cfg.model}")
+        from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
 
-    loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
+        loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
     log(f"scoring {len(data.records)} questions from {data.source} with {cfg.model} ({cfg.scoring}, template {cfg.template})")
     progress = progress_factory(len(data.records)) if progress_factory else None
     return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress, log=log, **info)

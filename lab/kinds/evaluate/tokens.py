@@ -103,19 +103,23 @@ def oracle_block(rows: list[dict[str, Any]], n_bins: int, edges: str) -> Optiona
 
 
 def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[str], None] = print,
-                    announce: Optional[Callable[[str], None]] = None, **info: Any) -> dict[str, Any]:
-    """Run a clm or facts evaluation end to end and write the run directory ``out``."""
+                    announce: Optional[Callable[[str], None]] = None, loaded: Any = None,
+                    **info: Any) -> dict[str, Any]:
+    """Run a clm or facts evaluation end to end and write the run directory ``out``; with ``loaded``
+    (a model already in memory) rather than loading ``cfg.model``."""
     announce = announce or (lambda name: None)
     announce(f"loading data {cfg.dataset}")
     data = load_texts(cfg.dataset, cfg.task, cfg.data_files or None, split=cfg.split, on_bad_rows=cfg.on_bad_rows,
                       limit=cfg.limit, seed=cfg.seed)
     log_skipped(data.problems, log)
-    announce(f"loading model {cfg.model}")
-    from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
     from lab.models.scoring import context_limit
     from lab.models.token_scoring import score_documents
 
-    loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
+    if loaded is None:
+        announce(f"loading model {cfg.model}")
+        from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
+
+        loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
     tokenizer = loaded.tokenizer
     limit = context_limit(loaded.model, tokenizer)
     context = None if limit is None else limit[0]
