@@ -33,7 +33,11 @@ begun within ``--budget`` seconds are skipped, so that the run ends within about
 5. **Evaluation parity**: letter evaluations (:func:`lab.kinds.evaluate.run.evaluate`) of the same synthetic
    questions in fp32 and bf16: accuracy, ECE, the largest |Δp| and the answers that change, on the
    untrained scratch model (near-uniform confidences) and on the teacher FIRST trained in 4.
-6. **Clean exit**: child processes left, stopped if any (a device call waits for them).
+6. **Token tasks and a series** (run second, after the setup: the newest code paths): clm and facts
+   evaluations of the ~1 B model in fp32 and bf16 (accuracy, ECE, the largest |Δ confidence|,
+   targets/s), then a ``series`` job of three scratch sizes on two tasks through the worker, run
+   twice in one run directory: the second must redo none of the first's cells.
+7. **Clean exit**: child processes left, stopped if any (a device call waits for them).
 """
 from __future__ import annotations
 
@@ -63,23 +67,24 @@ from bench.controlled import preset  # noqa: E402
 from bench.topk_store import sync, timed  # noqa: E402
 from jobs import preflight  # noqa: E402
 from lab import versions  # noqa: E402
-from lab.data import load_records  # noqa: E402
 from lab.core.errors import ModelLoadError  # noqa: E402
-from lab.kinds.evaluate.run import evaluate  # noqa: E402
-from lab.kinds.evaluate.config import EvalConfig
 from lab.core.events import EventWriter, read_events  # noqa: E402
-from lab.core.layout import CHECKPOINTS_DIR, EVENTS_FILE, MODEL_DIR, PREDICTIONS_FILE, RESULT_FILE  # noqa: E402
-from lab.models.loading import load_model, select_device  # noqa: E402
-from lab.models.tokenizers import load_tokenizer
-from lab.models.scoring import (Encoded, batch_tokens, encode_prompts, plan_batches, score_cloze, score_letter,  # noqa: E402
-                         scored_length)
+from lab.core.layout import (CELLS_DIR, CHECKPOINTS_DIR, DONE_FILE, EVENTS_FILE, MODEL_DIR,  # noqa: E402
+                             PREDICTIONS_FILE, RESULT_FILE, SERIES_FILE)
+from lab.core.yamlio import dump_yaml  # noqa: E402
+from lab.data import load_records  # noqa: E402
 from lab.data.templates import default_template, get_template  # noqa: E402
+from lab.jobkit.worker import run as run_job  # noqa: E402
+from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import evaluate  # noqa: E402
+from lab.models.loading import load_model, select_device  # noqa: E402
+from lab.models.scoring import (Encoded, batch_tokens, encode_prompts, plan_batches, score_cloze,  # noqa: E402
+                                score_letter, scored_length)
+from lab.models.tokenizers import load_tokenizer
+from lab.models.weights import SCRATCH, count_parameters, local_model_dir, size_text  # noqa: E402
 from lab.training.config import TrainConfig  # noqa: E402
 from lab.training.data import pad_batch  # noqa: E402
 from lab.training.trainer import folder_bytes, prepare_model, run_training  # noqa: E402
-from lab.models.weights import SCRATCH, count_parameters, local_model_dir, size_text  # noqa: E402
-from lab.jobkit.worker import run as run_job  # noqa: E402
-from lab.core.yamlio import dump_yaml  # noqa: E402
 
 # Peak dense (no sparsity) bf16 tensor FLOP/s from NVIDIA's data sheets, by a part of what
 # torch.cuda.get_device_name says; the first match counts, so the variants come before "H100".
@@ -119,6 +124,8 @@ class Sizes:
     warmup_steps: int  # steps left out of tokens/s: allocation and kernel choice
     first: dict[str, Any]  # overrides of examples/first-controlled.yaml
     cft: dict[str, Any]  # ... and of examples/cft-controlled.yaml
+    token_docs: int  # bundled texts for the clm evaluations (4 positions each)
+    series_questions: int  # synthetic test questions per series cell
 
 
 def _shifted(limit: int) -> list[dict[str, Any]]:
@@ -134,6 +141,7 @@ GPU_SIZES = Sizes(
     cft={"in_domain": [{**SYNTHETIC, "split": "train", "limit": 600}], "train_size": 64, "val_size": 64,
          "test_size": 200, "ood": _shifted(200), "lambdas": [0.4], "preference_limit": 16, "bootstrap": 100,
          "training": {"epochs": 2}},
+    token_docs=300, series_questions=500,
 )
 SMALL_SIZES = Sizes(
     shape=Shape(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256),
@@ -144,6 +152,7 @@ SMALL_SIZES = Sizes(
     cft={"in_domain": [{**SYNTHETIC, "split": "train", "limit": 64}], "train_size": 16, "val_size": 16,
          "test_size": 16, "ood": _shifted(16), "methods": ["ts", "cft", "rcft"], "lambdas": [0.4],
          "preference_limit": 4, "bootstrap": 10, "training": {"epochs": 1}},
+    token_docs=8, series_questions=16,
 )
 
 
@@ -249,13 +258,14 @@ def timed_trainer(times: dict[str, float]) -> type:
     return TimedTrainer
 
 
-def job(run_dir: Path, config: dict[str, Any]) -> tuple[str, Optional[str], float, dict[str, Any]]:
+def job(run_dir: Path, config: dict[str, Any], again: bool = False) -> tuple[str, Optional[str], float, dict[str, Any]]:
     """Run ``config`` through the lab's worker in this process, its output (the Trainer prints its
-    logs) in ``run_dir/log.txt``: (status, error, seconds, the ``done`` event's summary)."""
-    run_dir.mkdir(parents=True)
+    logs) in ``run_dir/log.txt``: (status, error, seconds, the ``done`` event's summary). ``again``:
+    in the run directory of an earlier run of it, as a resumed job is."""
+    run_dir.mkdir(parents=True, exist_ok=again)
     (run_dir / "config.yaml").write_text(dump_yaml(config))
     start = time.perf_counter()
-    with open(run_dir / "log.txt", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+    with open(run_dir / "log.txt", "a" if again else "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             run_job(run_dir / "config.yaml", run_dir)
         except Exception:  # the worker re-raises a bug in the lab after writing result.json; keep its traceback
@@ -339,6 +349,51 @@ class Bench:
                       "answers changed"], rows) + [
             "", f"Letter scoring (template `{template}`) of the synthetic test split on {self.device}, each dtype "
                 "loaded and evaluated by lab.kinds.evaluate.run."]
+
+    def token_evaluation(self, task: str, dtype: str) -> tuple[dict[str, Any], dict[tuple[int, int], float]]:
+        """A clm or facts evaluation of the Llama on the bundled texts: its metrics, and each target's confidence."""
+        limit = {"clm": {"limit": self.sizes.token_docs, "positions": 4}, "facts": {}}[task]
+        cfg = EvalConfig.from_dict({"model": str(self.big), "task": task, "data_files": ["bundled"], "dtype": dtype,
+                                    "batch_size": self.sizes.eval_batch, "bootstrap": 0, **limit})
+        out = self.work / "tokens" / task / dtype
+        metrics = evaluate(cfg, out, log=lambda message: None)
+        rows = (json.loads(line) for line in (out / PREDICTIONS_FILE).read_text().splitlines())
+        return metrics, {(row["doc"], row["position"]): row["confidence"] for row in rows}
+
+    def tokens_and_series(self) -> list[str]:
+        """The token tasks in bf16 against fp32 on the GPU, then a series of three scratch sizes through
+        the worker, run twice: the second run must redo no cell."""
+        rows = []
+        for task in ("clm", "facts"):
+            (m32, c32), (m16, c16) = (self.token_evaluation(task, dtype) for dtype in ("float32", "bfloat16"))
+            delta = max(abs(c32[key] - c16[key]) for key in c32.keys() & c16.keys())
+            rows.append([task, m32["n"], f"{m32['accuracy']:.4f} / {m16['accuracy']:.4f}",
+                         f"{m32['ece']:.4f} / {m16['ece']:.4f}", f"{delta:.2e}",
+                         f"{m32['targets_per_second']:.0f} / {m16['targets_per_second']:.0f}"])
+        lines = table(["task", "targets", "accuracy fp32 / bf16", "ECE fp32 / bf16", "max abs Δ confidence",
+                       "targets/s fp32 / bf16"], rows)
+        config = {"kind": "series", "axis": "params", "bootstrap": 100,
+                  "models": [{"model": "scratch-xs"}, {"model": "scratch-s"}, {"model": SCRATCH}],
+                  "tasks": [{**SYNTHETIC, "split": "test", "limit": self.sizes.series_questions, "scoring": "letter"},
+                            {"task": "clm", "data_files": ["bundled"], "limit": self.sizes.token_docs}]}
+        folder = self.work / "series"
+        first = job(folder, config)
+        finished = {p: p.stat().st_mtime_ns for p in folder.glob(f"{CELLS_DIR}/*/{DONE_FILE}")}
+        again = job(folder, config, again=True)
+        redone = sum(p.stat().st_mtime_ns != t for p, t in finished.items())
+        cells = json.loads((folder / SERIES_FILE).read_text())["cells"]
+        lines += ["", *table(["series run", "status", "seconds", "error, or the done event"],
+                             [[label, f"**{status}**", f"{seconds:.1f}", error or json.dumps(summary)]
+                              for label, (status, error, seconds, summary) in (("first", first), ("again", again))])]
+        lines += ["", "| point | task | params | accuracy | ECE |", "|---|---|---|---|---|"]
+        lines += [f"| {c['point']} | {c['task']} | {c['params']:,} | {c['accuracy']:.3f} | {c['ece']:.3f} |"
+                  for c in cells[:6]]
+        return lines + ["", f"The Llama (random weights) on the bundled texts, {self.sizes.token_docs} clm documents "
+                            "at 4 positions each and the T-REx sample's entities, evaluated by lab.kinds.evaluate "
+                            "in each dtype; then a series (lab.kinds.series) of scratch-xs, scratch-s and scratch on "
+                            f"{self.sizes.series_questions} synthetic questions and the clm texts, through the worker, "
+                            f"and again in the same run directory: {len(finished)} cells finished the first time, "
+                            f"**{redone} of them redone** the second (goal 0)."]
 
     def throughput(self) -> list[str]:
         loaded = load_model(str(self.big))  # auto: bf16 on a GPU, fp32 on a CPU, as an evaluation loads it
@@ -501,7 +556,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
         bench = Bench(SMALL_SIZES if args.small else GPU_SIZES, Path(tmp), device, scratch)
         sections: list[tuple[str, Callable[[], list[str]]]] = [
-            ("Setup", bench.setup), ("Scoring throughput", bench.throughput),
+            ("Setup", bench.setup), ("Token tasks and a series", bench.tokens_and_series),
+            ("Scoring throughput", bench.throughput),
             ("Fine-tuning throughput and MFU", bench.finetuning), ("Peak memory against pre-flight", bench.memory),
             ("first and cft end to end", bench.end_to_end), ("Evaluation parity, bf16 against fp32", bench.parity),
             ("Clean exit", clean_exit)]

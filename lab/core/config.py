@@ -159,6 +159,10 @@ def _check_text(path: str, value: Any, spec: Spec) -> str:
         raise _fail(path, f"is {len(value):,} characters long; the limit is {spec.max_len:,}")
     if "\x00" in value:
         raise _fail(path, "must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\udcff" in JSON): no file, table or page can hold it
+        raise _fail(path, "must be valid Unicode text (it holds a lone surrogate)") from None
     if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
         raise _fail(path, f"{_show(value)} is not valid here ({spec.help})")
     if spec.registry is not None and value not in spec.registry:

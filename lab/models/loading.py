@@ -17,7 +17,7 @@ from lab.core.reads import check_folder
 from lab.models.bundled import bundled_converted, bundled_model_dir
 from lab.models.scratch import default_model
 from lab.models.tokenizers import load_tokenizer, offline_hint
-from lab.models.weights import BUNDLED, SCRATCH
+from lab.models.weights import BUNDLED, SCRATCH_SIZES
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -38,8 +38,8 @@ def resolve_model_path(name: str) -> str:
     """Map a user's model name to what ``from_pretrained`` takes: ``bundled``, ``scratch``, a local dir or a hub id."""
     if name == BUNDLED:
         return str(bundled_model_dir())
-    if name == SCRATCH:
-        return str(default_model())
+    if name in SCRATCH_SIZES:
+        return str(default_model(name))
     path = Path(name).expanduser()
     if path.is_dir():
         check_folder(path)  # a job's model folder, as it is now: no link in it leads out of the job's folders
@@ -100,13 +100,15 @@ def load_model(
     merge_adapter: bool = True,
     quantize_4bit: bool = False,
     announce: Optional[Callable[[str], None]] = None,
+    revision: Optional[str] = None,
 ) -> LoadedModel:
     """Load ``name`` (``bundled``, a local directory or a hub id) for inference.
 
     ``adapter`` is a PEFT (LoRA) directory; for evaluation it is merged into the weights so the
     forward pass costs the same as the base model's. ``quantize_4bit`` loads NF4 weights through
     bitsandbytes (QLoRA training; CUDA only). ``announce(stage)`` is told of the one-off
-    conversion of the bundled model, which makes its first load half a minute longer.
+    conversion of the bundled model, which makes its first load half a minute longer. ``revision``: a
+    hub model's branch or commit (Pythia's ``step1000``: its checkpoints along pre-training).
     """
     from transformers import AutoModelForCausalLM
 
@@ -117,6 +119,8 @@ def load_model(
     torch_dtype = select_dtype(dtype, torch_device)
     tokenizer = load_tokenizer(path, name)
     extra = {"quantization_config": _nf4_config(torch_device, torch_dtype)} if quantize_4bit else {}
+    if revision is not None:
+        extra["revision"] = revision
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=not hub_reachable(), **extra)
     except (OSError, ValueError) as e:

@@ -84,17 +84,26 @@ def create(out: Path, records: Iterable[MCQRecord], cfg: ScratchConfig = Scratch
     return out
 
 
-def default_model() -> Path:
-    """The ``scratch`` model, created once (seeded: every machine makes the same one) in the cache. It
-    is written beside its place and renamed into it, so a concurrent first use never sees half a model."""
+def sized(name: str) -> ScratchConfig:
+    """The architecture of a named scratch model (:data:`lab.models.weights.SCRATCH_SIZES`)."""
+    from lab.models.weights import SCRATCH_SIZES
+
+    hidden, layers, heads, intermediate = SCRATCH_SIZES[name]
+    return ScratchConfig(hidden=hidden, layers=layers, heads=heads, intermediate=intermediate)
+
+
+def default_model(name: str = "scratch") -> Path:
+    """The scratch model called ``name`` (``scratch``, ``scratch-l`` …), created once (seeded: every
+    machine makes the same one) in the cache. It is written beside its place and renamed into it, so
+    a concurrent first use never sees half a model."""
     from lab.core.files import make_folder_once
     from lab.data import load_records
-    from lab.models.weights import scratch_target
+    from lab.models.weights import SCRATCH, scratch_target
 
     def make(folder: Path) -> None:
-        create(folder, load_records("synthetic", "train", ["bundled"]).records)
+        create(folder, load_records("synthetic", "train", ["bundled"]).records, sized(name))
 
-    return make_folder_once(scratch_target(), make)
+    return make_folder_once(scratch_target() if name == SCRATCH else scratch_target(name), make)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,7 +23,12 @@ BUNDLED_DIRNAME = "SmolLM2-135M-Instruct"
 # A small random-weight model for the controlled task (lab.models.scratch), made on first use.
 SCRATCH = "scratch"
 SCRATCH_DIRNAME = "scratch-synthetic"
-NAMED_MODELS = (BUNDLED, SCRATCH)  # the names a model field takes besides a folder or a hub id
+# ... and in other sizes, for a series over scale on a CPU (the alignment-calibration paper's Figure 3
+# spans Pythia 70M → 12B): each name's (hidden width, layers, heads, MLP width), every one with the same
+# 1,024-token vocabulary, from about 0.05 M to 3.7 M parameters.
+SCRATCH_SIZES = {"scratch-xs": (32, 1, 2, 96), "scratch-s": (64, 2, 4, 192), SCRATCH: (128, 2, 4, 384),
+                 "scratch-l": (256, 4, 4, 768)}
+NAMED_MODELS = (BUNDLED, *SCRATCH_SIZES)  # the names a model field takes besides a folder or a hub id
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024**3
 
@@ -38,15 +43,19 @@ def bundled_target() -> Path:
     return cache_dir() / "models" / BUNDLED_DIRNAME
 
 
-def scratch_target() -> Path:
-    """Where the ``scratch`` model lives (created on its first use)."""
-    return cache_dir() / "models" / SCRATCH_DIRNAME
+def scratch_target(name: str = SCRATCH) -> Path:
+    """Where a scratch model (``scratch``, ``scratch-l`` …) lives (created on its first use)."""
+    return cache_dir() / "models" / (SCRATCH_DIRNAME if name == SCRATCH else f"{name}-synthetic")
 
 
 def local_model_dir(model: str) -> Optional[Path]:
     """The directory ``model`` names (``bundled``: its converted copy), or None: not (yet) on disk."""
-    named = {BUNDLED: bundled_target, SCRATCH: scratch_target}
-    path = named[model]() if model in named else Path(model).expanduser()
+    if model == BUNDLED:
+        path = bundled_target()
+    elif model in SCRATCH_SIZES:
+        path = scratch_target() if model == SCRATCH else scratch_target(model)
+    else:
+        path = Path(model).expanduser()
     return path if path.is_dir() else None
 
 

@@ -84,7 +84,8 @@ def snapshots(run_dir: Path) -> list[TrainedPoint]:
 
 
 def final_weights(run_dir: Path) -> TrainedPoint:
-    """The weights a finished run saved (``model/`` or ``adapter/``), at its last snapshot's step (0 when it kept none)."""
+    """The weights a finished run saved (``model/`` or ``adapter/``), at its last snapshot's step (0
+    when it kept none)."""
     run_dir = Path(run_dir)
     weights = _weights(run_dir, _run_config(run_dir)["model"])
     if weights is None:

@@ -39,6 +39,9 @@ class SeriesModel:
     model: Optional[str] = field(default=None, metadata=doc(
         "a model to evaluate: 'bundled', 'scratch', a local directory or a hub id", role="model"))
     adapter: Optional[str] = field(default=None, metadata=doc("a PEFT (LoRA) adapter on `model`", role="dir"))
+    revision: Optional[str] = field(default=None, metadata=doc(
+        "a hub model's branch or commit (Pythia's step1000 …: its pre-training checkpoints)", role="text",
+        pattern=r"[A-Za-z0-9._-]{1,64}"))
     run: Optional[str] = field(default=None, metadata=doc(
         "a finished finetune run's directory: its final weights; on the step axis its base model (step 0) and every "
         "snapshot it kept, in step order", role="dir"))
@@ -72,16 +75,18 @@ class SeriesConfig(ConfigMixin, RunSection, EvalSection):
         for i, entry in enumerate(self.models):
             given = [key for key in ("model", "run", "train") if entry.get(key) is not None]
             if len(given) != 1:
-                raise ValueError(f"models[{i}]: give exactly one of model, run or train (got {', '.join(given) or 'none'})")
-            if entry.get("adapter") is not None and entry.get("model") is None:
-                raise ValueError(f"models[{i}].adapter: an adapter goes with a model")
+                raise ValueError(f"models[{i}]: give exactly one of model, run or train "
+                                 f"(got {', '.join(given) or 'none'})")
+            for key in ("adapter", "revision"):
+                if entry.get(key) is not None and entry.get("model") is None:
+                    raise ValueError(f"models[{i}].{key}: goes with a model")
             if entry.get("train") is not None:
                 TrainConfig.from_checked(entry["train"])  # its own cross-field checks, at submit time
             if self.axis == "stage" and not entry.get("stage"):
                 raise ValueError(f"models[{i}].stage: every entry needs a stage label on the stage axis")
             if self.axis == "step" and entry.get("model") is not None and entry.get("step") is None:
                 raise ValueError(f"models[{i}].step: a model on the step axis needs its step (or use run or train)")
-        if self.axis == "seed" and not all(entry.get("train") for entry in self.models):
+        if self.axis == "seed" and not all(entry.get("train") is not None for entry in self.models):
             raise ValueError("models: on the seed axis every entry is a train entry, repeated over `seeds`")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds: each seed once, got {self.seeds}")

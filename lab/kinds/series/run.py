@@ -44,6 +44,7 @@ class Point:
     stage: Optional[str]
     seed: Optional[int]  # the seed that trained it (train entries), else None
     step: Optional[int]
+    revision: Optional[str] = None  # a hub model's branch or commit
 
 
 def task_keys(cfg: SeriesConfig) -> list[dict[str, Any]]:
@@ -57,12 +58,17 @@ def task_keys(cfg: SeriesConfig) -> list[dict[str, Any]]:
 
 
 def trained_points(cfg: SeriesConfig, entry: int, run_dir: Path, seed: Optional[int]) -> list[Point]:
-    """A finished training run's points: every snapshot after its base model on the step axis, else its final weights."""
+    """A finished training run's points: every snapshot after its base model on the step axis, else
+    its final weights."""
     label = cfg.models[entry].get("stage")
     head = f"m{entry}" + ("" if seed is None else f"-seed{seed}")
-    states: list[TrainedPoint] = training_points(run_dir) if cfg.axis == "step" else [final_weights(run_dir)]
-    return [Point(f"{head}-step{s.step}" if cfg.axis == "step" else head, entry, s.model, s.adapter, label, seed, s.step)
-            for s in states]
+    if cfg.axis != "step":
+        final = final_weights(run_dir)
+        return [Point(head, entry, final.model, final.adapter, label, seed, final.step)]
+    base, *snapshots = training_points(run_dir)
+    # The base model is the same whatever the seed: one point, evaluated once for all of them.
+    return [Point(f"m{entry}-step0", entry, base.model, base.adapter, label, None, 0),
+            *(Point(f"{head}-step{s.step}", entry, s.model, s.adapter, label, seed, s.step) for s in snapshots)]
 
 
 def _train(cfg: SeriesConfig, entry: int, seed: int, out: Path, ctx: JobContext) -> dict[str, Any]:
@@ -83,8 +89,9 @@ def _cell(cfg: SeriesConfig, point: Point, j: int, loaded: Any, params: int, out
     """Evaluate task ``j`` on ``point`` into ``out``; the cell's row of the table (its done.json)."""
     task = cfg.task_config(j, point.model, point.adapter, cfg.seed)
     metrics = evaluate(task, out, progress_factory=ctx.progress(label), log=ctx.log, announce=ctx.announce,
-                       loaded=loaded, series_point=point.key)
-    correct = [json.loads(line)["correct"] for line in (out / PREDICTIONS_FILE).read_text(encoding="utf-8").splitlines()]
+                       loaded=loaded, series_point=point.key, revision=point.revision)
+    lines = (out / PREDICTIONS_FILE).read_text(encoding="utf-8").splitlines()
+    correct = [json.loads(line)["correct"] for line in lines]
     low, high = accuracy_bootstrap(correct, max(cfg.bootstrap, 1), seed=cfg.seed)
     oracle = metrics.get("oracle") or {}
     return {"n": metrics["n"], "accuracy": metrics["accuracy"], "accuracy_low": low, "accuracy_high": high,
@@ -92,12 +99,10 @@ def _cell(cfg: SeriesConfig, point: Point, j: int, loaded: Any, params: int, out
             "oracle_ece": oracle.get("ece"), "params": params}
 
 
-def _release(loaded: Any) -> None:
-    """Let a model go before the next one loads: one model in memory at a time."""
+def _free_memory(device: Any) -> None:
+    """Return a released model's memory before the next one loads: one model in memory at a time."""
     import torch
 
-    device = loaded.device
-    del loaded
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -110,9 +115,13 @@ class Series:
         self.cfg, self.ctx, self.out = cfg, ctx, ctx.run_dir
         self.tasks = task_keys(cfg)
         self.cells: list[dict[str, Any]] = []
+        self.evaluated: set[str] = set()  # point keys: a train entry's base model comes once per seed
 
     def evaluate_point(self, point: Point) -> None:
         """Every task on ``point``: its model loaded only for the cells not done yet."""
+        if point.key in self.evaluated:
+            return
+        self.evaluated.add(point.key)
         dirs = [self.out / CELLS_DIR / f"{point.key}_{task['key']}" for task in self.tasks]
         loaded, params = None, None
         if not all((d / DONE_FILE).is_file() for d in dirs):
@@ -120,9 +129,10 @@ class Series:
                 raise Stopped(f"series stopped before {point.key}; finished cells are kept")
             from lab.models.loading import load_model  # torch: after the training and the checks
 
-            self.ctx.announce(f"loading model {point.key}: {point.model}{' + ' + point.adapter if point.adapter else ''}")
+            adapter = f" + {point.adapter}" if point.adapter else ""
+            self.ctx.announce(f"loading model {point.key}: {point.model}{adapter}")
             loaded = load_model(point.model, adapter=point.adapter, device=self.cfg.device, dtype=self.cfg.dtype,
-                                announce=self.ctx.announce)
+                                announce=self.ctx.announce, revision=point.revision)
             params = sum(p.numel() for p in loaded.model.parameters())
         for j, (task, directory) in enumerate(zip(self.tasks, dirs)):
             label = f"{point.key} × {task['label']}"
@@ -130,11 +140,12 @@ class Series:
                         lambda: _cell(self.cfg, point, j, loaded, params, directory, self.ctx, label))
             self.add(point, task, directory, row)
         if loaded is not None:
-            _release(loaded)
+            device, loaded = loaded.device, None  # the lambdas above share this name: none holds the model now
+            _free_memory(device)
 
     def add(self, point: Point, task: dict[str, Any], directory: Path, row: dict[str, Any]) -> None:
-        cell = {"task": task["key"], "point": point.key, "stage": point.stage, "seed": point.seed,
-                "step": point.step, "model": point.model, "adapter": point.adapter, **row,
+        cell = {"task": task["key"], "entry": point.entry, "point": point.key, "stage": point.stage, "seed": point.seed,
+                "step": point.step, "model": point.model, "adapter": point.adapter, "revision": point.revision, **row,
                 "run": directory.relative_to(self.out.parent).as_posix()}
         self.cells.append(cell)
         self.ctx.events.emit("series_cell", **{k: cell[k] for k in ("task", "point", "accuracy", "ece")},
@@ -146,7 +157,7 @@ class Series:
         for i, entry in enumerate(self.cfg.models):
             if entry.get("model") is not None:
                 self.evaluate_point(Point(f"m{i}", i, entry["model"], entry.get("adapter"), entry.get("stage"), None,
-                                          entry.get("step")))
+                                          entry.get("step"), entry.get("revision")))
             elif entry.get("run") is not None:
                 for point in trained_points(self.cfg, i, Path(entry["run"]), None):
                     self.evaluate_point(point)
