@@ -165,3 +165,32 @@ def two_option_rows(pairs):
         rows.append({"id": f"q{i}", "question": f"Question {i}?", "choices": ["a", "b"], "answer": answer,
                      "probs": probs, "pred": pred, "confidence": max(probs), "correct": pred == answer})
     return rows
+
+
+# ---------------------------------------------------------------- a series, run in this process
+
+# Two tasks a tiny model does in a second each: the controlled task (multiple choice, with its
+# oracle) and next-token prediction on the bundled texts.
+SERIES_TASKS = ({"task": "mcq", "dataset": "synthetic", "data_files": ["bundled"], "split": "test", "limit": 40,
+                 "scoring": "letter"},
+                {"task": "clm", "data_files": ["bundled"], "limit": 20})
+SERIES_SIZES = ((32, 2), (64, 2), (128, 3))  # (width, layers) of three tiny models: about 40 K, 120 K, 570 K parameters
+
+
+def tiny_models(root: Path, sizes=SERIES_SIZES) -> list[Path]:
+    """Tiny models of growing size (the tokenizer alike), one folder each under ``root``."""
+    return [make_tiny_model(root / f"w{width}-l{layers}", hidden=width, intermediate=2 * width, layers=layers)
+            for width, layers in sizes]
+
+
+def run_series(run_dir: Path, models, tasks=SERIES_TASKS, **fields) -> dict:
+    """A ``series`` job over ``models`` (folders) and ``tasks``, run in this process as the worker runs it,
+    into ``run_dir``; its summary. Bootstrap 100 and the CPU: a few seconds for three tiny models."""
+    from lab.jobkit.kinds import parse_config
+    from lab.jobkit.worker import JobContext
+    from lab.kinds.series.run import run_job
+
+    _, cfg = parse_config({"kind": "series", "models": [{"model": str(m)} for m in models], "tasks": list(tasks),
+                           "bootstrap": 100, "device": "cpu", **fields})
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    return run_job(cfg, JobContext(Path(run_dir)))

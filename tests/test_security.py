@@ -22,7 +22,7 @@ from ui.context import LabContext
 QUESTION = json.dumps({"question": "2+2?", "choices": ["4", "5"], "answer": "A"}) + "\n"
 # Fields declared free text: shown or scored, never opened. A new one must be added here on purpose.
 FREE_TEXT = {("CompareConfig", "question"), ("CompareConfig", "options"), ("CompareModel", "label"),
-             ("CompareQuestion", "question"), ("CompareQuestion", "options")}
+             ("CompareQuestion", "question"), ("CompareQuestion", "options"), ("SeriesModel", "stage")}
 
 
 def config_classes() -> list[type]:
@@ -313,7 +313,7 @@ BAD_CONFIGS = [
     ("kind: evaluate\nmodel: 123\n", "model: must be text, got 123", False),
     ("kind: evaluate\ndata_files: [[a.jsonl]]\n", "data_files[0]: must be text, got ['a.jsonl']", False),
     ("kind: evaluate\ndata_files: {/tmp/x/creds.csv: x}\n", "data_files: must be a list, got {'/tmp/x/creds.csv': 'x'}", False),
-    ("kind: [evaluate]\n", "kind: must be one of evaluate, finetune, first, cft, extract, compare, got ['evaluate']", False),
+    ("kind: [evaluate]\n", "kind: must be one of evaluate, finetune, first, cft, extract, compare, series, got ['evaluate']", False),
     ("kind: finetune\nlearning_rate: .nan\n", "learning_rate: must be a finite number > 0 and ≤ 10, got nan", True),
     ("kind: finetune\nlearning_rate: .inf\n", "learning_rate: must be a finite number > 0 and ≤ 10, got inf", True),
     ("kind: finetune\nepochs: 1.0e+9\n", "epochs: must be a finite number > 0 and ≤ 1,000, got 1000000000.0", True),

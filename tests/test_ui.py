@@ -15,6 +15,7 @@ from lab.core.events import EventWriter
 from lab.data import DataError
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import write_evaluation
+from lab.models.weights import SCRATCH_SIZES
 from lab.results import runs
 from tests.helpers import two_option_rows
 from ui import api, cases_page, forms, knowledge_page, reliability_page, results_page, temperature_page
@@ -330,7 +331,7 @@ def test_compare_page_offers_trained_models_and_adapters(tmp_path):
     (full / "config.json").write_text("{}")
     (tmp_path / "00005-cft" / "models" / "cft" / "checkpoints" / "checkpoint-3" / "model").mkdir(parents=True)
     assert model_choices(tmp_path) == [  # every named model (lab.models.weights.NAMED_MODELS), then the trained ones
-        ("bundled", "bundled|"), ("scratch", "scratch|"), ("00004-finetune (LoRA on some/base)", f"some/base|{adapter}"),
+        ("bundled", "bundled|"), *((name, f"{name}|") for name in SCRATCH_SIZES), ("00004-finetune (LoRA on some/base)", f"some/base|{adapter}"),
         ("00005-cft/models/cft (full)", f"{full}|")]
 
 

@@ -16,6 +16,7 @@ from ui.context import LabContext
 from ui.jobs_page import JobLinks, build_jobs
 from ui.knowledge_page import build_knowledge
 from ui.launch_page import build_launch
+from ui.lifecycle_page import LifecycleLink, build_lifecycle
 from ui.recalibration_page import build_recalibration
 from ui.reliability_page import build_reliability
 from ui.results_page import build_results
@@ -24,7 +25,8 @@ from ui.temperature_page import build_temperature
 
 PAGES = (("Launch", "launch", build_launch), ("Jobs", "jobs", build_jobs), ("Reliability", "reliability", build_reliability),
          ("Temperature lab", "temperature", build_temperature), ("Case studies", "cases", build_cases),
-         ("Selective prediction", "selective", build_selective), ("Recalibration", "recalibration", build_recalibration),
+         ("Selective prediction", "selective", build_selective), ("Life cycle", "lifecycle", build_lifecycle),
+         ("Recalibration", "recalibration", build_recalibration),
          ("Compare models", "compare", build_compare), ("Knowledge", "knowledge", build_knowledge),
          ("Results", "results", build_results))
 
@@ -38,6 +40,14 @@ def timers_in(block: gr.blocks.Block) -> list[gr.Timer]:
     for child in getattr(block, "children", []):
         found += timers_in(child)
     return found
+
+
+def element(block: gr.blocks.Block, elem_id: str) -> Any:
+    """The component ``elem_id`` inside ``block``, however deep (None if none): a page whose builder
+    hands the app nothing (Reliability) is still reached by its picker's id."""
+    if getattr(block, "elem_id", None) == elem_id:
+        return block
+    return next((found for child in getattr(block, "children", []) if (found := element(child, elem_id))), None)
 
 
 def timer_states(visible: list[gr.Timer], every: list[gr.Timer]) -> list[gr.Timer]:
@@ -61,6 +71,14 @@ def open_run(ctx: LabContext, tab_id: str, visible: list[gr.Timer], every: list[
             *timer_states(visible, every))
 
 
+def open_in_reliability(ctx: LabContext, visible: list[gr.Timer], every: list[gr.Timer], name: Any):
+    """The Life cycle page's button: Reliability on the selected cell's evaluation; a name that is no
+    evaluation (a cell removed since, or one no page offered) opens nothing."""
+    if runs.evaluation(ctx.runs, name) is None:
+        return (gr.skip(),) * (2 + len(every))
+    return open_run(ctx, "reliability", visible, every, [name])  # its picker takes several runs
+
+
 def open_below_threshold(ctx: LabContext, visible: list[gr.Timer], every: list[gr.Timer], names: Any, signal: Any,
                          threshold: Any):
     """The selective page's link: Case studies on its first run, every question whose confidence
@@ -77,7 +95,8 @@ def _picker(built: Any) -> gr.Dropdown:
     return built.picker if isinstance(built, CasesControls) else built
 
 
-def _wire_links(ctx: LabContext, tabs: gr.Tabs, built: dict[str, Any], timers: dict[str, list[gr.Timer]]) -> None:
+def _wire_links(ctx: LabContext, tabs: gr.Tabs, built: dict[str, Any], timers: dict[str, list[gr.Timer]],
+                reliability: gr.Dropdown) -> None:
     every = [t for page in timers.values() for t in page]
     links: JobLinks = built["jobs"]
     for tab_id, button in links.buttons.items():
@@ -89,6 +108,9 @@ def _wire_links(ctx: LabContext, tabs: gr.Tabs, built: dict[str, Any], timers: d
                            inputs=[selective.names, selective.signal, selective.threshold],
                            outputs=[tabs, cases.picker, cases.kind, cases.lo, cases.hi, cases.signal, *every],
                            show_progress="hidden")
+    lifecycle: LifecycleLink = built["lifecycle"]
+    lifecycle.button.click(functools.partial(open_in_reliability, ctx, timers["reliability"], every),
+                           inputs=lifecycle.run, outputs=[tabs, reliability, *every], show_progress="hidden")
 
 
 def preload_plots(demo: gr.Blocks) -> None:
@@ -129,7 +151,7 @@ def build(ctx: LabContext) -> gr.Blocks:
         for tab_id, tab in tabs_by_id.items():
             tab.select(functools.partial(timer_states, timers[tab_id], every), outputs=every, show_progress="hidden")
             poll_when_shown(demo, tab, timers[tab_id])
-        _wire_links(ctx, tabs, built, timers)
+        _wire_links(ctx, tabs, built, timers, element(tabs_by_id["reliability"], "reliability-runs"))
         # Opening the Compare page warms the inference lane for the models its form shows.
         tabs_by_id["compare"].select(**built["compare"].on_open)
         preload_plots(demo)

@@ -2,8 +2,8 @@
 
 Each kind shows what it produced, read from its run directory (never from this session):
 an evaluation its headline numbers and reliability diagram, a pipeline (FIRST, CFT) its report
-table, a comparison its answers, an extraction its coverage curve. Kinds with nothing to draw
-draw nothing: no empty plot frame.
+table, a comparison its answers, an extraction its coverage curve, a series its life-cycle figure
+(the Life cycle page adds its tables). Kinds with nothing to draw draw nothing: no empty plot frame.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from lab.data.templates import option_letter
 from lab.kinds.compare.run import COLUMNS as COMPARE_COLUMNS
 from lab.kinds.compare.run import read_result
 from lab.kinds.compare.run import rows as compare_rows
-from lab.results import runs
-from ui.plots import coverage_figure, option_bars, plain, reliability_figure
+from lab.results import runs, series
+from ui.plots import coverage_figure, lifecycle_figure, option_bars, plain, reliability_figure
 
 MAX_REPORT_CHARS = 20_000  # a report longer than this is cut (the file holds it all)
 
@@ -30,6 +30,7 @@ class JobResults(NamedTuple):
     figure: Any  # a plotly figure, or None: the page hides the plot
     table: Optional[pd.DataFrame]  # a comparison's answers, or None
     run: Optional[str]  # the evaluation the job wrote (its catalogue name), for the links and the rename box
+    figure_label: str = "Reliability"  # what the plot is called above it
 
 
 NOTHING = JobResults("", None, None, None)
@@ -112,6 +113,20 @@ def _extract(run_dir: str) -> JobResults:
                       None)
 
 
+def _series(run_dir: str) -> JobResults:
+    try:
+        doc = series.read(Path(run_dir))
+    except (KeyError, TypeError, ValueError, AttributeError):  # cells the summary cannot average
+        doc = None
+    if doc is None or not doc["cells"]:
+        return NOTHING
+    points = len({cell.get("point") for cell in doc["cells"]})
+    return JobResults(f"**{points} points × {len(doc['tasks'])} tasks** along {series.AXES[doc['axis']]}, "
+                      f"{len(doc['cells'])} evaluations. The **Life cycle** page adds each cell's numbers, the means "
+                      "over seeds and series.csv, and opens a cell in Reliability.", lifecycle_figure(doc), None, None,
+                      "Life cycle: ECE (top) and accuracy (bottom) along the series, one column per task")
+
+
 def job_results(ctx_runs: Path, kind: str, run_dir: Optional[str]) -> JobResults:
     """What the job's page shows of its outputs; :data:`NOTHING` before it wrote any."""
     if not run_dir:
@@ -122,6 +137,8 @@ def job_results(ctx_runs: Path, kind: str, run_dir: Optional[str]) -> JobResults
         return _compare(run_dir)
     if kind == "extract":
         return _extract(run_dir)
+    if kind == "series":
+        return _series(run_dir)
     report = _report(run_dir)
     if report.text:
         return report

@@ -20,7 +20,7 @@ from jobs.scheduler import cancel
 from jobs.store import HEARTBEAT_STALE_S, RESUMABLE, Job, JobStore
 from lab.core.config import ConfigError
 from lab.core.layout import LOG_FILE
-from lab.results import runs
+from lab.results import analysis, runs
 from lab.training.estimates import MEMORY_EVENT
 from ui.context import LabContext
 from ui.job_results import NOTHING, job_results
@@ -164,7 +164,7 @@ def _results_outputs(ctx: LabContext, job: Optional[Job]) -> tuple[Any, ...]:
     """The results panel: text, figure, table (each hidden when empty), the run for the links and
     the rename box, and whether those show."""
     found = job_results(ctx.runs, job.kind, job.run_dir) if job else NOTHING
-    return (found.text, gr.update(value=found.figure, visible=found.figure is not None),
+    return (found.text, gr.update(value=found.figure, visible=found.figure is not None, label=found.figure_label),
             gr.update(value=found.table, visible=found.table is not None), found.run,
             gr.update(visible=found.run is not None))
 
@@ -173,6 +173,14 @@ def _figure_outputs(events: list[dict[str, Any]]) -> tuple[Any, Any]:
     training, sweep = job_figures(events)
     return (gr.update(value=training, visible=training is not None),
             gr.update(value=sweep, visible=sweep is not None))
+
+
+def temperature_link(ctx: LabContext, name: Any) -> Any:
+    """"Open in the Temperature lab" only for a run the lab can rescale: it refuses a token-level run
+    (task clm or facts), which keeps the top tokens of the vocabulary only."""
+    run = runs.evaluation(ctx.runs, name)
+    metrics = (runs.read_metrics(run.path) or {}) if run else {}
+    return gr.update(visible=metrics.get("task") not in analysis.TOKEN_TASKS)
 
 
 def job_controls(job: Optional[Job]) -> tuple[Any, Any]:
@@ -302,7 +310,7 @@ class _Panel(NamedTuple):
     renamed: gr.HTML  # what the rename did, under its button
 
 
-def _results_panel() -> _Panel:
+def _results_panel(ctx: LabContext) -> _Panel:
     results = gr.Markdown(elem_id="job-results")
     figure = gr.Plot(visible=False, label="Reliability", elem_id="job-figure")
     table = gr.Dataframe(visible=False, interactive=False, label="Answers")
@@ -314,6 +322,7 @@ def _results_panel() -> _Panel:
         with gr.Column(scale=1):
             rename = gr.Button("Rename", elem_id="job-rename")
             renamed = gr.HTML(elem_id="job-renamed")
+    run.change(functools.partial(temperature_link, ctx), inputs=run, outputs=temperature, show_progress="hidden")
     return _Panel([results, figure, table, run, links], JobLinks(run, {"temperature": temperature, "cases": cases}),
                   label, rename, renamed)
 
@@ -329,7 +338,7 @@ def build_jobs(ctx: LabContext) -> JobLinks:
         resume_btn = gr.Button("Resume", scale=1, elem_id="job-resume")
     action = gr.HTML()
     status = gr.Markdown(elem_id="job-status")
-    panel = _results_panel()
+    panel = _results_panel(ctx)
     with gr.Row():
         training = gr.Plot(label="Training: loss per step, validation ECE / accuracy per epoch", visible=False)
         sweep = gr.Plot(label="Temperature sweep", visible=False)

@@ -14,6 +14,7 @@ folders (what they lead to is not the runs directory's). What it finds:
     reports       a directory with report.json
     comparisons   a directory with compare.json (a compare job's, or the compare lane's history)
     calibrators   a directory with calibrator.json (the recalibration workbench's, lab.calibration.calibrators)
+    series        a directory with series.json (a series job's table, lab.results.series)
 
 What a browser sends back is only a name: :func:`resolve` turns it into a path again, through
 ``..`` and links, and answers None for anything outside the runs directory or deeper than the
@@ -35,8 +36,9 @@ from lab.calibration.metrics import finite_or_none
 from lab.calibration.temperature import load_temperature
 from lab.core.layout import (ADAPTER_DIR, CALIBRATOR_FILE, CHECKPOINTS_DIR, COMPARE_FILE, CONFIG_FILE, EVAL_DIR,
                              FITTED_TEMPERATURE_DIR, LABEL_FILE, MANIFEST_FILE, METRICS_FILE, MODEL_DIR,
-                             PREDICTIONS_FILE, REPORT_JSON, SNAPSHOTS_DIR, TEMPERATURE_FILE, TOPK_DIR)
+                             PREDICTIONS_FILE, REPORT_JSON, SERIES_FILE, SNAPSHOTS_DIR, TEMPERATURE_FILE, TOPK_DIR)
 from lab.core.yamlio import load_yaml
+from lab.results import series as series_table
 
 MAX_DEPTH = 4  # runs/<job>/models/<row>/ and runs/<job>/eval/<row>-<set>/ are depth 3; a checkpoint is deeper
 HF_CONFIG = "config.json"  # what save_pretrained writes into model/
@@ -105,6 +107,7 @@ class Catalogue:
     reports: dict[str, Path]
     comparisons: dict[str, Path]  # newest compare.json first
     calibrators: dict[str, Path]  # newest calibrator.json first
+    series: dict[str, Path]  # newest series.json first
 
 
 # ---------------------------------------------------------------- the walk
@@ -237,7 +240,8 @@ def _is_store(name: str) -> bool:
 
 def _scan(root: Path, start: Path, depth: int) -> Catalogue:
     """The catalogue of ``start`` (``root`` or a folder below it), walked ``depth`` levels down."""
-    evaluations, stores, models, temperatures, reports, comparisons, calibrators = [], {}, [], {}, {}, [], []
+    evaluations, stores, models, temperatures, reports = [], {}, [], {}, {}
+    comparisons, calibrators, series = [], [], []
     for directory, files, folders in _walk(start, depth):
         name = directory.relative_to(root).as_posix()
         if METRICS_FILE in files and PREDICTIONS_FILE in files and (found := _eval_run(directory, name)):
@@ -252,6 +256,8 @@ def _scan(root: Path, start: Path, depth: int) -> Catalogue:
             comparisons.append((_mtime(directory / COMPARE_FILE), name, directory))
         if CALIBRATOR_FILE in files:
             calibrators.append((_mtime(directory / CALIBRATOR_FILE), name, directory))
+        if SERIES_FILE in files:
+            series.append((_mtime(directory / SERIES_FILE), name, directory))
         if ADAPTER_DIR in folders and (directory / ADAPTER_DIR / ADAPTER_CONFIG).is_file():
             models.append(TrainedModel(directory / ADAPTER_DIR, name, adapter_base(root, directory / ADAPTER_DIR)))
         if MODEL_DIR in folders and (directory / MODEL_DIR / HF_CONFIG).is_file():
@@ -259,9 +265,11 @@ def _scan(root: Path, start: Path, depth: int) -> Catalogue:
     evaluations.sort(key=lambda item: (-item[0], item[1].name))
     comparisons.sort(key=lambda item: (-item[0], item[1]))
     calibrators.sort(key=lambda item: (-item[0], item[1]))
+    series.sort(key=lambda item: (-item[0], item[1]))
     return Catalogue([run for _, run in evaluations], stores, models, temperatures, reports,
                      {name: directory for _, name, directory in comparisons},
-                     {name: directory for _, name, directory in calibrators})
+                     {name: directory for _, name, directory in calibrators},
+                     {name: directory for _, name, directory in series})
 
 
 def _mtime(path: Path) -> float:
@@ -440,3 +448,37 @@ def _calibrator_label(directory: Path, mtime_ns: int) -> str:
     """A calibrator's description, read once per version of its file: the pickers that list them
     follow the runs directory every few seconds."""
     return calibrators.load(directory).describe()
+
+
+def series_dir(root: Path, name: Any) -> Optional[Path]:
+    """The folder of the series called ``name`` under ``root`` (one holding series.json), or None."""
+    directory = resolve(root, name)
+    return directory if directory is not None and (directory / SERIES_FILE).is_file() else None
+
+
+def series_choices(root: Path) -> list[tuple[str, str]]:
+    """(label, name) of every series, newest first: the user's name for it, else its job, axis, size
+    and date (``00007 · params · 4 points × 2 tasks · 11-23 10:58``)."""
+    choices = []
+    for name, directory in scan(root).series.items():
+        try:
+            version = (directory / SERIES_FILE).stat().st_mtime_ns
+        except OSError:  # removed meanwhile
+            continue
+        choices.append((read_label(directory) or _series_label(name, directory, version), name))
+    return choices
+
+
+@functools.lru_cache(maxsize=256)
+def _series_label(name: str, directory: Path, mtime_ns: int) -> str:
+    """A series' description, read once per version of its table: it is rewritten after every cell,
+    and the pickers that list series follow the runs directory every few seconds."""
+    first, _, rest = name.partition("/")
+    job = JOB_NUMBER.match(first)
+    head = " · ".join(p for p in (job[1] if job else first, rest) if p)
+    stamp = time.strftime("%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
+    doc = series_table.read(directory)
+    if doc is None:
+        return f"{head} · (unreadable) · {stamp}"
+    points = len({cell.get("point") for cell in doc["cells"]})
+    return f"{head} · {doc['axis']} · {points} points × {len(doc['tasks'])} tasks · {stamp}"

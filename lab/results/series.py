@@ -89,12 +89,16 @@ def read(directory: Path) -> Optional[dict[str, Any]]:
         return None
     cells = [{**c, "x": x_value(doc["axis"], c)} for c in doc["cells"]
              if isinstance(c, dict) and isinstance(c.get("task"), str)]
-    cells = [c for c in cells
-             if c["x"] is None or isinstance(c["x"], (int, float, str)) and not isinstance(c["x"], bool)]
+    cells = [c for c in cells if _scalar(c["x"]) and _scalar(c.get("entry"))]
     for cell in cells:
         for key in ("accuracy", "accuracy_low", "accuracy_high", "ece", "ece_low", "ece_high", "oracle_ece"):
             cell[key] = finite_or_none(cell.get(key))
     return {**doc, "cells": cells, "summary": summarize(doc["axis"], cells)}
+
+
+def _scalar(value: Any) -> bool:
+    """A value a cell may be grouped and drawn by: a number, a label, or none."""
+    return value is None or isinstance(value, (int, float, str)) and not isinstance(value, bool)
 
 
 def cells_frame(doc: dict[str, Any]) -> pd.DataFrame:

@@ -40,7 +40,7 @@ class SeriesModel:
         "a model to evaluate: 'bundled', 'scratch', a local directory or a hub id", role="model"))
     adapter: Optional[str] = field(default=None, metadata=doc("a PEFT (LoRA) adapter on `model`", role="dir"))
     revision: Optional[str] = field(default=None, metadata=doc(
-        "a hub model's branch or commit (Pythia's step1000 …: its pre-training checkpoints)", role="text",
+        "a hub model's branch or commit (Pythia's step1000 …: its pre-training checkpoints)", role="name",
         pattern=r"[A-Za-z0-9._-]{1,64}"))
     run: Optional[str] = field(default=None, metadata=doc(
         "a finished finetune run's directory: its final weights; on the step axis its base model (step 0) and every "

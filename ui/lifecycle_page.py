@@ -1,0 +1,240 @@
+"""Life cycle: a series' ECE and accuracy along its axis (parameters, training steps, alignment stages
+or training seeds), one panel per task, as the alignment-calibration paper's Figures 3–5.
+
+Drawn from the series' ``series.json`` (:mod:`lab.results.series`), which its job rewrites after every
+cell: the page re-reads it while the series runs and draws the cells done so far. Each run carries
+its bootstrap interval over questions; where training seeds repeat a point, their mean carries a
+Student-t interval over seeds. A row of the cells table picks that cell's evaluation, which "Open in
+Reliability" opens there (the app wires the button to the Reliability tab); the cells download as
+series.csv. Every name and row index the browser sends is checked against the series on the server.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, NamedTuple, Optional
+
+import gradio as gr
+import pandas as pd
+
+from lab.core.layout import SERIES_CSV, SERIES_FILE
+from lab.results import runs, series
+from ui.components import export, run_picker
+from ui.context import LabContext
+from ui.messages import STORE_FAULTS, error, note, ok
+from ui.plots import lifecycle_figure, params_label
+
+REDRAW_S = 3.0  # how soon a running series' new cells appear
+LIVE = ("queued", "running")
+INTRO = ("How calibration changes along a model's life: with its size, its pre-training steps, its alignment "
+         "stages, or its training seed. Top row: ECE (how far confidence is from accuracy); bottom row: accuracy. "
+         "Each marker is one run with its 95 % bootstrap interval over questions; where seeds repeat a point, the "
+         "dark line is their mean with a 95 % t-interval over seeds. Select a row of the cells table to open that "
+         "run in Reliability.")
+NO_SERIES = ("No series yet. A series evaluates a list of models on a list of tasks: run `python -m lab run "
+             "examples/series-scale-quick.yaml`, or fill in the Launch page's series tab.")
+CELL_COLUMNS = ["task", "x", "point", "n", "accuracy (95% CI)", "ECE (95% CI)", "oracle ECE", "run"]
+SUMMARY_COLUMNS = ["task", "x", "runs", "accuracy mean (95% t-interval)", "ECE mean (95% t-interval)"]
+CELL_WIDTHS = ["170px", "110px", "120px", "60px", "190px", "190px", "90px", "280px"]
+
+
+class LifecycleLink(NamedTuple):
+    """What the app wires to Reliability: the button, and the evaluation of the row the user selected."""
+
+    button: gr.Button
+    run: gr.State
+
+
+# ---------------------------------------------------------------- handlers
+def _pct(value: Optional[float]) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def _with_interval(value: Optional[float], low: Optional[float], high: Optional[float]) -> str:
+    return _pct(value) + (f" [{_pct(low)}, {_pct(high)}]" if low is not None and high is not None else "")
+
+
+def _x_text(axis: str, x: Any) -> str:
+    return params_label(x) if axis == "params" and isinstance(x, (int, float)) else ("–" if x is None else str(x))
+
+
+def _task_labels(doc: dict[str, Any]) -> dict[str, str]:
+    return {str(t.get("key")): str(t.get("label") or t.get("key")) for t in doc["tasks"] if isinstance(t, dict)}
+
+
+def cells_table(doc: dict[str, Any]) -> pd.DataFrame:
+    """One row per cell, in the order of ``doc["cells"]`` (a selected row's index is its cell's); the x
+    column is named for the axis."""
+    labels = _task_labels(doc)
+    rows = [[labels.get(c["task"], c["task"]), _x_text(doc["axis"], c.get("x")),
+             " · ".join(str(p) for p in (c.get("point"), c.get("stage")) if p), c.get("n"),
+             _with_interval(c.get("accuracy"), c.get("accuracy_low"), c.get("accuracy_high")),
+             _with_interval(c.get("ece"), c.get("ece_low"), c.get("ece_high")), _pct(c.get("oracle_ece")),
+             c.get("run")] for c in doc["cells"]]
+    return pd.DataFrame(rows, columns=[doc["axis_title"] if col == "x" else col for col in CELL_COLUMNS])
+
+
+def summary_table(doc: dict[str, Any]) -> Optional[pd.DataFrame]:
+    """The means over seeds per task and x, or None when no x has more than one run (nothing to average)."""
+    if not any((row.get("runs") or 0) > 1 for row in doc["summary"]):
+        return None
+    labels = _task_labels(doc)
+    rows = [[labels.get(r["task"], r["task"]), _x_text(doc["axis"], r["x"]), r["runs"],
+             _with_interval(r["accuracy_mean"], r["accuracy_low"], r["accuracy_high"]),
+             _with_interval(r["ece_mean"], r["ece_low"], r["ece_high"])] for r in doc["summary"]]
+    return pd.DataFrame(rows, columns=[doc["axis_title"] if col == "x" else col for col in SUMMARY_COLUMNS])
+
+
+def read_series(directory: Path) -> Optional[dict[str, Any]]:
+    """``series.json`` as :func:`lab.results.series.read` gives it, or None when it cannot be drawn:
+    absent or damaged, or cells the summary cannot average (a value of the wrong type, a cell with no x)."""
+    try:
+        doc = series.read(directory)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return None if doc is None else {**doc, "axis_title": series.AXES[doc["axis"]]}
+
+
+def live_series_jobs(ctx: LabContext) -> list[Any]:
+    """The series jobs queued or running (none when the job store cannot be read right now)."""
+    try:
+        return [job for job in ctx.store.list(LIVE) if job.kind == "series"]
+    except STORE_FAULTS:
+        return []
+
+
+def running(ctx: LabContext, directory: Path) -> bool:
+    """Whether a job of the store still writes into ``directory``."""
+    here = os.path.realpath(directory)
+    return any(job.run_dir and os.path.realpath(job.run_dir) == here for job in live_series_jobs(ctx))
+
+
+def version(ctx: LabContext, directory: Optional[Path]) -> Optional[str]:
+    """What changes when the drawing must: the series' files rewritten, or its job ending."""
+    if directory is None:
+        return None
+    stamps = []
+    for name in (SERIES_FILE, SERIES_CSV):
+        try:
+            stat = (directory / name).stat()
+            stamps.append(f"{stat.st_mtime_ns}:{stat.st_size}")
+        except OSError:
+            stamps.append("-")
+    return " ".join([*stamps, str(running(ctx, directory))])
+
+
+def _download(ctx: LabContext, directory: Path, name: str) -> Any:
+    """series.csv, copied where the server may hand it to the browser (``<runs>/exports``)."""
+    if not (directory / SERIES_CSV).is_file():
+        return gr.update(visible=False)
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:80] or "series"
+    try:
+        return export(ctx, f"series-{slug}.csv", lambda target: shutil.copyfile(directory / SERIES_CSV, target))
+    except OSError:  # removed meanwhile, or exports/ not writable: the rest of the page still draws
+        return gr.update(visible=False)
+
+
+def series_view(ctx: LabContext, name: Any):
+    """(figure, cells table, summary table, message, download, version) of the series picked."""
+    empty = pd.DataFrame(columns=CELL_COLUMNS)
+    nothing = gr.update(value=None, visible=False)
+    directory = runs.series_dir(ctx.runs, name) if name else None
+    if directory is None:
+        if name:
+            said = error(f"No series called {str(name)[:100]!r} here: pick one from the list.")
+        elif runs.series_choices(ctx.runs):
+            said = "Pick a series."
+        else:
+            jobs = live_series_jobs(ctx)
+            said = note(NO_SERIES) + (note(f"Series job {jobs[0].id} is {jobs[0].status}: it appears here when "
+                                           "its first cell is done.") if jobs else "")
+        return None, empty, nothing, said, gr.update(visible=False), None
+    doc = read_series(directory)
+    if doc is None:
+        return (None, empty, nothing, error(f"{directory / SERIES_FILE} cannot be read (damaged, or not a series "
+                                            "table): rerun or resume the series job to rewrite it."),
+                gr.update(visible=False), version(ctx, directory))
+    said = ""
+    if running(ctx, directory):
+        said = note(f"This series is still running: {len(doc['cells'])} cells so far, drawn as each one finishes.")
+    elif not doc["cells"]:
+        said = note("This series has no finished cell yet.")
+    summary = summary_table(doc)
+    return (lifecycle_figure(doc), cells_table(doc), gr.update(value=summary, visible=summary is not None), said,
+            _download(ctx, directory, name), version(ctx, directory))
+
+
+def redraw(ctx: LabContext, name: Any, drawn: Optional[str]):
+    """:func:`series_view` when the series changed since ``drawn`` (its version), else nothing sent."""
+    directory = runs.series_dir(ctx.runs, name) if name else None
+    if directory is None or version(ctx, directory) == drawn:
+        return (gr.skip(),) * 6
+    return series_view(ctx, name)
+
+
+def _row_index(index: Any) -> Optional[int]:
+    """The row of a table selection (gradio sends [row, column]); None for anything else."""
+    row = index[0] if isinstance(index, (list, tuple)) and index else index
+    return row if isinstance(row, int) and not isinstance(row, bool) else None
+
+
+def picked_cell(ctx: LabContext, name: Any, index: Any, row: Any = None):
+    """(the evaluation's name, what the page says, the Open button) for the selected row of the cells
+    table. The row's own run (its last column) wins when it is one of this series' cells, as it
+    stays right after the user sorts the table; else the row index, within the series' cells."""
+    directory = runs.series_dir(ctx.runs, name) if name else None
+    doc = read_series(directory) if directory is not None else None
+    cells = doc["cells"] if doc else []
+    shown = row[-1] if isinstance(row, (list, tuple)) and row else None
+    i = _row_index(index)
+    cell = next((c for c in cells if shown is not None and c.get("run") == shown), None)
+    if cell is None and i is not None and 0 <= i < len(cells):
+        cell = cells[i]
+    run = runs.evaluation(ctx.runs, cell.get("run")) if cell else None
+    if run is None:
+        said = error("That row's evaluation is not there (any more): pick a row of the table.") if cell else ""
+        return None, said, gr.update(interactive=False)
+    labels = _task_labels(doc)
+    return (run.name, ok(f"Picked {cell.get('point')} × {labels.get(cell['task'], cell['task'])} ({run.name})."),
+            gr.update(interactive=True))
+
+
+def show_series(ctx: LabContext, name: Any):
+    """Another series picked: drawn afresh, and the previous one's selected row forgotten."""
+    return (*series_view(ctx, name), None, "", gr.update(interactive=False))
+
+
+# ---------------------------------------------------------------- layout and wiring
+def build_lifecycle(ctx: LabContext) -> LifecycleLink:
+    gr.Markdown(INTRO)
+    picker, _ = run_picker(ctx, "Series", catalogue=runs.series_choices, elem_id="lifecycle-series")
+    message = gr.HTML(elem_id="lifecycle-message")
+    plot = gr.Plot(label="ECE and accuracy along the series (hover a marker: its model, n, intervals)",
+                   elem_id="lifecycle-plot")
+    cells = gr.Dataframe(interactive=False, wrap=True, max_height=420, elem_id="lifecycle-cells",
+                         label="Cells: one evaluation per model and task (select a row to open it in Reliability)",
+                         column_widths=CELL_WIDTHS)
+    with gr.Row():
+        picked = gr.HTML(elem_id="lifecycle-picked")
+        button = gr.Button("Open in Reliability", interactive=False, elem_id="lifecycle-open", scale=0, min_width=200)
+        download = gr.DownloadButton("Download series.csv", visible=False, elem_id="lifecycle-csv", scale=0,
+                                     min_width=240)
+    summary = gr.Dataframe(interactive=False, wrap=True, visible=False, elem_id="lifecycle-summary",
+                           label="Means over training seeds, with their 95 % Student-t interval")
+    run, drawn = gr.State(None), gr.State(None)
+    view = [plot, cells, summary, message, download, drawn]
+    picker.change(functools.partial(show_series, ctx), inputs=picker, outputs=[*view, run, picked, button],
+                  show_progress="hidden")
+    timer = gr.Timer(REDRAW_S, active=False)
+    timer.tick(functools.partial(redraw, ctx), inputs=[picker, drawn], outputs=view, show_progress="hidden")
+
+    def select_cell(name: Any, evt: gr.SelectData):
+        """:func:`picked_cell` of the row selected. Not a partial: gradio finds the event's data by the
+        annotation of the function it is given, and a partial's has none."""
+        return picked_cell(ctx, name, evt.index, evt.row_value)
+
+    cells.select(select_cell, inputs=picker, outputs=[run, picked, button], show_progress="hidden")
+    return LifecycleLink(button, run)
