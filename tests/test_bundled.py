@@ -14,10 +14,13 @@ from lab.core import hub
 from lab.core.config import ConfigError, walk
 from lab.core.yamlio import load_yaml
 from lab.data import DATASETS, DataError, load_records, loaders, samples, with_sample
+from lab.data.instructions import load_instructions
 from lab.data.preferences import load_pairs
+from lab.data.texts import load_texts
 from lab.jobkit import kinds
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import PathNotAllowed
+from lab.models.weights import NAMED_MODELS
 from ui import forms
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,6 +80,19 @@ def _loads(kind: str, cfg) -> dict[str, int]:
                 loaded[f"{path}[{i}]"] = len(data.records)
     if values.get("preferences"):
         loaded["preferences"] = len(load_pairs(values["preferences"], limit=values.get("preference_limit"))[0])
+    if kind == "sft":
+        loaded["sft.split"] = len(load_instructions(values["dataset"], values["split"], values["data_files"]).records)
+    for key in ("tasks", "calibration"):  # evaluate configs of a series or a training stage
+        for i in range(len(values.get(key) or [])):
+            task = cfg.task_config(i, "bundled", None, *([cfg.seed] if kind == "series" else []))
+            data = (load_records(task.dataset, task.split, task.data_files) if task.task == "mcq" else
+                    load_texts(task.dataset, task.task, task.data_files, split=task.split))
+            loaded[f"{key}[{i}]"] = len(data.records)
+    for i, entry in enumerate(values.get("models") or []):  # a series' train entries
+        if entry.get("train"):
+            train = entry["train"]
+            loaded[f"models[{i}].train"] = len(load_records(train["dataset"], train.get("split", "train"),
+                                                            train["data_files"]).records)
     return loaded
 
 
@@ -109,7 +125,7 @@ def test_the_registered_samples_are_the_files_there_and_nothing_else():
     assert all(path.exists() for path in registered)
     data = [p for p in samples.ROOT.rglob("*") if p.is_file() and p.relative_to(samples.ROOT).parts[0] not in NOTES]
     assert all(any(p == r or r in p.parents for r in registered) for p in data)  # no file that nothing names
-    assert with_sample() == ["arc_challenge", "arc_easy", "boolq", "medmcqa", "mmlu", "obqa", "synthetic", "text", "trex"]
+    assert with_sample() == ["alpaca", "arc_challenge", "arc_easy", "boolq", "medmcqa", "mmlu", "obqa", "synthetic", "text", "trex"]
 
 
 @pytest.mark.unit
@@ -197,14 +213,14 @@ def test_every_quick_preset_resolves_and_loads_offline_without_shared(path, offl
         if spec.role in ("data_files", "files") and holder[key]:
             assert holder[key] == ["bundled"], field
         if spec.role == "model":
-            assert holder[key] == "bundled", field
+            assert holder[key] in NAMED_MODELS, field  # the bundled model, or a scratch one made from it
     _stored_and_rerun(kind.name, cfg, [tmp_path])
     assert all(n > 0 for n in _loads(kind.name, cfg).values())
 
 
 @pytest.mark.unit
 def test_there_is_a_quick_preset_for_every_kind():
-    assert sorted(p.stem.removesuffix("-quick") for p in QUICK) == sorted(k.name for k in kinds.all_kinds())
+    assert {k.name for k in kinds.all_kinds()} <= {p.stem.removesuffix("-quick") for p in QUICK}
 
 
 # ---------------------------------------------------------------- the token, hostile shapes
@@ -236,8 +252,8 @@ def test_a_path_inside_the_samples_is_allowed_and_one_climbing_out_of_them_is_no
 def test_bundled_with_a_split_or_for_a_dataset_without_a_sample_is_refused_naming_the_field(tmp_path):
     with pytest.raises(ConfigError, match=r"^data_files\[1\]: 'train=bundled': 'bundled' stands alone"):
         parse_config({"kind": "evaluate", "dataset": "obqa", "data_files": ["bundled", "train=bundled"]}, [tmp_path])
-    message = ("data_files[0]: csqa has no bundled sample; 'bundled' in data_files names one for: arc_challenge, "
-               "arc_easy, boolq, medmcqa, mmlu, obqa, synthetic, text, trex.")
+    message = ("data_files[0]: csqa has no bundled sample; 'bundled' in data_files names one for: alpaca, "
+               "arc_challenge, arc_easy, boolq, medmcqa, mmlu, obqa, synthetic, text, trex.")
     with pytest.raises(ConfigError) as refused:
         parse_config({"kind": "finetune", "dataset": "csqa", "data_files": ["bundled"]}, [tmp_path])
     assert str(refused.value).startswith(message)

@@ -273,7 +273,7 @@ def test_user_errors_are_data_errors(tmp_path):
 
 
 def test_unknown_dataset_lists_valid_names():
-    with pytest.raises(UnknownNameError, match="Did you mean 'csqa'.*Valid names: arc_challenge, arc_easy"):
+    with pytest.raises(UnknownNameError, match="Did you mean 'csqa'.*Valid names: alpaca, arc_challenge, arc_easy"):
         load_records("cqsa")
 
 

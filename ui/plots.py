@@ -375,6 +375,19 @@ def _stage_events(events: Sequence[dict], stage_prefix: str) -> tuple[dict[str, 
 VALIDATION_PANELS = (("ece", "val ECE", 2, "circle", "solid"), ("accuracy", "val accuracy", 3, "square", "dot"))
 
 
+def _validation_series(evals: Sequence[dict], stage: str) -> list[tuple[str, list[dict]]]:
+    """A stage's validation points as (label, points): one series, or, when its events measure several
+    calibration tasks (an sft stage's ``tasks``), one per task, in the order they first come."""
+    if not any(isinstance(e.get("tasks"), dict) for e in evals):
+        return [(stage, list(evals))]
+    tasks: dict[str, list[dict]] = {}
+    for event in evals:
+        for key, task in (event.get("tasks") or {}).items():
+            if isinstance(task, dict):
+                tasks.setdefault(key, []).append({**task, "epoch": event["epoch"]})
+    return [(f"{stage} · {points[0].get('label') or key}", points) for key, points in tasks.items()]
+
+
 @_never_raises
 def training_figure(events: Sequence[dict], stage_prefix: str) -> go.Figure:
     """Training loss per step, validation ECE per epoch and validation accuracy per epoch, side by side.
@@ -396,13 +409,15 @@ def training_figure(events: Sequence[dict], stage_prefix: str) -> go.Figure:
             fig.add_trace(go.Scatter(x=[e["step"] for e in losses[stage]], y=[e["loss"] for e in losses[stage]],
                                      mode="lines", name=f"{stage} loss", legendgroup=stage,
                                      line={"color": colour}), row=1, col=1)
-        for metric, name, col, symbol, dash in VALIDATION_PANELS:
-            points = [e for e in evals.get(stage, []) if e.get(metric) is not None]
-            if points:
-                fig.add_trace(go.Scatter(x=[e["epoch"] for e in points], y=[e[metric] for e in points],
-                                         mode="lines+markers", name=f"{stage} {name}", legendgroup=stage,
-                                         line={"color": colour, "dash": dash},
-                                         marker={"symbol": symbol, "size": 8}), row=1, col=col)
+        for (label, series), colour in zip(_validation_series(evals.get(stage, []), stage),
+                                           palette[i % len(palette):] + palette):
+            for metric, name, col, symbol, dash in VALIDATION_PANELS:
+                points = [e for e in series if e.get(metric) is not None]
+                if points:
+                    fig.add_trace(go.Scatter(x=[e["epoch"] for e in points], y=[e[metric] for e in points],
+                                             mode="lines+markers", name=f"{label} {name}", legendgroup=stage,
+                                             line={"color": colour, "dash": dash},
+                                             marker={"symbol": symbol, "size": 8}), row=1, col=col)
     fig.update_xaxes(title_text="step", row=1, col=1)
     for col in (2, 3):
         fig.update_xaxes(title_text="epoch", row=1, col=col)

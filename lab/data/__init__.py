@@ -4,15 +4,19 @@
 files; ``["bundled"]`` the sample that ships with the package; without files it reads the Hugging
 Face hub copy. Every dataset becomes a list of :class:`MCQRecord`. Importing this package
 registers the built-in datasets, ``custom`` and ``synthetic`` (the controlled task), and the
-datasets of texts for the token tasks, ``text`` and ``trex`` (:mod:`lab.data.texts`: ``load_texts``).
+datasets of texts for the token tasks, ``text`` and ``trex`` (:mod:`lab.data.texts`: ``load_texts``), and
+the instruction–response pairs of supervised fine-tuning, ``alpaca``, ``dolly`` and ``instructions``
+(:mod:`lab.data.instructions`: ``load_instructions``).
 """
 from lab.core.errors import DataError
 
-from . import builtin, custom, synthetic, texts  # noqa: F401  (they register themselves in DATASETS)
+from . import builtin, custom, instructions, synthetic, texts  # noqa: F401  (they register themselves in DATASETS)
+from .instructions import SFT_TASK, InstructionLoad, InstructionRecord, load_instructions
 from .loaders import DATASETS, DatasetSpec, LoadResult, dataset_names, load_records, with_sample
 from .record import MCQRecord, RowProblem
 from .split import carve
 from .texts import TEXT_TASKS, TextLoad, TextRecord, load_texts, text_dataset_names
 
-__all__ = ["DATASETS", "DataError", "DatasetSpec", "LoadResult", "MCQRecord", "RowProblem", "TEXT_TASKS", "TextLoad",
-           "TextRecord", "carve", "dataset_names", "load_records", "load_texts", "text_dataset_names", "with_sample"]
+__all__ = ["DATASETS", "DataError", "DatasetSpec", "InstructionLoad", "InstructionRecord", "LoadResult", "MCQRecord",
+           "RowProblem", "SFT_TASK", "TEXT_TASKS", "TextLoad", "TextRecord", "carve", "dataset_names",
+           "load_instructions", "load_records", "load_texts", "text_dataset_names", "with_sample"]

@@ -77,13 +77,14 @@ def dataset_names(task: str | None = "mcq") -> list[str]:
 
 def not_for_task(spec: DatasetSpec, task: str) -> DataError:
     """The refusal of a dataset for a task it does not feed: what it holds, and the datasets that do."""
-    holds = "questions" if "mcq" in spec.tasks else "texts"
+    kinds = {"mcq": "questions", "clm": "texts", "facts": "texts", "sft": "instruction-response pairs"}
+    holds, wanted = kinds.get(spec.tasks[0], "data"), kinds.get(task, "data")
     others = ", ".join(dataset_names(task))
-    if holds == ("questions" if task == "mcq" else "texts"):  # texts without entity spans, asked for facts
+    if holds == wanted:  # texts without entity spans, asked for facts
         return DataError(f"dataset {spec.name!r} holds texts without entity spans: it feeds task "
                          f"{' and '.join(spec.tasks)}; for {task} use one of: {others}.")
-    return DataError(f"dataset {spec.name!r} holds {holds}, not {'texts' if holds == 'questions' else 'questions'}: "
-                     f"use task {' or '.join(spec.tasks)}, or a dataset for {task}: {others}.")
+    return DataError(f"dataset {spec.name!r} holds {holds}, not {wanted}: use task {' or '.join(spec.tasks)}, "
+                     f"or a dataset for {task}: {others}.")
 
 
 def with_sample() -> list[str]:

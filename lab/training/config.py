@@ -44,6 +44,13 @@ Scheduler = Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "c
                     "inverse_sqrt"]
 
 
+def check_tracker(report_to: str) -> None:
+    """A tracker that is not installed is refused when the config is read, not after the model loaded."""
+    if report_to != "none" and not any(importlib.util.find_spec(p) for p in TRACKER_PACKAGES[report_to]):
+        raise ValueError(f"report_to: {report_to} is not installed on this machine "
+                         f"(pip install {TRACKER_PACKAGES[report_to][0]}), or pick none")
+
+
 @dataclass
 class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSection):
     model: str = redeclare(ModelSection, "model", trained_by="method")
@@ -105,9 +112,7 @@ class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSect
         "rcft: redo the E-step every N steps (None: every epoch)", ge=1, le=MAX_ROWS))
 
     def __post_init__(self) -> None:
-        if self.report_to != "none" and not any(importlib.util.find_spec(p) for p in TRACKER_PACKAGES[self.report_to]):
-            raise ValueError(f"report_to: {self.report_to} is not installed on this machine "
-                             f"(pip install {TRACKER_PACKAGES[self.report_to][0]}), or pick none")
+        check_tracker(self.report_to)
         if self.template is None:
             self.template = default_template(self.dataset, "letter")
         if self.lambda_scale == "released" and self.ece_lambda > 1:

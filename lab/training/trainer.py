@@ -92,10 +92,10 @@ class LabCallback(TrainerCallback):
     """Training progress and per-epoch validation as events (and to the trackers of ``report_to``,
     through ``log``: the Trainer's own); stops at the user's request, every rank at the same step."""
 
-    def __init__(self, events: EventWriter, stage: str, validate: Optional[Callable[[Any], dict]],
-                 should_stop: Callable[[], bool], eval_steps: Optional[int] = None) -> None:
+    def __init__(self, events: EventWriter, stage: str, validate: Optional[Callable[[Any, int], dict]],
+                 should_stop: Callable[[], bool], eval_steps: Optional[int] = None, at_start: bool = False) -> None:
         self.events, self.stage, self.validate, self.should_stop = events, stage, validate, should_stop
-        self.eval_steps = eval_steps
+        self.eval_steps, self.at_start = eval_steps, at_start
         self.history: list[dict[str, Any]] = []
         self.stopping = False  # agreed by every rank
         self.log: Callable[[dict[str, float]], None] = lambda logs: None
@@ -105,6 +105,10 @@ class LabCallback(TrainerCallback):
             parts = {k: float(v) for k, v in logs.items() if k.startswith(PART_PREFIXES)}
             self.events.emit(self.stage, step=state.global_step, total=state.max_steps, epoch=round(state.epoch or 0, 3),
                              loss=float(logs["loss"]), lr=float(logs.get("learning_rate", 0.0)), **parts)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.at_start and state.global_step == 0:  # the model before training: where the curve starts
+            self._validate(state, model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         self.stopping = distributed.agree(self.should_stop())
@@ -121,7 +125,7 @@ class LabCallback(TrainerCallback):
     def _validate(self, state, model) -> None:
         if self.validate is None:
             return
-        metrics = self.validate(model)
+        metrics = self.validate(model, state.global_step)
         record = {"epoch": round(state.epoch or 0, 3), "step": state.global_step, **metrics}
         self.history.append(record)
         self.events.emit(f"{self.stage}_eval", **record)
@@ -199,12 +203,14 @@ class SnapshotCallback(TrainerCallback):
             save_snapshot(model, self.tokenizer, self.folder, state.global_step, self.lora)
 
 
-def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device, run_name: str) -> TrainingArguments:
+def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device, run_name: str,
+                       args_class: type[TrainingArguments] = TrainingArguments, **extra: Any) -> TrainingArguments:
     """transformers' arguments for ``cfg``: checkpoints every ``save_steps`` (else every epoch), with
     the optimizer's state or (``save_optimizer`` off: ``save_only_model``) without, the last
     :data:`KEPT_CHECKPOINTS` kept — transformers removes the older one only after the new one is
-    whole, so a kill during a save leaves one; trackers as ``report_to`` says."""
-    return TrainingArguments(
+    whole, so a kill during a save leaves one; trackers as ``report_to`` says. ``args_class`` and
+    ``extra``: a trainer's own subclass and its fields (TRL's ``SFTConfig``: ``completion_only_loss`` …)."""
+    return args_class(
         output_dir=str(out_dir / CHECKPOINTS_DIR), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
@@ -215,6 +221,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device, ru
         use_cpu=device.type == "cpu", bf16=device.type == "cuda" and torch.cuda.is_bf16_supported(),
         remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=True,
         ddp_find_unused_parameters=False,  # every trainable weight takes part in each forward: no graph walk per step
+        **extra,
     )
 
 
@@ -246,18 +253,18 @@ def saved_sizes(model, lora: bool) -> tuple[int, int]:
     return sum(p.numel() * p.element_size() for p in written), sum(p.numel() for p in trainable)
 
 
-def memory_estimate(cfg: TrainConfig, model, examples: list[dict], args: TrainingArguments,
+def memory_estimate(cfg: TrainConfig, model, longest: int, args: TrainingArguments,
                     device: torch.device) -> Optional[TrainingMemory]:
-    """:func:`lab.training.estimates.training_memory` of this run at its longest example (a batch
+    """:func:`lab.training.estimates.training_memory` of this run at its ``longest`` example (a batch
     pads to its longest), or None for a model without a local folder and Llama-type config."""
     folder = local_model_dir(cfg.model)
     shape = model_shape(folder) if folder else None
-    if shape is None or not examples:
+    if shape is None or not longest:
         return None
     frozen = [p.element_size() for p in model.parameters() if not p.requires_grad]
     precision = Precision(compute=2 if args.bf16 else 4, mask=1 if device.type == "cuda" else 4)
-    return training_memory(shape, cfg.method, cfg.batch_size, max(len(e["input_ids"]) for e in examples), precision,
-                           frozen[0] if frozen else 4, cfg.lora_r, cfg.lora_dropout)
+    return training_memory(shape, cfg.method, cfg.batch_size, longest, precision, frozen[0] if frozen else 4,
+                           cfg.lora_r, cfg.lora_dropout)
 
 
 def load_split_records(cfg: TrainConfig, split: str, files: list[str], limit: Optional[int]) -> list[MCQRecord]:
@@ -277,20 +284,29 @@ def last_checkpoint(folder: Path) -> Optional[Path]:
 
 def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, examples: list[dict], model, tokenizer,
                  device: torch.device, events: EventWriter, stage: str, should_stop: Callable[[], bool],
-                 val_records: Sequence[MCQRecord], collator: Callable, **trainer_kwargs: Any) -> dict[str, Any]:
+                 val_records: Sequence[MCQRecord], collator: Optional[Callable], *,
+                 validate: Optional[Callable[[Any, int], dict[str, Any]]] = None,
+                 args_class: type[TrainingArguments] = TrainingArguments, args_extra: Optional[dict[str, Any]] = None,
+                 validate_at_start: bool = False, **trainer_kwargs: Any) -> dict[str, Any]:
     """Train, resuming from the last checkpoint in ``out_dir`` if there is one, and save the result.
 
+    ``examples``: token ids (``input_ids`` …) for the lab's trainers, or what a TRL trainer tokenises
+    itself (``prompt``/``completion`` messages) with ``collator`` None. ``validate(model, step)``: what
+    to measure after each epoch (else the letter metrics on ``val_records``, when there are any), and
+    with ``validate_at_start`` before the first step too (not when resuming).
     Returns where the trained weights are (``model`` and ``adapter``, as ``load_model`` takes them)
     and the per-epoch validation history.
     """
     from datasets import Dataset
 
-    validate = (lambda m: validation_metrics(m, tokenizer, val_records, cfg.template, cfg.bins, cfg.bin_edges)) if val_records else None
-    callback = LabCallback(events, stage, validate, should_stop, cfg.eval_steps)
+    if validate is None and val_records:
+        validate = lambda m, step: validation_metrics(m, tokenizer, val_records, cfg.template,  # noqa: E731
+                                                      cfg.bins, cfg.bin_edges)
+    callback = LabCallback(events, stage, validate, should_stop, cfg.eval_steps, validate_at_start)
     # The TensorBoard callback reads its folder from the environment when the Trainer makes it.
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(out_dir / TRACKER_DIR)
     run_name = f"{out_dir.name} {stage}" if stage not in out_dir.name else out_dir.name
-    args = training_arguments(cfg, out_dir, device, run_name)
+    args = training_arguments(cfg, out_dir, device, run_name, args_class, **(args_extra or {}))
     lora = cfg.method in ("lora", "qlora")
     checkpoints = out_dir / CHECKPOINTS_DIR
     weights, trainable = saved_sizes(model, lora)
@@ -302,9 +318,10 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     trainer = trainer_cls(model=model, args=args, train_dataset=Dataset.from_list(examples), data_collator=collator,
                           callbacks=callbacks, **trainer_kwargs)
     callback.log = trainer.log
-    memory = memory_estimate(cfg, model, examples, args, device)
+    tokenised = examples if examples and "input_ids" in examples[0] else trainer.train_dataset
+    longest = max((len(e["input_ids"]) for e in tokenised), default=0)
+    memory = memory_estimate(cfg, model, longest, args, device)
     if memory is not None:
-        longest = max(len(e["input_ids"]) for e in examples)
         where = "per GPU" if device.type == "cuda" else "of RAM"
         events.emit(MEMORY_EVENT, peak=memory.peak, **{k.replace(" ", "_"): v for k, v in memory.parts().items()},
                     message=f"{stage}: about {size_text(memory.peak)} {where} at the peak, batches of {cfg.batch_size}"

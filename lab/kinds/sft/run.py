@@ -1,0 +1,85 @@
+"""Run an ``sft`` job: TRL's ``SFTTrainer`` in the lab's training loop (:func:`lab.training.trainer.run_training`).
+
+    checkpoints/, model/ or adapter/, snapshots/    as a finetune run leaves them
+    calibration/step-<n>/t<j>-<task>/               each calibration task evaluated at that step
+
+The examples are TRL's conversational prompt–completion form (the prompt's messages, the response
+as the assistant's turn): ``SFTTrainer`` renders them with the model's chat template and, with
+``completion_only_loss``, puts the loss on the response's tokens only. After every epoch (and
+every ``eval_steps``) each calibration task is evaluated on the model in training by the evaluate
+kind's own code, with the model as it is in memory (no save and reload), and its accuracy, ECE with
+its interval and NLL go into the ``train_eval`` event under ``tasks``; under a multi-process launch
+each rank evaluates its share of the tasks. The event's top-level figures are the first task's, so
+that trackers (``report_to``) plot it beside the loss.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from lab.data.instructions import load_instructions
+from lab.data.loaders import log_skipped
+from lab.jobkit.worker import JobContext
+from lab.kinds.evaluate.run import evaluate
+from lab.kinds.sft.config import CALIBRATION_DIR, SftConfig
+from lab.models import distributed
+
+STAGE = "train"
+
+
+def calibration_check(cfg: SftConfig, tokenizer: Any, out: Path, device: Any) -> Callable[[Any, int], dict[str, Any]]:
+    """``validate(model, step)`` for the training loop: every calibration task on the model in training."""
+    from lab.models.loading import LoadedModel
+
+    def one(index: int, model: Any, step: int) -> dict[str, Any]:
+        task = cfg.task_config(index, cfg.model, None)
+        key = f"t{index}-{task.task}"
+        dtype = next(model.parameters()).dtype
+        loaded = LoadedModel(model, tokenizer, cfg.model, cfg.model, None, device, dtype)
+        m = evaluate(task, out / CALIBRATION_DIR / f"step-{step}" / key, log=lambda message: None, loaded=loaded,
+                     step=step)
+        return {"key": key, "label": f"{task.task} · {task.dataset}/{task.split}", "n": m["n"],
+                "accuracy": m["accuracy"], "ece": m["ece"], "ece_low": m.get("ece_ci_low"),
+                "ece_high": m.get("ece_ci_high"), "nll": m["nll"]}
+
+    def validate(model: Any, step: int) -> dict[str, Any]:
+        was_training = model.training
+        model.eval()
+        try:
+            results = distributed.map_sharded(lambda share: [one(j, model, step) for j in share],
+                                              list(range(len(cfg.calibration))))
+        finally:
+            model.train(was_training)
+        if not results:
+            return {}
+        first = results[0]
+        return {"accuracy": first["accuracy"], "ece": first["ece"], "nll": first["nll"],
+                "tasks": {r["key"]: r for r in results}}
+
+    return validate
+
+
+def run_job(cfg: SftConfig, ctx: JobContext) -> dict[str, Any]:
+    from trl import SFTConfig, SFTTrainer  # in the worker only: TRL imports transformers' Trainer
+
+    from lab.training.trainer import prepare_model, run_training
+
+    data = load_instructions(cfg.dataset, cfg.split, cfg.data_files or None, on_bad_rows=cfg.on_bad_rows,
+                             seed=cfg.seed, limit=cfg.limit)
+    log_skipped(data.problems, ctx.log)
+    model, tokenizer, device = prepare_model(cfg)
+    examples = [record.example() for record in data.records]
+    ctx.events.emit("log", message=f"{STAGE}: {len(examples)} instruction–response pairs from {data.source}, "
+                                   f"{cfg.method}, {len(cfg.calibration)} calibration tasks")
+    result = run_training(
+        SFTTrainer, cfg, ctx.run_dir, examples, model, tokenizer, device, ctx.events, STAGE, ctx.should_stop, [], None,
+        validate=calibration_check(cfg, tokenizer, ctx.run_dir, device) if cfg.calibration else None,
+        args_class=SFTConfig, args_extra={"completion_only_loss": True, "max_length": cfg.max_length, "packing": False,
+                                            # TRL turns it on by default; the lab's memory estimate and the
+                                            # finetune kind have it only for QLoRA (prepare_model)
+                                            "gradient_checkpointing": cfg.method == "qlora"},
+        validate_at_start=True, processing_class=tokenizer)
+    history = result["history"]
+    last = history[-1] if history else {}
+    return {"n_train": result["n_train"], "steps": last.get("step"),
+            **{f"final_{key}_ece": task["ece"] for key, task in (last.get("tasks") or {}).items()}}

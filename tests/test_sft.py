@@ -1,0 +1,108 @@
+"""The ``sft`` kind: TRL's SFTTrainer puts the loss on the response only (checked against cross-entropy
+computed by hand over the response's tokens), and a job trains, measures every calibration task before
+training and after each epoch (the events the job page draws), saves full weights or an adapter, and
+does not train again when rerun."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab.core.config import ConfigError
+from lab.core.events import read_events
+from lab.core.layout import DONE_FILE, METRICS_FILE
+from lab.data.instructions import load_instructions
+from lab.jobkit.kinds import parse_config
+from lab.jobkit.worker import JobContext
+from lab.kinds.sft.config import CALIBRATION_DIR
+from lab.kinds.sft.run import run_job
+
+CALIBRATION = [{"task": "mcq", "dataset": "synthetic", "data_files": ["bundled"], "split": "test", "limit": 12,
+                "scoring": "letter"}]
+
+
+def _config(model: Path, **fields) -> dict:
+    return {"kind": "sft", "model": str(model), "dataset": "alpaca", "data_files": ["bundled"], "limit": 8,
+            "epochs": 1, "batch_size": 4, "learning_rate": 1e-3, "max_length": 256, "device": "cpu",
+            "bootstrap": 20, "calibration": CALIBRATION, **fields}
+
+
+def _run(config: dict, out: Path) -> dict:
+    _, cfg = parse_config(config)
+    out.mkdir(parents=True, exist_ok=True)
+    return run_job(cfg, JobContext(out))
+
+
+@pytest.mark.model
+def test_the_loss_is_cross_entropy_over_the_response_tokens_only(tiny_model_dir, tmp_path):
+    from trl import SFTConfig, SFTTrainer
+
+    from lab.models.loading import load_model
+
+    loaded = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+    records = load_instructions("alpaca", "train", ["bundled"], limit=2).records
+    args = SFTConfig(output_dir=str(tmp_path), completion_only_loss=True, max_length=256, report_to="none",
+                     use_cpu=True, bf16=False, gradient_checkpointing=False, per_device_train_batch_size=2)
+    from datasets import Dataset
+
+    trainer = SFTTrainer(model=loaded.model, args=args, processing_class=loaded.tokenizer,
+                         train_dataset=Dataset.from_list([r.example() for r in records]))
+    row = trainer.train_dataset[0]  # TRL marks the prompt's tokens -100 in its labels: no loss there
+    ids, mask = torch.tensor(row["input_ids"]), torch.tensor(row["labels"]) != -100
+    prompt = loaded.tokenizer.apply_chat_template(records[0].prompt, tokenize=False, add_generation_prompt=True)
+    n_prompt = len(loaded.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    assert mask[:n_prompt].sum() == 0 and mask[n_prompt:].all()  # the response and its end of turn, nothing else
+    assert records[0].completion in loaded.tokenizer.decode(ids[mask.bool()])
+
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    loaded.model.eval()
+    with torch.no_grad():
+        loss = trainer.compute_loss(loaded.model, batch)
+        logits = loaded.model(input_ids=batch["input_ids"]).logits[0, :-1]
+    targets = batch["input_ids"][0, 1:]
+    scored = mask[1:]
+    by_hand = torch.nn.functional.cross_entropy(logits[scored], targets[scored])
+    assert loss.item() == pytest.approx(by_hand.item(), rel=1e-5)
+
+
+@pytest.mark.model
+def test_an_sft_job_measures_calibration_before_and_after_each_epoch_and_is_not_redone(tiny_model_dir, tmp_path):
+    out = tmp_path / "runs" / "00001-sft"
+    summary = _run(_config(tiny_model_dir, epochs=2), out)
+    evals = [e for e in read_events(out / "events.jsonl")[0] if e["stage"] == "train_eval"]
+    assert [e["step"] for e in evals] == [0, 2, 4]  # before training, then each epoch (8 rows in batches of 4)
+    for event in evals:
+        task = event["tasks"]["t0-mcq"]
+        metrics = json.loads((out / CALIBRATION_DIR / f"step-{event['step']}" / "t0-mcq" / METRICS_FILE).read_text())
+        assert (task["n"], task["accuracy"], task["ece"]) == (12, metrics["accuracy"], metrics["ece"])
+        assert event["ece"] == task["ece"] and task["label"] == "mcq · synthetic/test"
+    assert summary["n_train"] == 8 and summary["final_t0-mcq_ece"] == evals[-1]["ece"]
+    assert (out / "model" / "model.safetensors").is_file()
+
+    weights = (out / "model" / "model.safetensors").stat().st_mtime_ns
+    _run(_config(tiny_model_dir, epochs=2), out)  # finished: resumed at its last checkpoint, nothing to train
+    assert (out / "model" / "model.safetensors").stat().st_mtime_ns >= weights
+    assert len([e for e in read_events(out / "events.jsonl")[0] if e["stage"] == "train_eval"]) == 3
+
+
+@pytest.mark.model
+def test_lora_sft_saves_an_adapter(tiny_model_dir, tmp_path):
+    out = tmp_path / "runs" / "00002-sft"
+    _run(_config(tiny_model_dir, method="lora", lora_r=4, calibration=[]), out)
+    assert (out / "adapter" / "adapter_config.json").is_file() and not (out / "model").exists()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("fields, message", [
+    ({"calibration": [{**CALIBRATION[0], "model": "bundled"}]}, r"^calibration\[0\]\.model: may not be set here"),
+    ({"calibration": [{"task": "mcq", "scoring": "letter", "template": "cloze_plain"}]},
+     r"^calibration\[0\]: template: 'cloze_plain' is a cloze template"),
+    ({"calibration": [CALIBRATION[0]] * 9}, r"^calibration: has 9 entries; the limit is 8"),
+    ({"method": "dora"}, r"^method: must be one of 'full', 'lora', 'qlora'"),
+    ({"epochs": 0}, r"^epochs: must be"),
+    ({"dataset": "arc"}, r"^dataset: unknown dataset 'arc'"),
+    ({"dataset": "obqa"}, r"^dataset: 'obqa' holds no instruction-response pairs; use one of: alpaca, dolly"),
+])
+def test_an_sft_config_is_refused_naming_the_field(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config({"kind": "sft", **fields})
