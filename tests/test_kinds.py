@@ -155,7 +155,8 @@ def test_preflight_sees_every_model_the_kind_loads(kind, bundled):
     assert set(seen) == set(models)
     warnings = preflight.check(kind, resolved, (0,), free={0: 1.0})
     assert len(warnings) == len(models) and all(w.split(":")[0] in seen for w in warnings)
-    trained = {"finetune": {"model": "full"}, "sft": {"model": "full"}, "first": {"teacher": "full", "student": "full"},
+    trained = {"finetune": {"model": "full"}, "sft": {"model": "full"}, "dpo": {"model": "full"},
+               "first": {"teacher": "full", "student": "full"},
                "cft": {"model": "full"}, "series": {"models[1].train.model": "full"}}.get(kind, {})
     assert seen == {p: trained.get(p, "inference") for p in seen}
 

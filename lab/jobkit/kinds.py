@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 # The packages that define the kinds, in the order a user meets them (the Launch page's tabs); each
 # one's ``config`` module registers its kind. Named, not imported: the kinds sit above this layer.
-KIND_PACKAGES = ("lab.kinds.evaluate", "lab.kinds.finetune", "lab.kinds.sft", "lab.kinds.first", "lab.kinds.cft", "lab.kinds.extract",
-                 "lab.kinds.compare", "lab.kinds.series")
+KIND_PACKAGES = ("lab.kinds.evaluate", "lab.kinds.finetune", "lab.kinds.sft", "lab.kinds.dpo", "lab.kinds.first",
+                 "lab.kinds.cft", "lab.kinds.extract", "lab.kinds.compare", "lab.kinds.series")
 
 
 @dataclass(frozen=True)

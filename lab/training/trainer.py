@@ -282,6 +282,14 @@ def last_checkpoint(folder: Path) -> Optional[Path]:
     return steps[max(steps)] if steps else None
 
 
+def _sequence_length(row: dict[str, Any]) -> int:
+    """The tokens one example feeds the model: its ``input_ids``, or a TRL preference row's prompt and
+    its longer response (DPO: ``prompt_ids`` + ``chosen_ids`` / ``rejected_ids``); 0 for neither."""
+    if "input_ids" in row:
+        return len(row["input_ids"])
+    return len(row.get("prompt_ids") or []) + max(len(row.get("chosen_ids") or []), len(row.get("rejected_ids") or []))
+
+
 def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, examples: list[dict], model, tokenizer,
                  device: torch.device, events: EventWriter, stage: str, should_stop: Callable[[], bool],
                  val_records: Sequence[MCQRecord], collator: Optional[Callable], *,
@@ -319,7 +327,7 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
                           callbacks=callbacks, **trainer_kwargs)
     callback.log = trainer.log
     tokenised = examples if examples and "input_ids" in examples[0] else trainer.train_dataset
-    longest = max((len(e["input_ids"]) for e in tokenised), default=0)
+    longest = max((_sequence_length(e) for e in tokenised), default=0)
     memory = memory_estimate(cfg, model, longest, args, device)
     if memory is not None:
         where = "per GPU" if device.type == "cuda" else "of RAM"
