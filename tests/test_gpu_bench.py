@@ -19,8 +19,9 @@ import pytest
 pytestmark = [pytest.mark.model, pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("## Setup", "## Scoring throughput", "## Fine-tuning throughput and MFU",
-            "## Peak memory against pre-flight", "## first and cft end to end", "## Evaluation parity, bf16 against fp32", "## Clean exit")
+SECTIONS = ("## Setup", "## Token tasks and a series", "## Scoring throughput", "## Fine-tuning throughput and MFU",
+            "## Peak memory against pre-flight", "## first and cft end to end", "## Evaluation parity, bf16 against fp32",
+            "## Clean exit")
 MARKER = "GPU_BENCH_TEST_RUN"
 
 
@@ -47,6 +48,7 @@ def test_small_form_runs_every_section_and_leaves_nothing_running(tmp_path):
     positions = [text.find(section) for section in SECTIONS]
     assert -1 not in positions and positions == sorted(positions), f"sections missing or out of order: {positions}"
     assert "**failed**" not in text and "skipped: the" not in text
-    assert text.count("**succeeded**") == 2  # first and cft
+    assert text.count("**succeeded**") == 4  # first and cft; the series, run and run again
+    assert "**0 of them redone**" in text  # the series' second run redid no cell
     assert "child processes left at the end: none" in text
     assert "This is the small form" in text
