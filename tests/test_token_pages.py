@@ -1,7 +1,7 @@
 """Token-level runs (evaluate with task clm or facts) on the browser lab's pages, through their
 handlers: Reliability and Selective prediction reproduce metrics.json, Case studies shows each
 target in its context with the top tokens; the recalibration workbench and the temperature lab
-refuse them, saying why and what to do instead."""
+take them (tests/test_token_temperature.py)."""
 from __future__ import annotations
 
 import json
@@ -59,8 +59,8 @@ def test_a_token_run_loads_as_its_top_tokens_and_the_rest(lab):
         assert summary[key] == pytest.approx(saved[key]), key
     assert summary["cw_ece"] is None and analysis.positionwise_topk(pred).empty
     assert analysis.oracle_probs(pred) is None
-    with pytest.raises(ValueError, match=r"--temperature T"):
-        analysis.recalibrate(pred, 2.0)
+    with pytest.raises(ValueError, match=r"token-level run.*temperature_summary"):
+        analysis.recalibrate(pred, 2.0)  # option probabilities: a token run's come from its log-partition
 
 
 @pytest.mark.parametrize("name", ["clm", "facts"])
@@ -110,9 +110,9 @@ def test_case_studies_show_a_target_in_its_context_with_the_top_tokens(lab):
     assert len(same) == 1 and "rest" in same.loc[0, "probabilities"]
 
 
-def test_the_workbench_and_the_temperature_lab_refuse_a_token_run_saying_why(lab):
-    message = fit_and_apply(lab, "clm", "facts", "platt", "max_prob", 10)[0]
-    assert "token-level run" in message and "recalibration workbench" in message
+def test_the_workbench_and_the_temperature_lab_take_a_token_run(lab):
+    message = fit_and_apply(lab, "clm", "facts", "histogram", "max_prob", 10)[0]  # tests/test_token_temperature.py
+    assert "lab-error" not in message and "; applied to " in message
     view = draw(lab, "clm", 1.5, "logit", None)
-    assert "token-level run" in view.message and "--temperature T" in view.message
-    assert "--temperature T" in save_chosen_temperature(lab, "clm", 1.5, "logit")
+    assert view.message == "" and view.drawn["temperature"] == 1.5
+    assert "Saved T = 1.5" in save_chosen_temperature(lab, "clm", 1.5, "logit")

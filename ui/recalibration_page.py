@@ -5,6 +5,9 @@ the other the test split of the same model and task. Scoring a calibrator on the
 fitted on is refused (most of them shared) or marked in red (some shared). Before/after come with
 bootstrap intervals; a fitted calibrator can be saved under ``runs/calibrators/`` and is then
 offered by the Reliability and Compare pages and taken by an evaluation's ``calibrator`` field.
+Token runs (task clm or facts) are calibrated target by target, on their own confidence and
+correctness, and temperature scaling rescales their whole vocabulary from the log-partition each
+target kept; a calibrator fitted on one kind of run is refused on the other.
 """
 from __future__ import annotations
 
@@ -30,7 +33,9 @@ DEFAULT_METHOD = "temperature"
 INTRO = ("Fit a calibrator on a **validation** run, apply it to a **test** run of the same model and task, and "
          "compare the test run's calibration before and after. Fitting and scoring on the same questions "
          "flatters every method (isotonic regression can reach ECE 0 that way), so it is refused. "
-         "Brier and NLL here score the confidence as the probability that the answer is right (top label).")
+         "Brier and NLL here score the confidence as the probability that the answer is right (top label). "
+         "A token run (clm, facts) is calibrated target by target; temperature scaling rescales its whole "
+         "vocabulary.")
 METRICS = (("ECE", "ece"), ("smooth ECE", "smece"), ("Brier (top label)", "brier"), ("NLL (top label)", "nll"),
            ("accuracy", "accuracy"))
 RED = "<div class='lab-error' style='font-weight:600'>{}</div>"
@@ -82,15 +87,15 @@ def fit_and_apply(ctx: LabContext, fit_name: Optional[str], apply_name: Optional
     n_bins = int(bins) if isinstance(bins, (int, float)) else calibrators.DEFAULT_BINS
     try:
         fit_pred, test_pred = ctx.results.predictions(fit_run), ctx.results.predictions(apply_run)
-        for pred in (fit_pred, test_pred):  # the calibrators read correctness off the option probabilities
-            analysis.require_options(pred, "the recalibration workbench",
-                                     "Its reliability and selective prediction are on the Reliability and Selective "
-                                     "prediction pages; evaluate with `--temperature T` to rescale it.")
+        for pred in (fit_pred, test_pred):  # a token run keys its targets, and rescales, only since it kept logits
+            if analysis.is_token_run(pred):
+                analysis.token_logits(pred)
         cal = calibrators.fit(method or DEFAULT_METHOD, analysis.reported_probs(fit_pred), fit_pred.mask,
                               fit_pred.labels, fit_pred.rows, signal or confidence.DEFAULT, n_bins,
-                              run=fit_run.name, label=fit_run.label, dataset=fit_run.dataset, split=fit_run.split)
+                              logits=fit_pred.logits, run=fit_run.name, label=fit_run.label, dataset=fit_run.dataset,
+                              split=fit_run.split)
         report = calibrators.before_after(cal, analysis.reported_probs(test_pred), test_pred.mask, test_pred.labels,
-                                          test_pred.rows, n_bins, test_pred.bin_edges, BOOT)
+                                          test_pred.rows, n_bins, test_pred.bin_edges, BOOT, logits=test_pred.logits)
     except calibrators.SameQuestions as e:
         return (RED.format("⛔ Refused: " + html.escape(str(e))), *nothing)
     except (ValueError, OSError) as e:

@@ -14,6 +14,11 @@ logit form's T = 1 is the run unscaled, while the paper form's c = 1 is a real r
 softmax(p / c) nearly flattens every row there), so the paper form's baseline is "unscaled", never
 "c = 1". What is drawn (run, T, form, binning) lives in one ``gr.State``: a refused entry puts the
 boxes back to it and Save records exactly it, whatever the controls say while a redraw is on its way.
+
+A token run (task clm or facts) is rescaled over the whole vocabulary from the log-partition each
+target kept at the temperatures of its grid (:func:`lab.results.analysis.temperature_summary`), so
+T is drawn within that grid only: a T outside it is taken to the nearest end, and said so. Its T is
+the unscaled model's, as the logit form's is, whatever temperature the run was evaluated at.
 """
 from __future__ import annotations
 
@@ -30,15 +35,19 @@ from lab.results import analysis, runs
 from lab.results.runs import EvalRun
 from ui.components import AS_EVALUATED, bin_edges, binning, binning_radio, edges_radio, run_picker
 from ui.context import LabContext
-from ui.messages import error, ok
+from ui.messages import error, note, ok
 from ui.plots import reliability_figure, sweep_figure
 
 INTRO = ("Move the temperature: the reliability diagram, ECE, NLL and accuracy are recomputed from the "
          "stored probabilities, no model call. `logit`: softmax(log p / T), where T = 1 is the run unscaled; "
-         "`paper`: FIRST's softmax(p / c), where c = 1 already rescales (it nearly flattens every row).")
+         "`paper`: FIRST's softmax(p / c), where c = 1 already rescales (it nearly flattens every row). "
+         "A token run (clm, facts) is rescaled over the whole vocabulary, softmax(z / T), from the log-partition "
+         "each target kept at the temperatures of its grid; the paper form needs every probability, which it "
+         "does not keep.")
 SYMBOL = {"logit": "T", "paper": "c"}  # what each form calls its parameter
 FIELD = {"logit": "Temperature T", "paper": "Scale c"}  # ... and the box that takes it
 FORMULA = {"logit": "softmax(log p / T)", "paper": "FIRST's softmax(p / c)"}
+TOKEN_FORMULA = "softmax(z / T) over the whole vocabulary"  # a token run's logit form
 BASELINE = {"logit": "at T = 1, unscaled", "paper": "unscaled"}  # the run's own probabilities, in each form's words
 STEPS_PER_DECADE = 1000  # the slider's step in log10 T: a factor 1.0023, finer than the 4 digits a move shows
 SHOWN_DIGITS = 4  # significant digits of a T read off the slider: the step cannot tell finer ones apart
@@ -182,11 +191,12 @@ def _interval(summary: dict) -> str:
     return f" <span id='ece-interval'>[95% CI {100 * low:.1f}–{100 * high:.1f}%]</span>"
 
 
-def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, sweep: analysis.Sweep) -> str:
+def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, sweep: analysis.Sweep,
+                  formula: Optional[str] = None) -> str:
     baseline = _baseline(run, form)
     binned = f"{summary['n_bins']} equal-{'mass' if summary['strategy'] == 'mass' else 'width'} bins"
     return (f"<div id='temperature-metrics'>{SYMBOL[form]} = <b>{t:.{SHOWN_DIGITS}g}</b> "
-            f"({form} form, {FORMULA[form]}) · "
+            f"({form} form, {formula or FORMULA[form]}) · "
             f"ECE <b id='ece-value'>{100 * summary['ece']:.2f}%</b>{_interval(summary)} "
             f"({baseline}: {100 * base['ece']:.2f}%) · "
             f"NLL {summary['nll']:.4f} ({BASELINE[form]}: {base['nll']:.4f}) · "
@@ -217,6 +227,17 @@ def _sweep(ctx: LabContext, run: EvalRun, form: str, bins: Optional[str], edges:
     return ctx.results.sweep(run, form, n_bins, bin_edges(edges, ctx.results.predictions(run).bin_edges))
 
 
+def _within(pred: analysis.Predictions, t: float) -> tuple[float, str]:
+    """T, taken to the nearest end of the temperatures a token run can be rescaled to when outside them,
+    and a note saying so ("" when T is drawn as asked)."""
+    limits = analysis.temperature_limits(pred)
+    if limits is None or limits[0] <= t <= limits[1]:
+        return t, ""
+    nearest = min(max(t, limits[0]), limits[1])
+    return nearest, note(f"T = {t:.{SHOWN_DIGITS}g} lies outside the temperatures this token run kept its "
+                         f"log-partition at ({limits[0]:g} to {limits[1]:g}): drawn at T = {nearest:g}.")
+
+
 def _blank(message: str) -> PageView:
     """Nothing drawn (no run, or it cannot be read): the figures cleared, the controls left as they are."""
     return PageView(None, gr.skip(), "", message, None, "", None, gr.skip(), gr.skip())
@@ -245,9 +266,9 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
     try:
         pred = ctx.results.predictions(run)
         closed = bin_edges(edges, pred.bin_edges)
-        summary = analysis.calibration_summary(analysis.recalibrate(pred, t, form), pred.mask, pred.labels,
-                                               n_bins, strategy, closed, BOOT)
-        base = analysis.calibration_summary(pred.probs, pred.mask, pred.labels, n_bins, strategy, closed)
+        t, clamped = _within(pred, t)
+        summary = analysis.temperature_summary(pred, t, form, n_bins, strategy, closed, BOOT)
+        base = analysis.temperature_summary(pred, None, form, n_bins, strategy, closed)
         sweep = ctx.results.sweep(run, form, n_bins, closed)
     except (ValueError, OSError) as e:
         return _blank(error(str(e)))
@@ -255,11 +276,12 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
     inside = float(temperatures.min()) <= t <= float(temperatures.max())
     return PageView(
         drawn={"name": name, "temperature": t, "form": form, "bins": bins, "edges": edges},
-        slider=slider_update(*slider_span(sweep, t), t, form, move or not inside),
+        slider=slider_update(*slider_span(sweep, t), t, form, move or not inside or bool(clamped)),
         box=gr.update(value=_show(t), label=f"{FIELD[form]} (type a value, then Enter)"),
-        message="",
+        message=clamped,
         reliability=reliability_figure(summary, f"{symbol} = {t:.{SHOWN_DIGITS}g} · {run.label}", TITLE_CHARS),
-        text=_metrics_text(run, t, form, summary, base, sweep),
+        text=_metrics_text(run, t, form, summary, base, sweep,
+                           TOKEN_FORMULA if analysis.is_token_run(pred) else None),
         sweep=_sweep_plot(sweep, t, form),
         go_ece=gr.update(value=f"{GO_TO['ece']} ({symbol} = {sweep.best_ece:.3g})"),
         go_nll=gr.update(value=f"{GO_TO['nll']} ({symbol} = {sweep.best_nll:.3g})"),
@@ -348,19 +370,18 @@ def save_chosen_temperature(ctx: LabContext, name: Optional[str], temperature: A
     n_bins, strategy = binning(bins)
     try:
         pred = ctx.results.predictions(run)
-        analysis.require_options(pred, "rescaling by a temperature", analysis.TEMPERATURE_INSTEAD)
+        closed = bin_edges(edges, pred.bin_edges)
+        before = analysis.temperature_summary(pred, None, form, n_bins, strategy, closed)
+        after = analysis.temperature_summary(pred, t, form, n_bins, strategy, closed)
     except (ValueError, OSError) as e:
         return error(f"Cannot save: {e}")
-    closed = bin_edges(edges, pred.bin_edges)
-    before = analysis.calibration_summary(pred.probs, pred.mask, pred.labels, n_bins, strategy, closed)
-    after = analysis.calibration_summary(analysis.recalibrate(pred, t), pred.mask, pred.labels, n_bins, strategy,
-                                         closed)
     sweep = ctx.results.sweep(run, form, n_bins, closed)
     searched = (float(sweep.table["temperature"].min()), float(sweep.table["temperature"].max()))
+    bounds = analysis.temperature_limits(pred) or LAB_SWEEP_BOUNDS[form]
     fit = TemperatureFit(temperature=t, objective="chosen in the temperature lab", n=before["n"], bins=n_bins,
                          nll_before=before["nll"], nll_after=after["nll"], ece_before=before["ece"],
                          ece_after=after["ece"], bin_edges=closed, searched=searched, widened=bool(sweep.widened),
-                         at_bound=any(best in LAB_SWEEP_BOUNDS[form] for best in (sweep.best_ece, sweep.best_nll)))
+                         at_bound=any(best in bounds for best in (sweep.best_ece, sweep.best_nll)))
     path = save_temperature(run.path, fit, fitted_on=run.name, strategy=strategy)
     return ok(f"Saved T = {t:.{BOX_DIGITS}g} to {path} (ECE {100 * before['ece']:.2f}% → {100 * after['ece']:.2f}% "
               f"with {n_bins} equal-{strategy} bins, {closed}-closed): pass it as `temperature` to an evaluate "

@@ -23,6 +23,14 @@ reported before and after are those of that confidence as a probability of being
 binary, top-label forms), the same for every method. A calibrator is stored as JSON: plain numbers,
 no pickle, so a file from elsewhere can be read without running anything in it. numpy only at
 import; scikit-learn and scipy are imported by the fits.
+
+A token-level run (task clm or facts) is calibrated alike, one target token a question: its
+"options" are the top tokens and the rest (:attr:`lab.results.analysis.Predictions.probs`), the
+prediction is always the top token (slot 0), the signals are the top probability and the margin,
+and temperature scaling rescales the whole vocabulary through the log-partition each target kept
+(:func:`lab.calibration.temperature.fit_token_temperature`). A calibrator remembers which kind it was
+fitted on (``tokens``) and is refused on the other: a temperature or a map of confidences learnt on
+letters or options says nothing about next tokens, and the reverse.
 """
 from __future__ import annotations
 
@@ -30,14 +38,14 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from lab.calibration import confidence, metrics
 from lab.calibration.checks import BinEdges, check_conf_correct, check_labels, check_n_bins, check_probs
 from lab.calibration.metrics import finite_or_none
-from lab.calibration.temperature import scale
+from lab.calibration.temperature import TokenLogits, scale, scaled_token_probs
 from lab.core.files import write_atomic
 from lab.core.layout import CALIBRATOR_FILE
 from lab.core.reads import PathNotAllowed, read_text
@@ -56,13 +64,15 @@ class SameQuestions(ValueError):
 @dataclass
 class Calibrator:
     """A fitted recalibration: ``method`` and its ``params``, the ``signal`` it maps, and where it
-    was fitted (``fitted_on``: run name, label, dataset, split, n; ``questions``: their keys)."""
+    was fitted (``fitted_on``: run name, label, dataset, split, n; ``questions``: their keys;
+    ``tokens``: on a token-level run's targets rather than a multiple-choice run's questions)."""
 
     method: str
     signal: str
     params: dict[str, Any]
     fitted_on: dict[str, Any] = field(default_factory=dict)
     questions: list[str] = field(default_factory=list)
+    tokens: bool = False
 
     def describe(self) -> str:
         """``isotonic of top probability, fitted on <label> (n = 500)``."""
@@ -71,17 +81,37 @@ class Calibrator:
         return f"{METHODS.get(self.method).title} of {title}, fitted on {where} (n = {len(self.questions)})"
 
 
+class Sample(NamedTuple):
+    """One run's questions as a method reads them: ``probs`` (n, K) and ``mask``, the signal's values
+    ``s`` (n,), whether each answer is right (``correct``, 0/1; fitting only) and, for a token run,
+    what rescales its whole vocabulary (``logits``; temperature scaling only)."""
+
+    probs: np.ndarray
+    mask: np.ndarray
+    s: np.ndarray
+    correct: Optional[np.ndarray] = None
+    labels: Optional[np.ndarray] = None
+    logits: Optional[TokenLogits] = None
+
+
 @dataclass(frozen=True)
 class Method:
     title: str
-    fit: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int], dict[str, Any]]
-    apply: Callable[[dict[str, Any], np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    fit: Callable[[Sample, int], dict[str, Any]]  # (the fit run, bins) → params
+    apply: Callable[[dict[str, Any], Sample], np.ndarray]  # (params, a run) → confidences (n,), or probs (n, K)
     multiclass: bool = False  # rescales the option probabilities (the signal is then their top one)
 
 
 # ---------------------------------------------------------------- question identity
 def question_key(row: dict[str, Any]) -> str:
-    """A stable key for one question: a hash of its text and options (ids collide across datasets)."""
+    """A stable key for one question: a hash of its text and options (ids collide across datasets); for
+    a token run's target, the ``key`` its row carries (its document's text hashed, and where in it the
+    target starts: :mod:`lab.kinds.evaluate.tokens`)."""
+    if confidence.token_rows([row]):
+        if not isinstance(row.get("key"), str):
+            raise ValueError("A token run's target needs its 'key', which runs evaluated before calibrators "
+                             "applied to token runs lack: evaluate it again")
+        return row["key"]
     text = " ".join(str(row.get("question", "")).split()) + "\x1f" + "\x1f".join(
         " ".join(str(c).split()) for c in row.get("choices") or [])
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
@@ -111,44 +141,50 @@ def _logit(s: np.ndarray) -> np.ndarray:
     return np.log(s) - np.log1p(-s)
 
 
-def _fit_temperature(probs, mask, labels, signal_values, n_bins) -> dict[str, Any]:
-    from lab.calibration.temperature import fit_temperature
+def _fit_temperature(data: Sample, n_bins: int) -> dict[str, Any]:
+    from lab.calibration.temperature import fit_temperature, fit_token_temperature
 
-    fit = fit_temperature(probs, labels, mask, objective="nll", n_bins=n_bins)
+    if data.logits is not None:
+        fit = fit_token_temperature(data.logits, data.correct.astype(bool), n_bins=n_bins)
+    else:
+        fit = fit_temperature(data.probs, data.labels, data.mask, objective="nll", n_bins=n_bins)
     return {"temperature": fit.temperature, "at_bound": fit.at_bound}
 
 
-def _apply_temperature(params, probs, mask, signal_values) -> np.ndarray:
-    return scale(probs, float(params["temperature"]), mask)
+def _apply_temperature(params, data: Sample) -> np.ndarray:
+    """The option probabilities at T, or a token run's top tokens' (whose first is the confidence)."""
+    if data.logits is not None:
+        top = data.logits
+        return scaled_token_probs(top.top, top.target, top.log_z, top.grid, float(params["temperature"]))[0]
+    return scale(data.probs, float(params["temperature"]), data.mask)
 
 
-def _fit_platt(probs, mask, labels, s, n_bins) -> dict[str, Any]:
+def _fit_platt(data: Sample, n_bins: int) -> dict[str, Any]:
     from sklearn.linear_model import LogisticRegression
 
-    correct = _correct(probs, mask, labels)
-    model = LogisticRegression(C=PLATT_C).fit(_logit(s)[:, None], correct)
+    model = LogisticRegression(C=PLATT_C).fit(_logit(data.s)[:, None], data.correct)
     return {"a": float(model.coef_[0, 0]), "b": float(model.intercept_[0])}
 
 
-def _apply_platt(params, probs, mask, s) -> np.ndarray:
-    z = float(params["a"]) * _logit(s) + float(params["b"])
+def _apply_platt(params, data: Sample) -> np.ndarray:
+    z = float(params["a"]) * _logit(data.s) + float(params["b"])
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def _fit_isotonic(probs, mask, labels, s, n_bins) -> dict[str, Any]:
+def _fit_isotonic(data: Sample, n_bins: int) -> dict[str, Any]:
     from sklearn.isotonic import IsotonicRegression
 
-    model = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(s, _correct(probs, mask, labels))
+    model = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(data.s, data.correct)
     return {"x": [float(v) for v in model.X_thresholds_], "y": [float(v) for v in model.y_thresholds_]}
 
 
-def _apply_isotonic(params, probs, mask, s) -> np.ndarray:
+def _apply_isotonic(params, data: Sample) -> np.ndarray:
     # sklearn's predict interpolates linearly between the thresholds and clips outside: np.interp does both
-    return np.interp(s, np.asarray(params["x"], dtype=np.float64), np.asarray(params["y"], dtype=np.float64))
+    return np.interp(data.s, np.asarray(params["x"], dtype=np.float64), np.asarray(params["y"], dtype=np.float64))
 
 
-def _fit_histogram(probs, mask, labels, s, n_bins) -> dict[str, Any]:
-    correct = _correct(probs, mask, labels)
+def _fit_histogram(data: Sample, n_bins: int) -> dict[str, Any]:
+    s, correct = data.s, data.correct
     inner = np.unique(np.quantile(s, np.linspace(0, 1, n_bins + 1)[1:-1]))  # equal-mass; tied edges merge
     bins = np.searchsorted(inner, s, side="right")
     count = np.bincount(bins, minlength=inner.size + 1)
@@ -158,8 +194,8 @@ def _fit_histogram(probs, mask, labels, s, n_bins) -> dict[str, Any]:
     return {"edges": [float(e) for e in inner], "values": [float(v) for v in values]}
 
 
-def _apply_histogram(params, probs, mask, s) -> np.ndarray:
-    bins = np.searchsorted(np.asarray(params["edges"], dtype=np.float64), s, side="right")
+def _apply_histogram(params, data: Sample) -> np.ndarray:
+    bins = np.searchsorted(np.asarray(params["edges"], dtype=np.float64), data.s, side="right")
     return np.asarray(params["values"], dtype=np.float64)[bins]
 
 
@@ -170,15 +206,41 @@ METHODS.add("isotonic", Method("isotonic regression", _fit_isotonic, _apply_isot
 METHODS.add("histogram", Method("histogram binning", _fit_histogram, _apply_histogram))
 
 
-def _correct(probs: np.ndarray, mask: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    return (metrics.predictions(probs, mask)[0] == labels).astype(np.float64)
+def _predicted(probs: np.ndarray, mask: np.ndarray, rows: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Each question's predicted option: the top one, or for a token run's targets slot 0 (the top token,
+    every temperature's; the rest column may be larger, and is no prediction)."""
+    if confidence.token_rows(rows):
+        return np.zeros(len(rows), dtype=np.int64)
+    return metrics.predictions(probs, mask)[0]
+
+
+def _token_logits(spec: Method, rows: Sequence[dict[str, Any]],
+                  logits: Optional[TokenLogits]) -> Optional[TokenLogits]:
+    """``logits`` for temperature scaling of a token run, which needs them; None otherwise."""
+    if not (spec.multiclass and confidence.token_rows(rows)):
+        return None
+    if logits is None:
+        raise ValueError(f"{spec.title} of a token run rescales its whole vocabulary: it needs the log-partition "
+                         "each target kept (lab.results.analysis.Predictions.logits)")
+    return logits
+
+
+def _check_kind(cal: Calibrator, rows: Sequence[dict[str, Any]]) -> None:
+    """A calibrator fitted on a multiple-choice run is refused on a token run's targets, and the reverse."""
+    tokens = confidence.token_rows(rows)
+    if rows and cal.tokens != tokens:
+        kinds = {True: "a token-level run's targets (task clm or facts)", False: "a multiple-choice run's questions"}
+        raise ValueError(f"This calibrator was fitted on {kinds[cal.tokens]}, and these are {kinds[tokens]}: fit one "
+                         "on a run of the same kind.")
 
 
 # ---------------------------------------------------------------- fit, apply, score
 def fit(method: str, probs: Any, mask: Any, labels: Any, rows: Sequence[dict[str, Any]],
-        signal: str = confidence.DEFAULT, n_bins: int = DEFAULT_BINS, **fitted_on: Any) -> Calibrator:
+        signal: str = confidence.DEFAULT, n_bins: int = DEFAULT_BINS, logits: Optional[TokenLogits] = None,
+        **fitted_on: Any) -> Calibrator:
     """Fit ``method`` on one run's probabilities (``rows`` its prediction rows, for the signal and
-    the question keys); ``fitted_on`` records where (run, label, dataset, split)."""
+    the question keys; ``logits``, a token run's, for temperature scaling); ``fitted_on`` records
+    where (run, label, dataset, split)."""
     spec = METHODS.get(method)
     if spec.multiclass and signal != confidence.DEFAULT:
         raise ValueError(f"{spec.title} rescales the option probabilities, so its confidence is the top "
@@ -186,20 +248,27 @@ def fit(method: str, probs: Any, mask: Any, labels: Any, rows: Sequence[dict[str
     check_n_bins(n_bins)
     probs, mask, labels = _arrays(probs, mask, labels)
     s = confidence.values(signal, probs, mask, rows)
-    params = spec.fit(probs, mask, labels, s, n_bins)
-    return Calibrator(method, signal, params, {**fitted_on, "n": int(labels.size)}, [question_key(r) for r in rows])
+    correct = (_predicted(probs, mask, rows) == labels).astype(np.float64)
+    params = spec.fit(Sample(probs, mask, s, correct, labels, _token_logits(spec, rows, logits)), n_bins)
+    return Calibrator(method, signal, params, {**fitted_on, "n": int(labels.size)}, [question_key(r) for r in rows],
+                      confidence.token_rows(rows))
 
 
-def apply(cal: Calibrator, probs: Any, mask: Any, rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """The predicted option (n,) and its calibrated confidence (n,) for another run's questions."""
+def apply(cal: Calibrator, probs: Any, mask: Any, rows: Sequence[dict[str, Any]],
+          logits: Optional[TokenLogits] = None) -> tuple[np.ndarray, np.ndarray]:
+    """The predicted option (n,) and its calibrated confidence (n,) for another run's questions
+    (``logits``: a token run's, for temperature scaling)."""
     spec = METHODS.get(cal.method)
+    _check_kind(cal, rows)
     probs, mask = np.asarray(probs, dtype=np.float64), np.asarray(mask, dtype=bool)
     if spec.multiclass:
-        probs = spec.apply(cal.params, probs, mask, np.empty(0))
-        return metrics.predictions(probs, mask)
+        scaled = spec.apply(cal.params, Sample(probs, mask, np.empty(0), logits=_token_logits(spec, rows, logits)))
+        if confidence.token_rows(rows):
+            return _predicted(probs, mask, rows), scaled[:, 0]
+        return metrics.predictions(scaled, mask)
     s = confidence.values(cal.signal, probs, mask, rows)
-    pred = metrics.predictions(probs, mask)[0]
-    return pred, np.clip(spec.apply(cal.params, probs, mask, s), 0.0, 1.0)
+    pred = _predicted(probs, mask, rows)
+    return pred, np.clip(spec.apply(cal.params, Sample(probs, mask, s)), 0.0, 1.0)
 
 
 def _arrays(probs: Any, mask: Any, labels: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -234,16 +303,19 @@ def confidence_report(conf: Any, correct: Any, n_bins: int = 10, edges: BinEdges
 
 
 def before_after(cal: Calibrator, probs: Any, mask: Any, labels: Any, rows: Sequence[dict[str, Any]],
-                 n_bins: int = 10, edges: BinEdges = "right", n_boot: int = 1000) -> dict[str, Any]:
+                 n_bins: int = 10, edges: BinEdges = "right", n_boot: int = 1000,
+                 logits: Optional[TokenLogits] = None) -> dict[str, Any]:
     """The calibrator applied to a held-out run: its confidence before (the calibrator's signal as
     the run gave it) and after, each a :func:`confidence_report`, and ``overlap``, the number of
-    questions shared with the fit set. Raises :class:`SameQuestions` (see :func:`check_held_out`)."""
+    questions shared with the fit set. Raises :class:`SameQuestions` (see :func:`check_held_out`),
+    and ValueError for a run of the other kind (:func:`apply`)."""
+    _check_kind(cal, rows)
     shared = check_held_out(cal, rows)
     probs, mask, labels = _arrays(probs, mask, labels)
-    pred = metrics.predictions(probs, mask)[0]
+    pred = _predicted(probs, mask, rows)
     signal = confidence.DEFAULT if METHODS.get(cal.method).multiclass else cal.signal
     before = np.clip(confidence.values(signal, probs, mask, rows), 0.0, 1.0)
-    after_pred, after = apply(cal, probs, mask, rows)
+    after_pred, after = apply(cal, probs, mask, rows, logits)
     return {
         "calibrator": cal.describe(), "signal": signal, "overlap": shared,
         "before": confidence_report(before, pred == labels, n_bins, edges, n_boot),
@@ -296,9 +368,12 @@ def load(path: Path) -> Calibrator:
         fitted_on = data.get("fitted_on", {})
         if not isinstance(fitted_on, dict):
             raise ValueError("fitted_on must be an object")
+        tokens = data.get("tokens", False)  # a file from before token runs were calibrated: a multiple-choice one
+        if not isinstance(tokens, bool):
+            raise ValueError("tokens must be true or false")
     except ValueError as e:
         raise ValueError(f"{file}: {e}") from None
-    return Calibrator(method, signal, checked, fitted_on, questions)
+    return Calibrator(method, signal, checked, fitted_on, questions, tokens)
 
 
 def _checked_params(method: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from lab.calibration import metrics
 from lab.calibration.checks import BinEdges, check_edges
 from lab.calibration.metrics import finite_or_none
 from lab.calibration.summary import token_arrays, token_scores
-from lab.calibration.temperature import (FORMS, LAB_SWEEP_BOUNDS, LAB_SWEEP_GRIDS, Form, scale, temperature_paper,
-                                         widened_search)
+from lab.calibration.temperature import (FORMS, LAB_SWEEP_BOUNDS, LAB_SWEEP_GRIDS, Form, TokenLogits, scale,
+                                         scaled_token_probs, temperature_paper, widened_search)
 from lab.core.layout import PREDICTIONS_FILE
 from lab.data.synthetic import true_distributions
 from lab.data.templates import option_letter
@@ -40,8 +40,12 @@ ROBUSTNESS_BINS = tuple(range(5, 31))  # the bin counts the ECE-robustness plot 
 SMALL_N = 300  # below this many questions an ECE is flagged (HELM's floor for reporting calibration)
 MCQ = "mcq"  # Predictions.task of a multiple-choice run; a token-level run's is its task, clm or facts
 TOKEN_TASKS = ("clm", "facts")
-TEMPERATURE_INSTEAD = ("To see it at another temperature, evaluate it again with `--temperature T`, which scales "
-                       "the logits over the whole vocabulary.")
+TEMPERATURE_INSTEAD = ("Its figures at another temperature come from the log-partition each target kept "
+                       "(temperature_summary, the Temperature lab).")
+EVALUATE_AGAIN = ("was evaluated before the lab kept what a temperature needs (each target's log-partition over "
+                  "the vocabulary); evaluate it again")
+PAPER_ON_TOKENS = ("FIRST's softmax(p / c) divides every option's probability, and a token run keeps only its top "
+                   "tokens' and the target's: use the logit form, softmax(z / T) over the whole vocabulary")
 
 
 # ---------------------------------------------------------------- loading predictions
@@ -61,6 +65,9 @@ class Predictions:
     them (k: outside the top k); ``mask`` is all True. The rest column can exceed the top token's
     probability, so the argmax of ``probs`` is not the prediction: read the confidence and correctness
     with :func:`reported_confidence` and :func:`reported_correct`, which hold for both kinds.
+    ``logits``: what rescales a token run to any temperature of its grid (the raw logits and each
+    target's log-partition, :class:`lab.calibration.temperature.TokenLogits`); None for a
+    multiple-choice run, and for a token run evaluated before the lab kept them.
     """
 
     probs: np.ndarray
@@ -71,6 +78,7 @@ class Predictions:
     dataset: Optional[str] = None
     bin_edges: BinEdges = "right"
     task: str = MCQ
+    logits: Optional[TokenLogits] = None
 
 
 def _vector(row: dict[str, Any], key: str, where: str) -> list[float]:
@@ -139,7 +147,8 @@ def load_predictions(path: Path) -> Predictions:
     if isinstance(rows[0], dict) and "target_id" in rows[0]:
         probs, labels = _token_arrays(file, numbered)
         task = info.get("task") if info.get("task") in TOKEN_TASKS else TOKEN_TASKS[0]
-        return Predictions(probs, np.ones(probs.shape, dtype=bool), labels, rows, file, dataset, edges, str(task))
+        return Predictions(probs, np.ones(probs.shape, dtype=bool), labels, rows, file, dataset, edges, str(task),
+                           _token_logits(file, numbered, info.get("temperature_grid")))
     vectors = [_row_probs(row, f"{file}:{number}") for number, row in numbered]
     probs, mask = metrics.padded(vectors)
     labels = np.array([row["answer"] for row in rows], dtype=np.int64)
@@ -165,6 +174,31 @@ def _token_arrays(file: Path, numbered: list[tuple[int, Any]]) -> tuple[np.ndarr
             raise ValueError(f"{where}: {len(top)} top tokens, but the first row has {width}")
         width = len(top)
     return token_arrays([row for _, row in numbered])
+
+
+def _token_logits(file: Path, numbered: list[tuple[int, Any]], grid: Any) -> Optional[TokenLogits]:
+    """A token run's :class:`TokenLogits` from its rows' ``top_logits``, ``target_logit`` and ``log_z``
+    and its ``metrics.json``'s ``temperature_grid``; None when no row has them (a run evaluated before
+    they were kept); a row lacking them, or holding them malformed, names its file and line."""
+    kept = ["log_z" in row for _, row in numbered]
+    if not any(kept):
+        return None
+    if not isinstance(grid, list) or len(grid) < 2 or any(finite_or_none(t) is None or t <= 0 for t in grid):
+        raise ValueError(f"{file.parent}: metrics.json: expected 'temperature_grid', the positive temperatures the "
+                         f"rows' log_z are at, but got {grid!r}")
+    top, target, log_z = [], [], []
+    for (number, row), has in zip(numbered, kept):
+        where = f"{file}:{number}"
+        if not has:
+            raise ValueError(f"{where}: no 'log_z', which the run's other rows have")
+        top.append(_vector(row, "top_logits", where))
+        log_z.append(_vector(row, "log_z", where))
+        target.append(finite_or_none(row.get("target_logit")))
+        if len(top[-1]) != len(row["top_probs"]) or len(log_z[-1]) != len(grid) or target[-1] is None:
+            raise ValueError(f"{where}: expected a 'top_logits' entry per top token, a 'log_z' entry per temperature "
+                             f"of the grid ({len(grid)}) and a finite 'target_logit'")
+    return TokenLogits(np.array(top), np.array(target, dtype=np.float64), np.array(log_z),
+                       np.array(grid, dtype=np.float64))
 
 
 def is_token_run(pred: Predictions) -> bool:
@@ -209,9 +243,17 @@ def reported_summary(pred: Predictions, n_bins: int = 10, strategy: metrics.Stra
     edges = pred.bin_edges if edges is None else edges
     if not is_token_run(pred):
         return calibration_summary(reported_probs(pred), pred.mask, pred.labels, n_bins, strategy, edges, n_boot)
-    summary = confidence_summary(reported_confidence(pred), reported_correct(pred), n_bins, strategy, edges, n_boot)
-    return {**summary, **token_scores(pred.probs, pred.labels, [float(row["target_prob"]) for row in pred.rows]),
-            "cw_ece": None, "trust": metrics.trust(summary["accuracy"], summary["ece"])}
+    return _token_summary(pred, pred.probs, reported_confidence(pred), [float(row["target_prob"]) for row in pred.rows],
+                          n_bins, strategy, edges, n_boot)
+
+
+def _token_summary(pred: Predictions, vectors: np.ndarray, conf: np.ndarray, target_probs: Any, n_bins: int,
+                   strategy: metrics.Strategy, edges: BinEdges, n_boot: int) -> dict[str, Any]:
+    """A token run's summary from its top tokens and rest (``vectors``, as :attr:`Predictions.probs`), each
+    target's confidence and probability: the keys of :func:`calibration_summary`, cw-ECE None."""
+    summary = confidence_summary(conf, reported_correct(pred), n_bins, strategy, edges, n_boot)
+    return {**summary, **token_scores(vectors, pred.labels, target_probs), "cw_ece": None,
+            "trust": metrics.trust(summary["accuracy"], summary["ece"])}
 
 
 def oracle_probs(pred: Predictions) -> Optional[np.ndarray]:
@@ -247,6 +289,25 @@ def _check_form(form: str) -> None:
         raise ValueError(f"Expected `form` to be one of {FORMS}, but got {form!r}")
 
 
+def token_logits(pred: Predictions) -> TokenLogits:
+    """A token run's :attr:`Predictions.logits`; a ValueError naming the run when it was evaluated
+    before the lab kept them."""
+    if pred.logits is None:
+        raise ValueError(f"{pred.path.parent if pred.path is not None else 'This token run'} {EVALUATE_AGAIN}.")
+    return pred.logits
+
+
+def _token_probs(pred: Predictions, temperature: float, form: str = "logit") -> tuple[np.ndarray, np.ndarray]:
+    """A token run at ``temperature`` over the whole vocabulary: its top tokens and the rest (n, k + 1),
+    as :attr:`Predictions.probs` holds them, and each target's probability (n,)."""
+    if form == "paper":
+        raise ValueError(f"{pred.path.parent if pred.path is not None else 'This'} is a token-level run (task "
+                         f"{pred.task}): {PAPER_ON_TOKENS}.")
+    logits = token_logits(pred)
+    top, target = scaled_token_probs(logits.top, logits.target, logits.log_z, logits.grid, temperature)
+    return np.column_stack([top, np.maximum(0.0, 1.0 - top.sum(axis=1))]), target
+
+
 def recalibrate(pred: Predictions, temperature: float, form: Form = "logit") -> np.ndarray:
     """Option probabilities (n, K) at ``temperature``; padded options stay 0.
 
@@ -260,6 +321,22 @@ def recalibrate(pred: Predictions, temperature: float, form: Form = "logit") -> 
     if form == "logit":
         return scale(pred.probs, t, pred.mask)
     return temperature_paper(pred.probs, t, pred.mask)
+
+
+def temperature_summary(pred: Predictions, temperature: Optional[float], form: Form = "logit", n_bins: int = 10,
+                        strategy: metrics.Strategy = "width", edges: BinEdges = "right",
+                        n_boot: int = 0) -> dict[str, Any]:
+    """:func:`calibration_summary` of the run at ``temperature`` (:func:`recalibrate`), or with None of
+    the model unscaled (:attr:`Predictions.probs`). A token run gets :func:`reported_summary`'s keys at
+    T over the whole vocabulary, from the log-partition each target kept (None: T = 1, whatever the
+    run was evaluated at), its top token being every temperature's; the paper form, which needs
+    every probability, is refused there, and so is a run evaluated before the log-partition was kept."""
+    if not is_token_run(pred):
+        probs = pred.probs if temperature is None else recalibrate(pred, temperature, form)
+        return calibration_summary(probs, pred.mask, pred.labels, n_bins, strategy, edges, n_boot)
+    _check_form(form)
+    vectors, target = _token_probs(pred, 1.0 if temperature is None else _check_temperature(temperature), form)
+    return _token_summary(pred, vectors, vectors[:, 0], target, n_bins, strategy, edges, n_boot)
 
 
 def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
@@ -338,6 +415,11 @@ class Sweep(NamedTuple):
 
 
 def _sweep_point(pred: Predictions, t: float, form: Form, n_bins: int, edges: BinEdges) -> dict[str, float]:
+    if is_token_run(pred):
+        vectors, target = _token_probs(pred, t, form)
+        correct = reported_correct(pred)
+        return {"temperature": t, "ece": metrics.ece(vectors[:, 0], correct, n_bins, edges=edges),
+                "nll": token_scores(vectors, pred.labels, target)["nll"], "accuracy": float(np.mean(correct))}
     probs = recalibrate(pred, t, form)
     choice, conf = metrics.predictions(probs, pred.mask)
     correct = choice == pred.labels
@@ -369,18 +451,29 @@ def temperature_sweep(pred: Predictions, temperatures: Optional[Sequence[float]]
     edge (:func:`lab.calibration.temperature.widened_search`, up to ``LAB_SWEEP_BOUNDS[form]``) until both optima are
     inside it or on a bound, and says so in ``widened``. Accuracy is constant up to ties, since both
     forms keep each row's order. ``edges`` bins the ECE (a run's :attr:`Predictions.bin_edges`).
+    A token run is swept over the whole vocabulary (:func:`temperature_summary`), within the
+    temperatures it kept its log-partition at (:func:`temperature_limits`).
     """
     _check_form(form)
     check_edges(edges)
-    require_options(pred, "rescaling by a temperature", TEMPERATURE_INSTEAD)
+    bounds = temperature_limits(pred) or LAB_SWEEP_BOUNDS[form]
     asked = LAB_SWEEP_GRIDS[form] if temperatures is None else np.asarray(temperatures, dtype=np.float64)
     if asked.ndim != 1 or asked.size == 0:
         raise ValueError(f"Expected a non-empty 1-D sequence of temperatures, but got {temperatures!r}")
-    records = widened_search(lambda t: _sweep_point(pred, t, form, n_bins, edges), asked, ("ece", "nll"),
-                             LAB_SWEEP_BOUNDS[form])
+    records = widened_search(lambda t: _sweep_point(pred, t, form, n_bins, edges), asked, ("ece", "nll"), bounds)
     table = pd.DataFrame(records, columns=["temperature", "ece", "nll", "accuracy"])
     best_ece, best_nll = (float(table["temperature"].iloc[int(np.argmin(table[c]))]) for c in ("ece", "nll"))
-    return Sweep(table, best_ece, best_nll, _widened_note(np.unique(asked), table, LAB_SWEEP_BOUNDS[form]))
+    return Sweep(table, best_ece, best_nll, _widened_note(np.unique(asked), table, bounds))
+
+
+def temperature_limits(pred: Predictions) -> Optional[tuple[float, float]]:
+    """The temperatures a token run can be rescaled to, its log-partition's grid within the logit form's
+    sweep bounds; None for a multiple-choice run (any positive T). ValueError for a token run evaluated
+    before the log-partition was kept."""
+    if not is_token_run(pred):
+        return None
+    grid, (low, high) = token_logits(pred).grid, LAB_SWEEP_BOUNDS["logit"]
+    return max(low, float(grid[0])), min(high, float(grid[-1]))
 
 
 # ---------------------------------------------------------------- across runs, and the top tokens

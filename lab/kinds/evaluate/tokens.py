@@ -8,11 +8,17 @@ is the text's.
 ``position`` (index of the target in the document's tokens as the model saw them, prompt prefix
 included), ``target_id``, ``pred_id``, ``confidence``, ``correct``, ``target_prob``, the top-k ids,
 tokens and probabilities and ``rest`` (the mass outside them), the ``context`` text before the target
-(for case studies) and, for facts, ``entity`` (its index in the row's list). ``metrics.json`` has
-the multiple-choice keys (:func:`lab.calibration.summary.token_metrics`).
+(for case studies) and, for facts, ``entity`` (its index in the row's list). For any other
+temperature later (:class:`lab.calibration.temperature.TokenLogits`), the raw logits of the top
+tokens (``top_logits``) and of the target (``target_logit``), and ``log_z``, the log-partition over
+the vocabulary at each temperature of ``metrics.json``'s ``temperature_grid``; and ``key``, the
+target's identity across runs (its document's text hashed, and where in it the target starts),
+which a calibrator keeps to recognise the targets it was fitted on. ``metrics.json`` has the
+multiple-choice keys (:func:`lab.calibration.summary.token_metrics`).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -22,7 +28,7 @@ import numpy as np
 
 from lab.calibration import oracle
 from lab.calibration.summary import token_metrics
-from lab.calibration.temperature import load_temperature
+from lab.calibration.temperature import TOKEN_GRID, load_temperature
 from lab.core.errors import DataError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
@@ -35,6 +41,9 @@ from lab.models.token_targets import NO_SPAN, TokenDoc, clm_positions, encode, f
 
 TOP_K = 5  # the top tokens each row keeps (their probabilities, for Brier and the case studies)
 CONTEXT_CHARS = 400  # of text before a target, kept in its row for the case studies
+# log_z is kept to this many decimals: finer than log_partition's own error (< 1e-5), and a third shorter.
+# The logits are kept whole: a top logit off by 1e-6 moves log Z(T) - z_top / T by 1e-4 at T = 0.01.
+LOG_Z_DECIMALS = 6
 
 
 def _where(record: TextRecord) -> str:
@@ -84,6 +93,9 @@ def _row(record: TextRecord, index: int, offsets: list[tuple[int, int]], scored:
         "target_prob": scored["target_prob"], "top_ids": scored["top_ids"],
         "top_tokens": [decode(t) for t in scored["top_ids"]], "top_probs": scored["top_probs"],
         "rest": scored["rest"], "context": record.text[max(0, start - CONTEXT_CHARS):max(start, 0)],
+        "top_logits": scored["top_logits"], "target_logit": scored["target_logit"],
+        "log_z": [round(v, LOG_Z_DECIMALS) for v in scored["log_z"]],
+        "key": f"{hashlib.blake2b(record.text.encode('utf-8'), digest_size=8).hexdigest()}@{start}",
     }
     if entity is not None:
         row["entity"] = entity
@@ -137,7 +149,7 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
     temperature = load_temperature(cfg.temperature)
     start = time.perf_counter()
     scored = score_documents(loaded.model, docs, tokenizer.pad_token_id, batch_size=cfg.batch_size, top_k=TOP_K,
-                             progress=progress, temperature=temperature or 1.0)
+                             progress=progress, temperature=temperature or 1.0, grid=TOKEN_GRID)
     elapsed = time.perf_counter() - start
     decode = lambda token: tokenizer.decode([token])  # noqa: E731
     rows, undefined = [], []
@@ -160,6 +172,7 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
         "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."), "temperature": temperature,
         "seconds": round(elapsed, 3), "targets_per_second": round(len(rows) / elapsed, 3) if elapsed else None,
         **info, **token_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed, cfg.bin_edges),
+        "temperature_grid": TOKEN_GRID.tolist(),
     }
     truth = oracle_block(rows, cfg.bins, cfg.bin_edges)
     if truth is not None:
