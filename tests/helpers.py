@@ -194,3 +194,27 @@ def run_series(run_dir: Path, models, tasks=SERIES_TASKS, **fields) -> dict:
                            "bootstrap": 100, "device": "cpu", **fields})
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     return run_job(cfg, JobContext(Path(run_dir)))
+
+
+def table_model(table, max_positions: int = 64, **config):
+    """A Llama whose next-token logits after token t are exactly ``table[t]`` (V, V), whatever came before.
+
+    Embedding of t: sqrt(H)·e_t (RMS 1, so the final RMSNorm with eps 0 leaves it unchanged); every
+    block's output projections are zero, so the residual stream is that embedding; the LM head's column
+    t is table[t] / sqrt(H). Logits = head · sqrt(H)·e_t = table[t]. ``config``: more LlamaConfig fields
+    (special token ids)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    v = table.shape[0]
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=v, hidden_size=v, intermediate_size=8, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=max_positions, rms_norm_eps=0.0, tie_word_embeddings=False,
+        **config)).eval()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.eye(v) * v ** 0.5)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight.copy_(torch.tensor(table.T / v ** 0.5, dtype=torch.float32))
+    return model

@@ -7,33 +7,13 @@ import torch
 from lab.core.errors import DataError, ScoringError
 from lab.models.token_scoring import score_documents
 from lab.models.token_targets import TokenDoc, clm_positions, encode, facts_positions
+from tests.helpers import table_model
 
 TOL = 1e-5
 PREFIX = "Finish this Wikipedia description: "  # the paper's Table 1 prompt for facts
 
 
 # ---------------------------------------------------------------- a model computed by hand
-
-
-def _table_model(table: np.ndarray):
-    """A Llama whose next-token logits after token t are exactly ``table[t]`` (V, V), whatever came before.
-
-    Embedding of t: sqrt(H)·e_t (RMS 1, so the final RMSNorm with eps 0 leaves it unchanged); every
-    block's output projections are zero, so the residual stream is that embedding; the LM head's column
-    t is table[t] / sqrt(H). Logits = head · sqrt(H)·e_t = table[t]."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    v = table.shape[0]
-    config = LlamaConfig(vocab_size=v, hidden_size=v, intermediate_size=8, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=0.0, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.copy_(torch.eye(v) * v ** 0.5)
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        model.lm_head.weight.copy_(torch.tensor(table.T / v ** 0.5, dtype=torch.float32))
-    return model
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -46,7 +26,7 @@ def test_closed_form_model_gives_the_softmax_of_its_table():
     rng = np.random.default_rng(0)
     v = 16
     table = rng.normal(scale=2.0, size=(v, v))
-    model = _table_model(table)
+    model = table_model(table)
     docs = [TokenDoc(rng.integers(0, v, size=n).tolist(), positions)
             for n, positions in [(12, [1, 5, 11]), (7, [3]), (30, [2, 29, 17, 17])]]
     results = score_documents(model, docs, pad_id=0, batch_size=2, top_k=4)

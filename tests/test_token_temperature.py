@@ -24,7 +24,7 @@ from lab.models import token_scoring
 from lab.models.token_scoring import log_partition, score_documents
 from lab.models.token_targets import TokenDoc, clm_positions, encode
 from lab.results import analysis
-from tests.helpers import two_option_rows
+from tests.helpers import table_model, two_option_rows
 from ui import temperature_page as page
 from ui.context import LabContext
 from ui.recalibration_page import ECE_LABEL, fit_and_apply
@@ -159,10 +159,7 @@ def bigram(tmp_path_factory, tiny_model_dir, texts):
     is right now and then and over-confident (a temperature above 1 fits it). The tiny model itself is
     random: flat, and never better than chance, so that its NLL falls all the way to T = 100.
 
-    Embedding of a: sqrt(V)·e_a (RMS 1, so the RMSNorms with eps 0 leave it); the blocks' output
-    projections are zero, so the residual stream is that embedding and the LM head reads its row."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    The Llama is :func:`tests.helpers.table_model` of that table."""
     from lab.models.tokenizers import load_tokenizer
 
     tokenizer = load_tokenizer(str(tiny_model_dir), str(tiny_model_dir))
@@ -173,16 +170,7 @@ def bigram(tmp_path_factory, tiny_model_dir, texts):
             ids = tokenizer(line)["input_ids"]
             np.add.at(counts, (ids[:-1], ids[1:]), 1.0)
     table = SHARPEN * np.log(counts / counts.sum(axis=1, keepdims=True))
-    config = LlamaConfig(vocab_size=v, hidden_size=v, intermediate_size=8, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=0.0,
-                         tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, pad_token_id=1)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.copy_(torch.eye(v) * v ** 0.5)
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        model.lm_head.weight.copy_(torch.tensor(table.T / v ** 0.5, dtype=torch.float32))
+    model = table_model(table, max_positions=512, bos_token_id=0, eos_token_id=1, pad_token_id=1)
     out = tmp_path_factory.mktemp("bigram") / "model"
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
