@@ -3,6 +3,7 @@ on series tables written here with the series' own writer, and on a real series 
 The browser test is tests/test_browser_lifecycle.py."""
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -250,13 +251,16 @@ def test_a_selected_row_opens_its_cell_in_reliability_and_hostile_rows_open_noth
 
 
 @pytest.mark.unit
-def test_a_series_job_page_shows_its_life_cycle_and_token_runs_offer_no_temperature_lab(tmp_path):
+def test_a_series_job_page_shows_its_life_cycle_and_old_token_runs_offer_no_temperature_lab(tmp_path):
     directory = _write(tmp_path, _doc())
     found = job_results(tmp_path, "series", str(directory))
     assert "3 points × 2 tasks" in found.text and "Life cycle" in found.text and found.run is None
     assert found.figure_label.startswith("Life cycle") and len(_per_run(found.figure)) == 2
     ctx = LabContext(tmp_path)
-    assert temperature_link(ctx, "00003-series/cells/m0_t1-clm")["visible"] is False  # task clm: refused there
+    assert temperature_link(ctx, "00003-series/cells/m0_t1-clm")["visible"] is False  # no log Z kept: refused there
+    kept = json.loads((tmp_path / "00003-series/cells/m1_t1-clm/metrics.json").read_text())
+    (tmp_path / "00003-series/cells/m1_t1-clm/metrics.json").write_text(json.dumps({**kept, "temperature_grid": [1, 2]}))
+    assert temperature_link(ctx, "00003-series/cells/m1_t1-clm")["visible"] is True
     assert temperature_link(ctx, "00003-series/cells/m0_t0-mcq")["visible"] is True
     assert temperature_link(ctx, None)["visible"] is True  # no run: the links row is hidden anyway
 

@@ -23,8 +23,9 @@ from lab.kinds.evaluate.run import evaluate, write_evaluation
 from lab.models import token_scoring
 from lab.models.token_scoring import log_partition, score_documents
 from lab.models.token_targets import TokenDoc, clm_positions, encode
-from lab.results import analysis
+from lab.results import analysis, runs
 from tests.helpers import table_model, two_option_rows
+from ui import reliability_page
 from ui import temperature_page as page
 from ui.context import LabContext
 from ui.recalibration_page import ECE_LABEL, fit_and_apply
@@ -357,6 +358,38 @@ def test_a_calibrator_of_one_kind_is_refused_on_the_other(lab, mcq):
     assert not saved.tokens
     token = fit_and_apply(lab, "fit", "apply", "isotonic", "max_prob", 10)[3]
     assert calibrators.load(calibrators.save(token, lab.runs / "cal-token")).tokens
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("method", ["temperature", "isotonic"])
+def test_a_saved_token_calibrator_draws_in_reliability_and_reports_in_an_evaluation(lab, bigram, method):
+    """The calibrator the workbench saves, applied where a user applies it: the Reliability page's drawn
+    ECE and an evaluation's ``calibrated`` block equal the ECE of the workbench's own 'after' column."""
+    cal = fit_and_apply(lab, "fit", "apply", method, "max_prob", 10)[3]
+    saved = calibrators.save(cal, lab.runs / f"cal-{method}")
+    pred = analysis.load_predictions(lab.runs / "apply")
+    _, after = calibrators.apply(cal, pred.probs, pred.mask, pred.rows, logits=pred.logits)
+    conf, correct = analysis.reported_confidence(pred), analysis.reported_correct(pred)
+    assert np.abs(after - conf).max() > 0.01  # it recalibrates: the check below could tell the two apart
+    drawn, _ = reliability_page.reported_summary(lab, runs.evaluation(lab.runs, "apply"), 10, "width",
+                                                 calibrator=calibrators.load(saved))
+    assert drawn["ece"] == pytest.approx(metrics.ece(after, correct, 10), abs=1e-12)
+    reported = _evaluate(lab.runs, f"apply-{method}", bigram, lab.runs / "apply.txt", calibrator=str(saved))
+    assert reported["ece"] == pytest.approx(metrics.ece(conf, correct, 10), abs=1e-9)
+    assert reported["calibrated"]["ece"] == pytest.approx(metrics.ece(after, correct, 10), abs=1e-9)
+    assert reported["calibrated"]["overlap"] == 0 and "error" not in reported["calibrated"]
+    assert [r["calibrated_confidence"] for r in _rows(lab, f"apply-{method}")] == pytest.approx(after.tolist(), abs=1e-9)
+
+
+@pytest.mark.model
+def test_an_evaluation_refuses_a_calibrator_of_the_other_kind_at_submit(lab, mcq, bigram):
+    mcq_cal = calibrators.save(calibrators.fit("platt", *_mcq_arrays(mcq)), lab.runs / "cal-mcq-submit")
+    token_cal = calibrators.save(fit_and_apply(lab, "fit", "apply", "platt", "max_prob", 10)[3],
+                                 lab.runs / "cal-token-submit")
+    with pytest.raises(ValueError, match="fitted on a multiple-choice run, and this is a token-level run"):
+        parse_config({"kind": "evaluate", "model": str(bigram), "task": "clm", "calibrator": str(mcq_cal)})
+    with pytest.raises(ValueError, match="fitted on a token-level run .*, and this is a multiple-choice run"):
+        parse_config({"kind": "evaluate", "model": str(bigram), "calibrator": str(token_cal)})
 
 
 def _mcq_arrays(path):

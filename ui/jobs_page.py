@@ -176,11 +176,11 @@ def _figure_outputs(events: list[dict[str, Any]]) -> tuple[Any, Any]:
 
 
 def temperature_link(ctx: LabContext, name: Any) -> Any:
-    """"Open in the Temperature lab" only for a run the lab can rescale: it refuses a token-level run
-    (task clm or facts), which keeps the top tokens of the vocabulary only."""
+    """"Open in the Temperature lab" only for a run the lab can rescale: not a token-level run (task
+    clm or facts) evaluated before it kept the log-partition over the vocabulary (``temperature_grid``)."""
     run = runs.evaluation(ctx.runs, name)
     metrics = (runs.read_metrics(run.path) or {}) if run else {}
-    return gr.update(visible=metrics.get("task") not in analysis.TOKEN_TASKS)
+    return gr.update(visible=metrics.get("task") not in analysis.TOKEN_TASKS or "temperature_grid" in metrics)
 
 
 def job_controls(job: Optional[Job]) -> tuple[Any, Any]:

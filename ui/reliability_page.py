@@ -45,7 +45,9 @@ def drawn_confidence(ctx: LabContext, run: runs.EvalRun,
     pred = ctx.results.predictions(run)
     if calibrator is None:  # as reported: a token-level run's own confidence and correctness per target
         return analysis.reported_confidence(pred), analysis.reported_correct(pred), cautions_of(run, pred, None)
-    analysis.require_options(pred, "applying a saved calibrator", "Draw it without a calibrator.")
+    if analysis.is_token_run(pred):  # the prediction stays the top token: only its confidence is recalibrated
+        _, conf = calibrators.apply(calibrator, pred.probs, pred.mask, pred.rows, logits=analysis.token_logits(pred))
+        return conf, analysis.reported_correct(pred), cautions_of(run, pred, calibrator)
     choice, conf = calibrators.apply(calibrator, analysis.reported_probs(pred), pred.mask, pred.rows)
     return conf, choice == pred.labels, cautions_of(run, pred, calibrator)
 

@@ -67,8 +67,13 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
 
     def __post_init__(self) -> None:
         load_temperature(self.temperature)  # a bad number or a missing file fails at submit time
-        if self.calibrator is not None:
-            calibrators.load(Path(self.calibrator))  # ... and so does a damaged calibrator.json
+        if self.calibrator is not None:  # ... and so does a damaged calibrator.json, or one of the other kind of run
+            fitted = calibrators.load(Path(self.calibrator))
+            if fitted.tokens != (self.task != "mcq"):
+                kinds = {True: "a token-level run (task clm or facts)", False: "a multiple-choice run"}
+                raise ValueError(f"calibrator: {self.calibrator} was fitted on {kinds[fitted.tokens]}, and this is "
+                                 f"{kinds[not fitted.tokens]}: fit one on a run like this one in the Recalibration "
+                                 "workbench")
         if self.task != "mcq":
             self._check_token_task()
             return
@@ -89,8 +94,6 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
         if self.task not in DATASETS.get(self.dataset).tasks:
             raise ValueError(f"dataset: {self.dataset!r} cannot feed task {self.task}; use one of: "
                              f"{', '.join(text_dataset_names(self.task))}")
-        if self.calibrator is not None:
-            raise ValueError("calibrator: a saved calibrator applies to multiple-choice runs only")
         if self.template is None:
             self.template = "plain"
         if get_template(self.template).kind != "text":

@@ -37,6 +37,7 @@ from lab.data.loaders import log_skipped
 from lab.data.record import MCQRecord
 from lab.data.templates import get_template
 from lab.jobkit.kinds import write_config
+from lab.kinds.evaluate.calibrated import apply_calibrator
 from lab.kinds.evaluate.config import CONFIDENCE, EvalConfig
 from lab.kinds.evaluate.tokens import evaluate_tokens
 
@@ -211,27 +212,6 @@ def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Pat
     })
 
 
-def apply_calibrator(rows: list[dict[str, Any]], cal: calibrators.Calibrator,
-                     cfg: EvalConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Copies of ``rows`` with their ``calibrated_confidence``, and the ``calibrated`` block of the
-    metrics: the calibrated confidence scored as the workbench scores it, what the calibrator is, and
-    how many of these questions it was fitted on. Such overlap is recorded, not refused: the run is
-    already paid for, and the warning travels with its numbers.
-
-    A calibrator whose signal these rows cannot give (full-vocabulary on a cloze run) leaves the rows
-    as they are and the block says why, rather than losing the evaluation at its last step."""
-    probs, mask = metrics.padded([r["probs"] for r in rows])
-    try:
-        pred, conf = calibrators.apply(cal, probs, mask, rows)
-    except ValueError as e:
-        return rows, {"calibrator": cal.describe(), "error": str(e)}
-    correct = pred == np.array([r["answer"] for r in rows])
-    report = calibrators.confidence_report(conf, correct, cfg.bins, cfg.bin_edges, cfg.bootstrap or 1, cfg.seed)
-    block = {**report, "calibrator": cal.describe(), "overlap": calibrators.overlap(cal, rows),
-             "warning": calibrators.fitted_on_same(cal, rows)}
-    return [{**r, "calibrated_confidence": float(c)} for r, c in zip(rows, conf)], block
-
-
 def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, info: dict[str, Any]) -> dict[str, Any]:
     """Write ``predictions.jsonl`` and ``metrics.json``; the metrics are always recomputed from ``rows``.
 
@@ -251,7 +231,7 @@ def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, inf
     if oracle is not None:
         result.update(oracle=oracle, ece_gap_to_oracle=result["ece"] - oracle["ece"])
     if cfg.calibrator is not None:
-        rows, result["calibrated"] = apply_calibrator(rows, calibrators.load(Path(cfg.calibrator)), cfg)
+        rows, result["calibrated"] = apply_calibrator(rows, cfg)
     write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     write_atomic(out / METRICS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result

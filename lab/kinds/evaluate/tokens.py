@@ -36,6 +36,7 @@ from lab.data.loaders import log_skipped
 from lab.data.templates import get_template
 from lab.data.texts import TextRecord, load_texts
 from lab.jobkit.kinds import write_config
+from lab.kinds.evaluate.calibrated import apply_calibrator
 from lab.kinds.evaluate.config import CONFIDENCE, EvalConfig
 from lab.models.token_targets import NO_SPAN, TokenDoc, clm_positions, encode, facts_positions
 
@@ -177,6 +178,8 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
     truth = oracle_block(rows, cfg.bins, cfg.bin_edges)
     if truth is not None:
         result.update(oracle=truth, ece_gap_to_oracle=result["ece"] - truth["ece"])
+    if cfg.calibrator is not None:
+        rows, result["calibrated"] = apply_calibrator(rows, cfg)
     write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     write_atomic(out / METRICS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result
