@@ -9,6 +9,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -218,3 +219,38 @@ def table_model(table, max_positions: int = 64, **config):
             layer.mlp.down_proj.weight.zero_()
         model.lm_head.weight.copy_(torch.tensor(table.T / v ** 0.5, dtype=torch.float32))
     return model
+
+
+WANDB_BLOCK = 32_768  # W&B's run file is a LevelDB-style log: 32 KiB blocks of records, each with a 7-byte header
+WANDB_FULL, WANDB_LAST = 1, 4  # a record whole in one chunk, or its last chunk (2 and 3: first and middle)
+
+
+def wandb_history(folder: Path) -> list[dict[str, Any]]:
+    """Every ``history`` row (a ``wandb.log`` call) of the one offline W&B run under ``folder``, as
+    {key: value}, read from its ``run-*.wandb`` file: a 7-byte file header, then per chunk CRC (4 bytes),
+    length (2, little-endian) and type (1), chunks never crossing a 32 KiB block (its tail padded).
+    Read here rather than by wandb itself, which since its Go core offers no reader of offline runs."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    (file,) = Path(folder).glob("wandb/offline-run-*/run-*.wandb")
+    data = file.read_bytes()
+    assert data[:4] == b":W&B", f"{file}: not a W&B run file"
+    position, pending, rows = 7, b"", []
+    while position + 7 <= len(data):
+        left = WANDB_BLOCK - position % WANDB_BLOCK
+        _, length, kind = struct.unpack("<IHB", data[position:position + 7]) if left >= 7 else (0, 0, 0)
+        if left < 7 or (length, kind) == (0, 0):  # the block's padding
+            position += left
+            continue
+        pending += data[position + 7:position + 7 + length]
+        position += 7 + length
+        if kind in (WANDB_FULL, WANDB_LAST):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+    return rows

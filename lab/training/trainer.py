@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -88,6 +89,16 @@ def validation_metrics(model, tokenizer, records: Sequence[MCQRecord], template:
     return {k: m[k] for k in ("n", "accuracy", "ece", "cw_ece", "nll", "brier", "trust")}
 
 
+def tracked(metrics: dict[str, Any]) -> dict[str, float]:
+    """What a validation gives the trackers: ``eval_<metric>`` of its headline figures and, for a
+    stage measuring several calibration tasks (``tasks``: sft, dpo), ``eval_<task>_<metric>`` of each,
+    so a tracker plots every task's ECE beside the loss, not the first task's only."""
+    logged = {f"eval_{k}": float(v) for k, v in metrics.items() if k in TRACKED and v is not None}
+    for key, task in (metrics.get("tasks") or {}).items():
+        logged.update({f"eval_{key}_{k}": float(v) for k, v in task.items() if k in TRACKED and v is not None})
+    return logged
+
+
 class LabCallback(TrainerCallback):
     """Training progress and per-epoch validation as events (and to the trackers of ``report_to``,
     through ``log``: the Trainer's own); stops at the user's request, every rank at the same step."""
@@ -122,6 +133,16 @@ class LabCallback(TrainerCallback):
         if not self.stopping and not (self.eval_steps and state.global_step % self.eval_steps == 0):
             self._validate(state, model)
 
+    def on_train_end(self, args, state, control, **kwargs):
+        """End the W&B run with the stage (transformers' callback leaves it open until the process
+        exits): a job of several stages (FIRST's teacher and students) gets a run each, in its own
+        folder (W&B reads ``WANDB_DIR`` once per process: teardown makes the next stage read it again),
+        and an offline run's file is whole when the stage is done. MLflow's callback ends its own run."""
+        wandb = sys.modules.get("wandb")
+        if "wandb" in (args.report_to or []) and wandb is not None and wandb.run is not None:
+            wandb.finish()
+            wandb.teardown()
+
     def _validate(self, state, model) -> None:
         if self.validate is None:
             return
@@ -129,7 +150,27 @@ class LabCallback(TrainerCallback):
         record = {"epoch": round(state.epoch or 0, 3), "step": state.global_step, **metrics}
         self.history.append(record)
         self.events.emit(f"{self.stage}_eval", **record)
-        self.log({f"eval_{k}": float(v) for k, v in metrics.items() if k in TRACKED and v is not None})
+        self.log(tracked(metrics))
+
+
+# Where a tracker that writes locally puts its files, when the environment the lab was started in names
+# none: TensorBoard's event files, W&B's offline runs (its wandb/ folder) and an MLflow file store, each
+# in the stage's folder rather than the server's working directory. A W&B directory or an MLflow tracking
+# URI the user set (a server, a database) is theirs: read once, when the worker imports this, before any
+# stage sets them. MLflow 3 refuses a file store unless told it is wanted: it is, for the default only.
+USER_TRACKER_ENV = frozenset(name for name in ("WANDB_DIR", "MLFLOW_TRACKING_URI") if name in os.environ)
+MLFLOW_DIR = "mlruns"
+
+
+def point_trackers(out_dir: Path) -> None:
+    """Each tracker's local folder for this stage (the callbacks read them from the environment when
+    the Trainer makes them): see :data:`USER_TRACKER_ENV`."""
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(out_dir / TRACKER_DIR)
+    if "WANDB_DIR" not in USER_TRACKER_ENV:
+        os.environ["WANDB_DIR"] = str(out_dir)
+    if "MLFLOW_TRACKING_URI" not in USER_TRACKER_ENV:
+        os.environ["MLFLOW_TRACKING_URI"] = (out_dir / MLFLOW_DIR).resolve().as_uri()
+        os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
 
 
 def free_bytes(folder: Path) -> int:
@@ -311,8 +352,7 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
         validate = lambda m, step: validation_metrics(m, tokenizer, val_records, cfg.template,  # noqa: E731
                                                       cfg.bins, cfg.bin_edges)
     callback = LabCallback(events, stage, validate, should_stop, cfg.eval_steps, validate_at_start)
-    # The TensorBoard callback reads its folder from the environment when the Trainer makes it.
-    os.environ["TENSORBOARD_LOGGING_DIR"] = str(out_dir / TRACKER_DIR)
+    point_trackers(out_dir)
     run_name = f"{out_dir.name} {stage}" if stage not in out_dir.name else out_dir.name
     args = training_arguments(cfg, out_dir, device, run_name, args_class, **(args_extra or {}))
     lora = cfg.method in ("lora", "qlora")
