@@ -340,7 +340,8 @@ def build_jobs(ctx: LabContext) -> JobLinks:
     status = gr.Markdown(elem_id="job-status")
     panel = _results_panel(ctx)
     with gr.Row():
-        training = gr.Plot(label="Training: loss per step, validation ECE / accuracy per epoch", visible=False)
+        training = gr.Plot(label="Training: loss per step, validation ECE / accuracy per epoch", visible=False,
+                           elem_id="job-training")
         sweep = gr.Plot(label="Temperature sweep", visible=False)
     log = gr.Code(label=f"Activity: stages and messages, then the end of {LOG_FILE}", language=None, interactive=False)
     with gr.Accordion("Config", open=False):
