@@ -15,12 +15,17 @@
   ``databricks/databricks-dolly-15k``), whose pointer at d72c16e4 pins its sha256 and size
   (DOLLY_SHA256). It must hold DOLLY_ROWS rows of exactly the fields instruction, context, response and
   category; rows are kept byte for byte (the loader reads Dolly's own layout, its context as Alpaca's
-  input). Those with a blank instruction or response are left out.
+  input). Those with a blank instruction or response are left out. The Dolly sample bundled with the
+  lab was not made by this script (the official file was not at hand): it is 193 short rows taken from
+  a full copy of the file by the rule that ``lab/data/bundled/SOURCES.md`` describes. ``--dolly`` makes
+  other files (500 seeded rows), written over the bundled ones (update SOURCES.md then), and
+  ``--check --dolly FILE`` reports the bundled ones as differing.
 
 From each source's candidate rows ``random.Random(SEED).sample`` draws ROWS: the first TRAIN drawn are
 the train split and the rest the validation split, each in the source's order. Every source is checked
 by its sha256 (another file is named in the output, and makes other samples). ``--check`` makes the
-files in a temporary folder and compares them with the bundled ones.
+files in a temporary folder and compares them with the bundled ones: Alpaca's always, Dolly's only
+with ``--dolly``.
 """
 from __future__ import annotations
 

@@ -125,7 +125,8 @@ def test_the_registered_samples_are_the_files_there_and_nothing_else():
     assert all(path.exists() for path in registered)
     data = [p for p in samples.ROOT.rglob("*") if p.is_file() and p.relative_to(samples.ROOT).parts[0] not in NOTES]
     assert all(any(p == r or r in p.parents for r in registered) for p in data)  # no file that nothing names
-    assert with_sample() == ["alpaca", "arc_challenge", "arc_easy", "boolq", "medmcqa", "mmlu", "obqa", "synthetic", "text", "trex"]
+    assert with_sample() == ["alpaca", "arc_challenge", "arc_easy", "boolq", "dolly", "medmcqa", "mmlu", "obqa",
+                             "synthetic", "text", "trex"]
 
 
 @pytest.mark.unit
@@ -253,7 +254,7 @@ def test_bundled_with_a_split_or_for_a_dataset_without_a_sample_is_refused_namin
     with pytest.raises(ConfigError, match=r"^data_files\[1\]: 'train=bundled': 'bundled' stands alone"):
         parse_config({"kind": "evaluate", "dataset": "obqa", "data_files": ["bundled", "train=bundled"]}, [tmp_path])
     message = ("data_files[0]: csqa has no bundled sample; 'bundled' in data_files names one for: alpaca, "
-               "arc_challenge, arc_easy, boolq, medmcqa, mmlu, obqa, synthetic, text, trex.")
+               "arc_challenge, arc_easy, boolq, dolly, medmcqa, mmlu, obqa, synthetic, text, trex.")
     with pytest.raises(ConfigError) as refused:
         parse_config({"kind": "finetune", "dataset": "csqa", "data_files": ["bundled"]}, [tmp_path])
     assert str(refused.value).startswith(message)

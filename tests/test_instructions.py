@@ -1,8 +1,8 @@
 """Instruction data for SFT (lab/data/instructions.py): each layout read to its prompt and completion, the
 layout told per file, every bad row named file:line (skipped and counted, or refused), the files refused
-whole, the limits, the datasets' registration, the bundled Alpaca sample and its SOURCES.md entry, the
-sample script, and the records as TRL's SFTTrainer takes them (its format checks, the bundled model's
-chat template)."""
+whole, the limits, the datasets' registration, the bundled Alpaca and Dolly samples and their SOURCES.md
+entries, the sample script, and the records as TRL's SFTTrainer takes them (its format checks, the bundled
+model's chat template)."""
 import json
 import random
 import re
@@ -265,10 +265,9 @@ def test_the_instruction_datasets_feed_sft_only_and_are_refused_elsewhere(tmp_pa
         load_texts("alpaca", "clm", ["bundled"])
     with pytest.raises(DataError, match=r"^alpaca is read from files only: set data_files .* or to \[bundled\]"):
         load_instructions("alpaca")
-    for name in ("dolly", "instructions"):
-        with pytest.raises(DataError, match=f"^{name} has no bundled sample; 'bundled' in data_files names one for: "
-                                            "alpaca, arc_challenge"):
-            load_instructions(name, "train", ["bundled"])
+    with pytest.raises(DataError, match="^instructions has no bundled sample; 'bundled' in data_files names one for: "
+                                        "alpaca, arc_challenge, arc_easy, boolq, dolly"):
+        load_instructions("instructions", "train", ["bundled"])
     path = _jsonl(tmp_path / "mine.jsonl", DOLLY)
     assert all(len(load_instructions(n, "train", [str(path)]).records) == 1 for n in ("alpaca", "dolly"))
 
@@ -288,6 +287,34 @@ def test_the_bundled_alpaca_sample_loads_with_its_advertised_counts_and_licence(
     sources = (samples.ROOT / "SOURCES.md").read_text(encoding="utf-8")
     for needed in ("`alpaca/train.jsonl`, `alpaca/validation.jsonl` (400 / 100 rows", "CC BY-NC 4.0",
                    "non-commercial", "gpt4life/alpagasus", "scripts/make_instruction_samples.py"):
+        assert needed in sources, needed
+
+
+@pytest.mark.unit
+def test_the_bundled_dolly_sample_loads_every_row_with_its_context_as_alpaca_s_input():
+    categories, rows = set(), 0
+    for split, n in (("train", 145), ("validation", 48)):
+        path = samples.ROOT / "dolly" / f"{split}.jsonl"
+        lines = path.read_text(encoding="ascii").splitlines()
+        load = load_instructions("dolly", split, ["bundled"])
+        assert (len(lines), len(load.records), load.problems) == (n, n, [])
+        assert load.source == f"dolly {split} from the bundled sample (dolly/{split}.jsonl) ({n} rows, 0 skipped)"
+        for line, record in zip(lines, load.records):
+            row = json.loads(line)
+            assert list(row) == ["id", "instruction", "context", "response", "category"]
+            assert row["id"] == record.id and row["id"].startswith("dolly-offset-")
+            assert len(row["context"]) <= 700 and len(row["response"]) <= 700
+            prompt = f"{row['instruction']}\n\n{row['context']}" if row["context"].strip() else row["instruction"]
+            assert record.prompt == _user(prompt) and record.completion == row["response"]
+            assert record.meta == {"category": row["category"]}
+            categories.add(row["category"])
+        rows += n
+    assert categories == {"brainstorming", "classification", "closed_qa", "creative_writing", "general_qa",
+                          "information_extraction", "open_qa", "summarization"}
+    assert "dolly" in with_sample()
+    sources = (samples.ROOT / "SOURCES.md").read_text(encoding="utf-8")
+    for needed in ("`dolly/train.jsonl`, `dolly/validation.jsonl` (145 / 48 rows", "CC BY-SA 3.0",
+                   "LICENSES/CC-BY-SA-3.0.txt", "yogarajjsoshua/FlaskApplication", f"{rows} rows"):
         assert needed in sources, needed
 
 

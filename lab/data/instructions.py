@@ -22,8 +22,9 @@ the row, else ``<file stem>-<line>``. Files are read as every dataset of the lab
 ``bundled``), restricted reads, ``file:line`` and the reason for every bad row, skipped
 (``on_bad_rows="skip"``, listed in :attr:`InstructionLoad.problems`) or refused (``"error"``).
 Datasets: ``alpaca`` (its bundled sample: 500 rows of Stanford Alpaca, CC BY-NC 4.0,
-non-commercial), ``dolly`` (databricks-dolly-15k, CC BY-SA 3.0) and ``instructions`` (a user's own
-files, so that a run on them is not recorded under a published dataset's name).
+non-commercial), ``dolly`` (databricks-dolly-15k, CC BY-SA 3.0; its bundled sample: 193 short rows
+spread over the file, all 8 categories) and ``instructions`` (a user's own files, so that a run on
+them is not recorded under a published dataset's name).
 """
 from __future__ import annotations
 
@@ -105,8 +106,8 @@ def load_instructions(name: str, split: str = "train",
     """The instruction–response pairs of dataset ``name`` (one that feeds ``sft``).
 
     ``data_files``: entries as for :func:`lab.data.load_records` — files, folders, globs,
-    ``SPLIT=PATH``, or ``["bundled"]``, the sample that ships with the lab (``alpaca``: train and
-    validation). There is no hub copy: without files this is a DataError saying what to give.
+    ``SPLIT=PATH``, or ``["bundled"]``, the sample that ships with the lab (``alpaca``, ``dolly``: train
+    and validation). There is no hub copy: without files this is a DataError saying what to give.
     ``split``: a split name, or ``SOURCE:PART`` for a part of a seeded carve (``seed``,
     ``fractions``). Bad rows are skipped into ``problems`` (``on_bad_rows="skip"``) or raise
     (``"error"``); an empty or non-UTF-8 file, or more than ``MAX_ROWS`` rows, is a DataError naming
@@ -300,6 +301,8 @@ _register("alpaca", "Stanford Alpaca instruction-response pairs (synthetic, text
           "the instruction layouts; bundled: 500 rows of a random subset (train 400, validation 100), CC BY-NC 4.0: "
           "non-commercial use only", (("train", "alpaca/train.jsonl"), ("validation", "alpaca/validation.jsonl")))
 _register("dolly", "databricks-dolly-15k instruction-response pairs (human-written, CC BY-SA 3.0) for sft: its "
-          "original databricks-dolly-15k.jsonl, or any of the instruction layouts")
+          "original databricks-dolly-15k.jsonl, or any of the instruction layouts; bundled: 193 short rows spread over "
+          "the file (train 145, validation 48), CC BY-SA 3.0",
+          (("train", "dolly/train.jsonl"), ("validation", "dolly/validation.jsonl")))
 _register("instructions", "your own instruction-response pairs for sft: Alpaca, chat messages, prompt-completion "
           "or Dolly rows, one layout per file")
