@@ -22,6 +22,7 @@ from jobs.store import JobStore, StoreError
 from lab.core.config import ConfigError
 from lab.core.events import EVENTS_FILE, read_events
 from lab.core.yamlio import load_yaml
+from lab.jobkit.pipeline import is_pipeline
 from lab.versions import exit_if_unsupported
 
 DEFAULT_ROOT = Path(os.environ.get("CALIBRATION_LAB_RUNS", "runs"))
@@ -40,19 +41,23 @@ def cmd_submit(store: JobStore, args) -> int:
         options = {k: v for k, v in (("partition", args.partition), ("nodes", args.nodes),
                                      ("gpus_per_node", args.gpus_per_node), ("minutes", args.time),
                                      ("account", args.account), ("extra", args.sbatch)) if v is not None}
-        job = store.submit(load_yaml(Path(args.config).read_bytes(), args.config), gpus=args.gpus,
-                           processes=args.processes, executor=args.executor,
-                           slurm=options or None)
+        data = load_yaml(Path(args.config).read_bytes(), args.config)
+        submit = store.submit_pipeline if is_pipeline(data) else store.submit
+        queued = submit(data, gpus=args.gpus, processes=args.processes, executor=args.executor, slurm=options or None)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"error: cannot read {args.config}: {e.strerror or e}", file=sys.stderr)
         return 2
-    print(job.id)
-    # What it will take, on stderr: stdout stays the job id alone, for scripts that read it.
-    for line in submit_notes(job.kind, job.config_dict, job.gpus):
-        print(line, file=sys.stderr)
+    for job in queued if isinstance(queued, list) else [queued]:  # a pipeline: one id a line, in stage order
+        print(job.id)
+        # What it will take, on stderr: stdout stays the job ids alone, for scripts that read them.
+        for line in submit_notes(job.kind, job.config_dict, job.gpus):
+            print(line, file=sys.stderr)
+        if job.waits_for:
+            print(f"job {job.id} ({job.kind}) starts once job(s) {', '.join(map(str, job.waits_for))} succeeded",
+                  file=sys.stderr)
     return 0
 
 
@@ -66,7 +71,8 @@ def cmd_list(store: JobStore, args) -> int:
 
 def cmd_show(store: JobStore, args) -> int:
     job = store.get(args.id)
-    for key in ("id", "kind", "status", "gpus", "processes", "executor", "slurm", "slurm_id", "devices", "pid", "run_dir", "error"):
+    for key in ("id", "kind", "status", "gpus", "processes", "executor", "slurm", "slurm_id", "devices", "pid",
+                "run_dir", "waits_on", "error"):
         print(f"{key:>10}: {getattr(job, key)}")
     for key in ("created", "started", "finished"):
         print(f"{key:>10}: {_when(getattr(job, key))}")
@@ -133,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jobs", description="Calibration Lab job queue")
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="store and run directories (%(default)s)")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("submit", help="queue a job config (YAML with `kind`)")
+    p = sub.add_parser("submit", help="queue a job config (YAML with `kind`), or every stage of a pipeline file")
     p.add_argument("config")
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job needs (0: a CPU job)")
     p.add_argument("--processes", type=int, default=1,

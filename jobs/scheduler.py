@@ -6,8 +6,11 @@ new one after a restart — can watch any job: the pid and its create time in th
 the process is still ours, and ``result.json`` says how it ended. Claiming devices happens in one
 ``BEGIN IMMEDIATE`` transaction, so two schedulers (or threads) never book the same GPU twice.
 
-Queue policy: queue order, first fit — a queued job that cannot start yet (its GPUs are busy)
-does not hold back a later one that can. With no GPU, ``cpu_slots`` CPU jobs run at once (1).
+Queue policy: queue order, first fit — a queued job that cannot start yet (its GPUs are busy, or a
+job it waits for has not succeeded yet) does not hold back a later one that can. With no GPU,
+``cpu_slots`` CPU jobs run at once (1). A job that waits for one that failed, was cancelled or was
+interrupted (a later stage of a chain, :meth:`jobs.store.JobStore.dependencies`) never starts: it
+fails, naming that stage and saying to resume it, then this one.
 
 Nothing one job does stops the queue: an error while starting, watching or finishing a job (a run
 directory that cannot be written, say) fails that job with a reason and the tick goes on; an error
@@ -282,6 +285,13 @@ class Scheduler:
             for row in db.execute("SELECT * FROM jobs WHERE status = 'queued' AND executor = 'local' "
                                   "ORDER BY position").fetchall():
                 job = Job(**dict(row))
+                ready, never = self.store.dependencies(job, db)
+                if never:
+                    db.execute("UPDATE jobs SET status = 'failed', finished = ?, error = ? WHERE id = ?",
+                               (time.time(), never, job.id))
+                    continue
+                if not ready:  # an earlier stage is queued or running: a later job that fits goes first
+                    continue
                 if job.gpus > len(self.gpus):
                     db.execute("UPDATE jobs SET status = 'failed', finished = ?, error = ? WHERE id = ?",
                                (time.time(), f"asked for {job.gpus} GPU(s); this server has {len(self.gpus)}", job.id))
@@ -302,10 +312,19 @@ class Scheduler:
             if job.executor != "slurm":
                 continue
             with self._contained(job):
-                if job.slurm_id is None:
+                if job.slurm_id is None and self._may_start(job):
                     self._submit_slurm(job)
                 elif job.slurm_id:
                     self._slurm_state(job)
+
+    def _may_start(self, job: Job) -> bool:
+        """A queued Slurm job goes to Slurm once the jobs it waits for have succeeded; it fails, saying
+        which and what to do, when one of them never will."""
+        ready, never = self.store.dependencies(job)
+        if never and self.store.update(job.id, only_if_status=("queued",), status="failed", error=never,
+                                       finished=time.time()):
+            _emit_ended(Path(job.run_dir), "failed", never)
+        return ready
 
     def _submit_slurm(self, job: Job) -> None:
         with self.store.transaction() as db:  # claimed: of two schedulers on one store, one submits

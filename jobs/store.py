@@ -5,19 +5,23 @@ a terminal, a scheduler) share the file safely; writes that must not interleave 
 devices for a job, reordering the queue — run inside ``BEGIN IMMEDIATE`` transactions, which
 SQLite serialises across processes.
 
+A job may wait for others (``waits_on``): those its ``run:<id>`` model fields name and a pipeline
+stage's ``after`` (:meth:`JobStore.submit_pipeline`); :meth:`JobStore.dependencies` says whether it
+may start, and the scheduler starts it only once they have succeeded.
+
 The run directories are the record; the table is their index. Each directory holds what its job
-was queued with (``config.yaml``, ``job.json``: resources and the folders it may read), what it did
-(``events.jsonl``) and how it ended (``result.json``), so a store that is lost is rebuilt from them
-on the next open, with every job under its own id (:func:`rebuild`), and a new job never reuses the
-id, or the directory, of one that exists. A store that SQLite cannot read stops whoever opens it
-with a message saying what to do (:class:`StoreError`): it is never silently started afresh.
+was queued with (``config.yaml``, ``job.json``: resources, the folders it may read, the jobs it
+waits for), what it did (``events.jsonl``) and how it ended (``result.json``), so a store that is
+lost is rebuilt from them on the next open, with every job under its own id (:func:`rebuild`), and
+a new job never reuses the id, or the directory, of one that exists. A store that SQLite cannot
+read stops whoever opens it with a message saying what to do (:class:`StoreError`): it is never
+silently started afresh.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
-import re
 import shutil
 import socket
 import sqlite3
@@ -34,9 +38,11 @@ from jobs.preflight import check_devices, check_disk, check_gpu_request
 from jobs.slurm import parse_options
 from lab.core.config import ConfigError, check_int
 from lab.core.events import START, read_events
-from lab.core.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, STOP_FILE
+from lab.core.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE
 from lab.core.yamlio import load_yaml
+from lab.jobkit.chain import references
 from lab.jobkit.kinds import JobKind, parse_config, write_config
+from lab.jobkit.pipeline import bind, parse_pipeline
 
 DB_FILE = "jobs.db"
 # A scheduler beats every tick (1 s by default); this long without one, none is serving the queue.
@@ -63,7 +69,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     run_dir TEXT,
     error TEXT,                           -- one-line summary when it failed
     cancel_requested INTEGER NOT NULL DEFAULT 0,
-    roots TEXT                            -- JSON list of the folders its files must lie in; NULL: anywhere
+    roots TEXT,                           -- JSON list of the folders its files must lie in; NULL: anywhere
+    waits_on TEXT                         -- JSON list of the jobs it starts only after they succeed; NULL: none
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, position);
 CREATE TABLE IF NOT EXISTS heartbeats (   -- one row per scheduler process: when its last tick ended
@@ -77,12 +84,11 @@ CREATE TABLE IF NOT EXISTS heartbeats (   -- one row per scheduler process: when
 
 # Columns added after the first release, with their declaration: an older jobs.db gains them on open.
 ADDED_COLUMNS = {"processes": "INTEGER NOT NULL DEFAULT 1", "executor": "TEXT NOT NULL DEFAULT 'local'",
-                 "slurm": "TEXT", "slurm_id": "TEXT", "roots": "TEXT"}
+                 "slurm": "TEXT", "slurm_id": "TEXT", "roots": "TEXT", "waits_on": "TEXT"}
 EXECUTORS = ("local", "slurm")
 MAX_GPUS = 1024
 RESUMABLE = ("failed", "cancelled", "interrupted")  # ended without finishing: its run directory can continue
 MAX_PROCESSES = 256
-RUN_DIR_NAME = re.compile(r"(\d{5,})-([a-z_]+)")  # what submit names a job's run directory: 00042-evaluate
 
 
 class StoreError(RuntimeError):
@@ -127,6 +133,7 @@ class Job:
     error: Optional[str]
     cancel_requested: int
     roots: Optional[str]
+    waits_on: Optional[str]
 
     @property
     def config_dict(self) -> dict[str, Any]:
@@ -139,6 +146,12 @@ class Job:
     def allowed(self) -> Optional[list[Path]]:
         """The folders its files must lie in (those it was submitted under); None: anywhere."""
         return None if self.roots is None else [Path(r) for r in json.loads(self.roots)]
+
+    @property
+    def waits_for(self) -> list[int]:
+        """The jobs it starts only after they have succeeded: those its ``run:<id>`` fields name, and
+        a pipeline stage's ``after``."""
+        return [] if self.waits_on is None else json.loads(self.waits_on)
 
     def elapsed(self) -> Optional[float]:
         """Seconds it has run: to its end when finished, else to now; None when it has not started."""
@@ -226,14 +239,16 @@ class JobStore:
 
     # ------------------------------------------------------------------ writing
     def submit(self, config: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None, processes: Any = 1,
-               executor: Any = "local", slurm: Any = None) -> Job:
+               executor: Any = "local", slurm: Any = None, after: Iterable[int] = ()) -> Job:
         """Validate ``config``, resolve the files it names (inside ``roots`` when given) and queue it
         as resolved; a bad config changes nothing and raises :class:`ConfigError` naming the field.
 
         A config from a browser (``roots`` given) runs on the scheduler of the server it came through,
         on this machine, so it may ask for no more GPUs than this machine has. The command line may
-        queue for a scheduler elsewhere that shares the store, which refuses what it cannot run."""
-        kind, parsed = parse_config(config, roots)
+        queue for a scheduler elsewhere that shares the store, which refuses what it cannot run.
+
+        It waits for the jobs its ``run:<id>`` fields name and those in ``after`` (:meth:`dependencies`)."""
+        kind, parsed = parse_config(config, roots, runs=self.root)
         gpus = check_gpus(gpus)
         if executor not in EXECUTORS:
             raise ConfigError(f"executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
@@ -257,23 +272,76 @@ class JobStore:
         check_disk(kind.name, values, self.root)  # its run directory will be under the root
         slurm_json = options.to_json() if options else None
         folders = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]
+        waits = list(dict.fromkeys([*references(kind.config, values), *after])) or None
         now = time.time()
         with self.transaction() as db:
+            for earlier in waits or ():
+                if db.execute("SELECT 1 FROM jobs WHERE id = ?", (earlier,)).fetchone() is None:
+                    raise ConfigError(f"after: there is no job {earlier} in {self.path}")
             last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             job_id = self._next_id(db)
             run_dir = self.root / f"{job_id:05d}-{kind.name}"
             run_dir.mkdir(parents=True)  # new, never an old job's: _next_id is past every directory
             text = write_config(run_dir, kind, parsed)
             job_file = {"gpus": gpus, "processes": processes, "executor": executor,
-                        "slurm": asdict(options) if options else None, "roots": folders}
+                        "slurm": asdict(options) if options else None, "roots": folders, "waits_on": waits}
             (run_dir / JOB_FILE).write_text(json.dumps(job_file) + "\n", encoding="utf-8")
             db.execute(
                 "INSERT INTO jobs (id, kind, config, status, gpus, processes, executor, slurm, position, created, "
-                "run_dir, roots) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
+                "run_dir, roots, waits_on) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, kind.name, text, gpus, processes, executor, slurm_json, (last or 0) + 1, now, str(run_dir),
-                 None if folders is None else json.dumps(folders)),
+                 None if folders is None else json.dumps(folders), None if waits is None else json.dumps(waits)),
             )
         return self.get(job_id)
+
+    def submit_pipeline(self, data: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None, processes: Any = 1,
+                        executor: Any = "local", slurm: Any = None) -> list[Job]:
+        """Queue every stage of a pipeline file (:mod:`lab.jobkit.pipeline`), each on the resources
+        given, each waiting for the stages it starts from or lists in ``after``. The whole file is
+        checked first; should a stage still be refused as it is queued (its disk check, say), the
+        stages queued before it are cancelled and the refusal names the stage."""
+        stages = parse_pipeline(data, roots, runs=self.root)
+        ids: dict[str, int] = {}
+        queued: list[Job] = []
+        for i, stage in enumerate(stages):
+            try:
+                job = self.submit(bind(stage, ids), gpus=gpus, roots=roots, processes=processes, executor=executor,
+                                  slurm=slurm, after=[ids[name] for name in stage.after])
+            except ConfigError as e:
+                for earlier in queued:
+                    self.update(earlier.id, only_if_status=("queued",), status="cancelled", finished=time.time(),
+                                error=f"its pipeline was not queued: stage {stage.name} was refused")
+                raise ConfigError(f"pipeline[{i}] ({stage.name}).{e}") from None
+            ids[stage.name] = job.id
+            queued.append(job)
+        return queued
+
+    def dependencies(self, job: Job, db: Optional[sqlite3.Connection] = None) -> tuple[bool, Optional[str]]:
+        """Whether ``job`` may start (every job it waits for succeeded), and, when it never will (one
+        failed, was cancelled or interrupted, or is gone), why and what to do. Read in ``db`` (a
+        transaction that is claiming jobs) when given."""
+        if not job.waits_for:
+            return True, None
+        own = db is None
+        db = self._connect() if own else db
+        try:
+            rows = {row["id"]: row for row in db.execute(
+                f"SELECT id, kind, status, error FROM jobs WHERE id IN ({','.join('?' * len(job.waits_for))})",
+                job.waits_for)}
+        finally:
+            if own:
+                db.close()
+        for earlier in job.waits_for:
+            row = rows.get(earlier)
+            if row is None:
+                return False, (f"job {earlier}, which this one starts from, is no longer in the store: this job did "
+                               "not start; clone it with another model")
+            if row["status"] in RESUMABLE:
+                why = f" ({row['error']})" if row["error"] else ""
+                return False, (f"stage {earlier} ({row['kind']}) {row['status']}{why}, so this job did not start. "
+                               f"Resume job {earlier} (python -m jobs resume {earlier}, or Resume on the Jobs page), "
+                               "then resume this one: it waits for that one again")
+        return all(rows[earlier]["status"] == "succeeded" for earlier in job.waits_for), None
 
     def _next_id(self, db: sqlite3.Connection) -> int:
         """An id past every job the table has had and every run directory there is: a directory the
@@ -303,7 +371,7 @@ class JobStore:
         job = self.get(job_id)
         for allowed in (roots, job.allowed):
             if allowed is not None:
-                parse_config(job.config_dict, allowed)
+                parse_config(job.config_dict, allowed, runs=self.root)
         with self.transaction() as db:
             row = db.execute("SELECT status, run_dir FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
@@ -426,7 +494,8 @@ def _rows_from_run_dirs(root: Path) -> Iterator[dict[str, Any]]:
                "created": (run_dir / CONFIG_FILE).stat().st_mtime, "run_dir": str(run_dir),
                "gpus": queued.get("gpus", 0), "processes": queued.get("processes", 1),
                "executor": queued.get("executor", "local"),
-               **{key: None if queued.get(key) is None else json.dumps(queued[key]) for key in ("slurm", "roots")}}
+               **{key: None if queued.get(key) is None else json.dumps(queued[key])
+                  for key in ("slurm", "roots", "waits_on")}}
         row |= _state_of(run_dir)
         if row["status"] == "running" and not row["gpus"]:
             row["devices"] = "cpu" if row["processes"] == 1 else f"cpu x{row['processes']}"

@@ -5,9 +5,10 @@ and checks live in one place: ``--data-files a.jsonl b.jsonl`` for a list, ``--n
 for a switch, YAML text for a nested field (``cft --training '{epochs: 1, method: lora}'``). A flag
 not given keeps the config's default. ``evaluate`` runs in the foreground with a progress bar and
 prints its metrics; the other kinds run as the job system runs them (:func:`lab.jobkit.worker.run`) in
-``--out``. Bad input (unknown dataset or model, malformed file, wrong option) ends with one line
-on stderr and exit code 2, running out of memory with exit code 3; only a bug in the lab itself
-shows a traceback.
+``--out``, and ``run PIPELINE.yaml`` runs a pipeline's stages one after the other in it
+(:mod:`lab.jobkit.pipeline`). Bad input (unknown dataset or model, malformed file, wrong option)
+ends with one line on stderr and exit code 2, running out of memory with exit code 3; only a bug
+in the lab itself shows a traceback.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from lab.core.config import ConfigError, unwrap_optional
 from lab.core.errors import USER_ERRORS
 from lab.core.layout import CONFIG_FILE, METRICS_FILE, PREDICTIONS_FILE
 from lab.core.yamlio import load_yaml
-from lab.jobkit import kinds
+from lab.jobkit import chain, kinds
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import evaluate
 
@@ -64,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(kind.name, help=kind.description)
         _add_config_flags(sp, kind.config)
         sp.add_argument("--out", type=Path, default=None, help=f"run directory (default: runs/{kind.name}-<time>)")
-    rn = sub.add_parser("run", help="run a job config (YAML with `kind` and its fields), as the job system does")
+    rn = sub.add_parser("run", help="run a job config (YAML with `kind` and its fields), as the job system does, "
+                                    "or a pipeline file's stages one after the other")
     rn.add_argument("config", type=Path)
     rn.add_argument("--out", "--run-dir", dest="run_dir", type=Path, default=None,
                     help="run directory (default: runs/<config name>-<time>)")
@@ -110,6 +112,25 @@ def _evaluate(cfg: EvalConfig, out: Path) -> int:
     return 0
 
 
+def _pipeline(path: Path, out: Path) -> Optional[int]:
+    """A pipeline file (:mod:`lab.jobkit.pipeline`) run stage after stage in ``out``; None when ``path``
+    is one job's config (or unreadable: the worker says why, as for any config)."""
+    from lab.jobkit import pipeline
+
+    try:
+        data = load_yaml(path.read_bytes(), str(path))
+    except (OSError, ConfigError):
+        return None
+    if not pipeline.is_pipeline(data):
+        return None
+    try:
+        stages = pipeline.parse_pipeline(data, runs=out)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return pipeline.run_here(stages, out)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = vars(build_parser().parse_args(argv))
     command, stamp = args.pop("command"), time.strftime("%Y%m%d-%H%M%S")
@@ -119,14 +140,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from lab.jobkit.worker import run
 
     if command == "run":
-        return run(args["config"], args["run_dir"] or Path("runs") / f"{args['config'].stem}-{stamp}")
+        out = args["run_dir"] or Path("runs") / f"{args['config'].stem}-{stamp}"
+        stages = _pipeline(args["config"], out)
+        return run(args["config"], out) if stages is None else stages
     out = args.pop("out") or Path("runs") / f"{command}-{stamp}"
     try:
-        kind, cfg = kinds.parse_config({"kind": command, **args})
+        kind, cfg = kinds.parse_config({"kind": command, **args}, runs=out.parent)  # run:<id>: a job beside it
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if command == "evaluate":
+    if command == "evaluate" and not chain.references(kind.config, cfg.to_dict()):  # else the worker resolves them
         return _evaluate(cfg, out)
     kinds.write_config(out, kind, cfg)
     return run(out / CONFIG_FILE, out)

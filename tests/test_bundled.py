@@ -17,7 +17,7 @@ from lab.data import DATASETS, DataError, load_records, loaders, samples, with_s
 from lab.data.instructions import load_instructions
 from lab.data.preferences import load_pairs
 from lab.data.texts import load_texts
-from lab.jobkit import kinds
+from lab.jobkit import kinds, pipeline
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import PathNotAllowed
 from lab.models.weights import NAMED_MODELS
@@ -26,7 +26,10 @@ from ui import forms
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 EXAMPLES = REPO / "examples"
-QUICK = sorted(EXAMPLES.glob("*-quick.yaml"))
+# A pipeline file (pipeline-quick) queues several jobs, not one: its stages are checked as quick presets are, below.
+QUICK_FILES = sorted(EXAMPLES.glob("*-quick.yaml"))
+PIPELINES = [p for p in QUICK_FILES if pipeline.is_pipeline(load_yaml(p.read_bytes(), p.name))]
+QUICK = [p for p in QUICK_FILES if p not in PIPELINES]
 NOTES = {"SOURCES.md", "LICENSES"}  # beside the data, not data
 # (dataset, split asked for, rows): the counts of lab/data/bundled/SOURCES.md
 SPLITS = [("obqa", "train", 2000), ("obqa", "validation", 500), ("obqa", "dev", 500), ("obqa", "test", 500),
@@ -204,12 +207,9 @@ def test_every_kinds_defaults_resolve_and_load_offline_without_shared(kind, offl
         assert all(n > 0 for n in _loads(kind, cfg).values())
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("path", QUICK, ids=lambda p: p.stem)
-def test_every_quick_preset_resolves_and_loads_offline_without_shared(path, offline_without_shared, tmp_path):
-    config = load_yaml(path.read_bytes(), path.name)
+def _quick(config: dict, tmp_path: Path) -> str:
+    """A quick config resolves from the bundled samples and model alone, and every split it reads has rows; its kind."""
     kind, cfg = parse_config(config, [tmp_path])
-    assert forms.preset_problems(kind.name, path.stem, [tmp_path]) == []
     for field, spec, holder, key, _ in walk(kind.config, cfg.to_dict()):
         if spec.role in ("data_files", "files") and holder[key]:
             assert holder[key] == ["bundled"], field
@@ -217,6 +217,25 @@ def test_every_quick_preset_resolves_and_loads_offline_without_shared(path, offl
             assert holder[key] in NAMED_MODELS, field  # the bundled model, or a scratch one made from it
     _stored_and_rerun(kind.name, cfg, [tmp_path])
     assert all(n > 0 for n in _loads(kind.name, cfg).values())
+    return kind.name
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("path", QUICK, ids=lambda p: p.stem)
+def test_every_quick_preset_resolves_and_loads_offline_without_shared(path, offline_without_shared, tmp_path):
+    kind = _quick(load_yaml(path.read_bytes(), path.name), tmp_path)
+    assert forms.preset_problems(kind, path.stem, [tmp_path]) == []
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.stem)
+def test_every_quick_pipeline_s_stages_resolve_and_load_offline_without_shared(path, offline_without_shared, tmp_path):
+    """Each stage as a quick preset, a stage:<name> model standing for the bundled model it is trained from."""
+    stages = pipeline.parse_pipeline(load_yaml(path.read_bytes(), path.name), [tmp_path], runs=tmp_path)
+    for stage in stages:
+        starts_from = str(stage.config.get("model", "")).startswith(pipeline.PREFIX)
+        assert bool(stage.after) == starts_from, stage.name  # it waits for the stage it starts from, and only then
+        _quick({**stage.config, **({"model": "bundled"} if starts_from else {})}, tmp_path)
 
 
 @pytest.mark.unit

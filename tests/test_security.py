@@ -125,6 +125,41 @@ def _assert_refused_or_free(kind_cls, owner, f, config, root):
         assert isinstance(refused.value, PathNotAllowed), f"{owner.__name__}.{f.name}: {refused.value}"
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("cls", config_classes(), ids=lambda c: c.__name__)
+def test_a_lora_run_s_adapter_goes_only_to_a_folder_field_beside_a_model_field(cls):
+    """A model field (every one takes ``run:<id>``) that names where a LoRA run's adapter goes names an
+    adapter folder field of its own entry; no other field names one."""
+    declared = {f.name: spec_of(f) for f in dataclasses.fields(cls)}
+    for name, spec in declared.items():
+        if spec.adapter_field:
+            assert spec.role == "model" and declared[spec.adapter_field].role == "dir", f"{cls.__name__}.{name}"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("cls", [k.config for k in kinds.all_kinds()], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("value", ["run:../secret", "run:1/../../x", "run:1e3", "run:-1", "run:99999"])
+def test_every_model_field_refuses_a_hostile_or_unknown_job_reference(cls, value, tree):
+    root, _ = tree
+    kind = next(k.name for k in kinds.all_kinds() if k.config is cls)
+    base = {"question": "Q?"} if kind == "compare" else {}
+    hints, tried = typing.get_type_hints(cls), 0
+    for f in dataclasses.fields(cls):
+        spec = spec_of(f)
+        if spec.role == "model":
+            config = {f.name: value}
+        elif spec.entries is not None and "model" not in spec.exclude and spec_of(
+                next((g for g in dataclasses.fields(spec.entries) if g.name == "model"), f)).role == "model":
+            entry = {"model": value}
+            config = {f.name: entry if typing.get_origin(unwrap_optional(hints[f.name])[0]) is dict else [entry]}
+        else:
+            continue
+        tried += 1
+        with pytest.raises(ConfigError, match="is not a job reference|there is no job 99999"):
+            parse_config({"kind": kind, **base, **config}, [root], runs=root)
+    assert tried, f"{kind} has no model field"
+
+
 # ---------------------------------------------------------------- the defects found
 @pytest.mark.unit
 def test_globs_climbing_out_and_mappings_are_refused_before_queueing(tree):

@@ -120,3 +120,7 @@ class LabContext:
         """Queue a config from the browser: validated, every file it names resolved inside :attr:`roots`."""
         return self.store.submit(config, gpus=gpus, roots=self.roots, processes=processes, executor=executor,
                                  slurm=slurm)
+
+    def submit_pipeline(self, data: Any, gpus: Any = 0) -> list[Job]:
+        """Queue every stage of a pipeline file from the browser, each checked as :meth:`submit` checks one."""
+        return self.store.submit_pipeline(data, gpus=gpus, roots=self.roots, executor=self.executor)

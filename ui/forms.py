@@ -21,6 +21,7 @@ from lab.core.yamlio import dump_yaml, load_yaml
 from lab.jobkit import kinds
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import path_problems
+from lab.jobkit.pipeline import is_pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -121,10 +122,12 @@ def form_config(kind: str, values: list[Any]) -> dict[str, Any]:
     return {"kind": kind, **{f.name: from_widget_value(f, v) for f, v in zip(fields(kind), values)}}
 
 
-def config_from_values(kind: str, values: list[Any], roots: Optional[Iterable[Path]] = None) -> dict[str, Any]:
+def config_from_values(kind: str, values: list[Any], roots: Optional[Iterable[Path]] = None,
+                       runs: Optional[Path] = None) -> dict[str, Any]:
     """Form values → a validated, complete config mapping with ``kind``, its files resolved inside
-    ``roots`` (so even "Show config" never lists a folder outside them)."""
-    job_kind, parsed = parse_config(form_config(kind, values), roots)
+    ``roots`` (so even "Show config" never lists a folder outside them); ``run:<id>``: a job of the
+    store in ``runs``."""
+    job_kind, parsed = parse_config(form_config(kind, values), roots, runs)
     return {"kind": job_kind.name, **parsed.to_dict()}
 
 
@@ -142,6 +145,21 @@ def presets(kind: str) -> dict[str, dict[str, Any]]:
             continue
         if isinstance(data, dict) and data.get("kind") == kind:
             found[path.stem] = {k: v for k, v in data.items() if k != "kind"}
+    return found
+
+
+def pipelines() -> dict[str, str]:
+    """The example pipeline files (``examples/*.yaml`` with ``pipeline:``), by file name: their text,
+    comments included, which the Launch page shows to edit before queueing every stage."""
+    found = {}
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        try:
+            text = path.read_text(encoding="utf-8")
+            data = load_yaml(text, path.name)
+        except (OSError, ConfigError):
+            continue
+        if is_pipeline(data):
+            found[path.stem] = text
     return found
 
 

@@ -18,6 +18,7 @@ import gradio as gr
 
 from jobs.preflight import submit_notes
 from lab.core.errors import USER_ERRORS
+from lab.core.yamlio import load_yaml
 from lab.data import DataError, dataset_names
 from lab.data.templates import template_names
 from lab.jobkit import kinds
@@ -42,7 +43,7 @@ SCROLL_TO_REFUSED = f"""() => setTimeout(() => [...document.querySelectorAll('.{
 def show_config(ctx: LabContext, kind: str, *values: Any) -> tuple[str, Any]:
     """"Show config": the validated YAML that would run, or the message naming the bad field."""
     try:
-        config = forms.config_from_values(kind, list(values), ctx.roots)
+        config = forms.config_from_values(kind, list(values), ctx.roots, ctx.runs)
     except FORM_ERRORS as e:
         return error(str(e)), gr.update(visible=False)
     return "", gr.update(value=forms.config_yaml(config), visible=True)
@@ -80,7 +81,7 @@ def submit_anywhere(ctx: LabContext, kind: str, gpus: Any, processes: Any, execu
 
 def _info(field: forms.Field) -> str:
     """The line under a field's label: its help (a model field also says what else it takes)."""
-    return field.help + (" (type a hub id or a path)" if field.role == "model" else "")
+    return field.help + (" (type a hub id, a path or run:<id>)" if field.role == "model" else "")
 
 
 def field_marks(kind: str, shown: str) -> list[Any]:
@@ -107,6 +108,21 @@ def show_and_mark(ctx: LabContext, kind: str, *values: Any) -> tuple[Any, ...]:
     """"Show config" (:func:`show_config`), marking the field a refusal names as Submit does."""
     said, yaml_box = show_config(ctx, kind, *values)
     return (said, yaml_box, *field_marks(kind, said))
+
+
+def submit_pipeline(ctx: LabContext, text: str, gpus: Any) -> str:
+    """Queue every stage of the pipeline in the box (a preset, as edited); the store checks the whole
+    file before it queues any stage."""
+    try:
+        queued = ctx.submit_pipeline(load_yaml(text or "", "the pipeline"), gpus=forms.number_value(gpus))
+    except FORM_ERRORS as e:
+        return error(str(e))
+    except sqlite3.Error as e:
+        return error(store_fault(ctx.runs, e))
+    stages = ", ".join(f"{job.id} ({job.kind}" + (f", after {', '.join(map(str, job.waits_for))})" if job.waits_for
+                                                   else ")") for job in queued)
+    return ok(f"Jobs {stages} queued: each starts once the stages it waits for have succeeded; follow them on the "
+              "Jobs tab.")
 
 
 def choose_preset(ctx: LabContext, kind: str, preset: Optional[str]) -> list[Any]:
@@ -223,6 +239,24 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     preset.change(functools.partial(choose_preset, ctx, kind), inputs=preset, outputs=[*components, message])
 
 
+def _pipeline_tab(ctx: LabContext) -> None:
+    """A pipeline preset's YAML, to edit, and one button that queues every stage of it."""
+    presets = forms.pipelines()
+    first = next(iter(presets), None)
+    with gr.Row():
+        preset = gr.Dropdown(list(presets), value=first, label="Pipeline", scale=3,
+                             info="several jobs in one go; `model: stage:NAME` starts a stage from an earlier one's "
+                                  "trained weights")
+        gpus = gr.Textbox(value="0", label="GPUs", scale=1, info="for each stage; 0: the CPU",
+                          elem_id="launch-gpus-pipeline")
+    text = gr.Code(value=presets.get(first, ""), label="Stages (YAML)", language="yaml", interactive=True)
+    message = gr.HTML(elem_id="launch-message-pipeline")
+    submit = gr.Button("Queue every stage", variant="primary", elem_id="submit-pipeline")
+    preset.change(lambda name: presets.get(name, ""), inputs=preset, outputs=text)
+    submit.click(functools.partial(submit_pipeline, ctx), inputs=[text, gpus], outputs=message,
+                 show_progress_on=message)
+
+
 def build_launch(ctx: LabContext) -> None:
     gr.Markdown("Pick a job, a preset, and change what you need. Jobs run in the background: you can close the tab.")
     with gr.Tabs():
@@ -230,3 +264,7 @@ def build_launch(ctx: LabContext) -> None:
             with gr.Tab(kind.name, id=f"launch-{kind.name}", elem_id=f"launch-{kind.name}"):
                 gr.Markdown(f"**{kind.name}** — {kind.description}")
                 _kind_tab(ctx, kind.name)
+        with gr.Tab("pipeline", id="launch-pipeline", elem_id="launch-pipeline"):
+            gr.Markdown("**pipeline** — a chain of jobs queued at once (base → SFT → DPO → CFT): each stage waits for "
+                        "the one it starts from and does not start if that one fails")
+            _pipeline_tab(ctx)

@@ -31,7 +31,8 @@ C = TypeVar("C", bound="ConfigMixin")
 #   dir         an existing directory (an adapter)
 #   temperature a positive number, or a temperature.json / a folder holding one
 #   calibrator  a calibrator.json / a folder holding one (lab.calibration.calibrators)
-#   model       'bundled', a local model directory or a Hugging Face hub id
+#   model       'bundled', a local model directory, a Hugging Face hub id, or run:<id>: another job's
+#               trained weights (lab.jobkit.chain), a LoRA run's adapter going to `adapter_field`
 # The other roles never name a file:
 #   name        a name looked up in a registry (`registry`) or matched by `pattern`
 #   text        free text shown or scored, never opened
@@ -64,6 +65,7 @@ class Spec:
     exclude: tuple[str, ...] = ()  # entries' fields that may not be set here
     exclude_reason: str = ""
     trained_by: Optional[str] = None  # a model field: the field saying how the job trains it (pre-flight)
+    adapter_field: Optional[str] = None  # a model field: the field of its entry a LoRA run:<id>'s adapter goes to
 
     def bounds_text(self) -> str:
         parts = [f"{op} {int(v):,}" if float(v).is_integer() else f"{op} {v:g}"

@@ -21,7 +21,14 @@ catalogue of runs (:mod:`lab.results.runs`) and the pages read them, and none of
     done.json          a finished pipeline stage (a rerun skips it)
     label.txt          a name the user gave the run (the pages show it instead of the folder)
     eval/<model>-<set> a pipeline's evaluations
+    start.json         what a chained stage's run:<id> fields named when it started (lab.jobkit.chain)
+    start/<field>/     ... a LoRA run's adapter merged into its base, for a field that takes no adapter
+
+A job's run directory is ``<runs>/<id, 5 digits or more>-<kind>`` (:data:`RUN_DIR_NAME`): the job
+store names it so, and ``run:<id>`` finds it so.
 """
+import re
+
 CONFIG_FILE = "config.yaml"
 JOB_FILE = "job.json"
 EVENTS_FILE = "events.jsonl"
@@ -53,3 +60,6 @@ REPORT_MD = "report.md"
 DONE_FILE = "done.json"
 LABEL_FILE = "label.txt"
 EVAL_DIR = "eval"
+START_FILE = "start.json"
+START_DIR = "start"
+RUN_DIR_NAME = re.compile(r"(\d{5,})-([a-z_]+)")  # 00042-evaluate: job 42's run directory

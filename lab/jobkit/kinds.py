@@ -10,6 +10,7 @@ derives from the description — nothing keeps a list of kinds or of their field
 - the worker (:mod:`lab.jobkit.worker`) calls ``kind.run``, which imports the runner then;
 - the Launch form: one tab per kind in registration order, ``key_fields`` first, widgets from types;
 - the path and model checks (:mod:`lab.jobkit.paths`): the fields' roles;
+- chained stages (:mod:`lab.jobkit.chain`): ``run:<id>`` names a job of a kind that leaves a model;
 - pre-flight (:mod:`jobs.preflight`): every ``model`` field, trained or only loaded;
 - the command line (``python -m lab KIND --field …``) and the README's table (``python -m lab kinds``).
 
@@ -25,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from lab.core.config import ConfigError
 from lab.core.files import write_atomic
-from lab.core.layout import CONFIG_FILE
+from lab.core.layout import CONFIG_FILE, MODEL_DIR
 from lab.core.registry import Registry
 from lab.core.yamlio import dump_yaml, load_yaml
+from lab.jobkit.chain import Runs
 from lab.jobkit.paths import checked_config
 
 if TYPE_CHECKING:
@@ -52,6 +54,12 @@ class JobKind:
     # Its work splits across the ranks of a multi-process launch (training, extraction); a kind
     # without it would only repeat its work on every rank, so it is refused more than one process.
     data_parallel: bool = False
+
+    @property
+    def leaves_model(self) -> bool:
+        """Its run directory ends with trained weights (``model/`` or ``adapter/``), which a later
+        stage may start from (``run:<id>``, :mod:`lab.jobkit.chain`)."""
+        return f"{MODEL_DIR}/" in self.outputs
 
     def run(self, cfg: Any, ctx: "JobContext") -> dict[str, Any]:
         """Import the runner (torch, transformers: seconds) and run ``cfg``; its result is the job's summary."""
@@ -104,10 +112,18 @@ def names() -> list[str]:
     return [kind.name for kind in all_kinds()]
 
 
-def parse_config(values: Any, roots: Optional[Iterable[Path]] = None) -> tuple[JobKind, Any]:
+def runs_in(folder: Path) -> Runs:
+    """The job store in ``folder`` as ``run:<id>`` sees it: its run directories, and the kinds that
+    leave a model to start from."""
+    return Runs(Path(folder), tuple(kind.name for kind in all_kinds() if kind.leaves_model))
+
+
+def parse_config(values: Any, roots: Optional[Iterable[Path]] = None,
+                 runs: Optional[Path] = None) -> tuple[JobKind, Any]:
     """Validate a config mapping and resolve the files it names; refusals name the field.
 
     ``roots``: the folders those files must lie in (a config from a browser); None: anywhere.
+    ``runs``: the folder of the job store whose jobs ``run:<id>`` names; None: it names none.
     """
     if not isinstance(values, dict):
         raise ConfigError(f"config: must be a mapping with a `kind` field (one of: {', '.join(names())})")
@@ -116,11 +132,13 @@ def parse_config(values: Any, roots: Optional[Iterable[Path]] = None) -> tuple[J
     if not isinstance(name, str) or name not in _load():
         raise ConfigError(f"kind: must be one of {', '.join(names())}, got {name!r}")
     kind = KINDS.get(name)
-    return kind, kind.config.from_checked(checked_config(kind.config, values, roots))
+    return kind, kind.config.from_checked(checked_config(kind.config, values, roots,
+                                                         None if runs is None else runs_in(runs)))
 
 
-def load_config(path: Path, roots: Optional[Iterable[Path]] = None) -> tuple[JobKind, Any]:
-    return parse_config(load_yaml(Path(path).read_bytes(), str(path)), roots)
+def load_config(path: Path, roots: Optional[Iterable[Path]] = None,
+                runs: Optional[Path] = None) -> tuple[JobKind, Any]:
+    return parse_config(load_yaml(Path(path).read_bytes(), str(path)), roots, runs)
 
 
 def config_text(kind: JobKind | str, cfg: Any) -> str:

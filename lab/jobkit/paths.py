@@ -18,6 +18,10 @@ is cloned or run, and reads the same on another clone; the loader expands it to 
 ``SPLIT=PATH`` files. Those lie in ``lab/data/bundled/``, which is always an allowed root, read-only,
 so naming one of them by its path is allowed too.
 
+A model field may name another job's result instead, ``run:<id>`` (:mod:`lab.jobkit.chain`): it is
+checked against the job store the config is submitted to and kept as written, for the worker
+resolves it again when the job starts.
+
 Only the shapes :func:`lab.core.config.validate` lets through arrive here (text, lists of text,
 numbers for a temperature): a mapping, a nested list or an alias never reaches a path check.
 """
@@ -31,11 +35,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from lab.core.config import PATH_ROLES, ConfigError, validate, walk
+from lab.core.config import PATH_ROLES, ConfigError, spec_of, validate, walk
 from lab.core.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
 from lab.core.reads import PathNotAllowed, inside, resolved_entries
 from lab.data import DATASETS, DataError, samples, with_sample
 from lab.data.loaders import hub_copy_problem, list_folder, split_entry
+from lab.jobkit import chain
 from lab.models.weights import NAMED_MODELS
 
 MAX_FILES = 10_000  # files one config may resolve to (a glob over a huge tree is refused, not walked)
@@ -47,11 +52,13 @@ HUB_ID = re.compile(r"(?!.*(\.\.|--))[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{
 
 
 class Policy:
-    """Where files may be: anywhere this process can read (``roots`` None), or inside ``roots``."""
+    """Where files may be: anywhere this process can read (``roots`` None), or inside ``roots``; and
+    the job store ``run:<id>`` is looked up in (``runs`` None: none, so a reference is refused)."""
 
-    def __init__(self, roots: Optional[Iterable[Path]]) -> None:
+    def __init__(self, roots: Optional[Iterable[Path]], runs: Optional[chain.Runs] = None) -> None:
         self.roots = None if roots is None else [Path(os.path.realpath(os.path.expanduser(r)))
                                                  for r in (*roots, samples.ROOT)]
+        self.runs = runs
 
     def allows(self, real: Path) -> bool:
         return inside(real, self.roots)
@@ -253,12 +260,29 @@ def looks_like_path(value: str, policy: Policy) -> bool:
 def _model(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
     if value in NAMED_MODELS:
         return value
+    if value.startswith(chain.PREFIX):
+        return _run_reference(field, value, holder, owner, policy)
     if looks_like_path(value, policy):
         return _folder(field, value, policy, "a model folder")
     if not HUB_ID.fullmatch(value):
         raise ConfigError(f"{field}: {value!r} is neither {', '.join(map(repr, NAMED_MODELS))}, a model folder, nor a "
                           "Hugging Face hub id (org/name)")
     _check_hub_model(field, value)
+    return value
+
+
+def _run_reference(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
+    """``run:<id>``, kept as written once checked (:meth:`lab.jobkit.chain.Runs.check`): the worker
+    resolves it again when the job starts, as the earlier job will have moved on by then."""
+    chain.job_of(field, value)  # a malformed one is refused as such, with or without a store
+    spec = spec_of(next(f for f in fields(owner) if f.name == field.rpartition(".")[2]))
+    if spec.adapter_field and holder.get(spec.adapter_field) is not None:
+        raise ConfigError(f"{field}: {value} brings its own weights (a LoRA run's adapter too); leave "
+                          f"{spec.adapter_field} unset")
+    if policy.runs is None:
+        raise ConfigError(f"{field}: {value} names a job of the job store, and this config is not run from one: "
+                          "submit it (python -m jobs submit, or the Launch page), or name the run's model/ folder")
+    policy.check(field, policy.runs.check(field, value), value)
     return value
 
 
@@ -281,10 +305,12 @@ RESOLVERS: dict[str, Callable[..., Any]] = {"data_files": _data_files, "files": 
 assert set(RESOLVERS) == set(PATH_ROLES)
 
 
-def resolve_paths(cls: type, values: dict[str, Any], roots: Optional[Iterable[Path]] = None) -> dict[str, Any]:
+def resolve_paths(cls: type, values: dict[str, Any], roots: Optional[Iterable[Path]] = None,
+                  runs: Optional[chain.Runs] = None) -> dict[str, Any]:
     """``values`` (already through :func:`lab.core.config.validate`) with every file-naming field
-    resolved; with ``roots``, anything that leads outside them raises :class:`PathNotAllowed`."""
-    policy = Policy(roots)
+    resolved; with ``roots``, anything that leads outside them raises :class:`PathNotAllowed`;
+    ``runs``: the job store a ``run:<id>`` names a job of."""
+    policy = Policy(roots, runs)
     for field, spec, holder, key, owner in walk(cls, values):
         if spec.role in RESOLVERS and holder[key] is not None:
             try:
@@ -314,6 +340,7 @@ def path_problems(cls: type, values: Any, roots: Optional[Iterable[Path]] = None
     return problems
 
 
-def checked_config(cls: type, values: Any, roots: Optional[Iterable[Path]] = None) -> dict[str, Any]:
+def checked_config(cls: type, values: Any, roots: Optional[Iterable[Path]] = None,
+                   runs: Optional[chain.Runs] = None) -> dict[str, Any]:
     """Validated, then resolved: the keyword arguments of ``cls`` for a config from anywhere."""
-    return resolve_paths(cls, validate(cls, values), roots)
+    return resolve_paths(cls, validate(cls, values), roots, runs)

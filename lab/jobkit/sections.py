@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from lab.calibration.checks import BinEdges
-from lab.core.config import doc
+from lab.core.config import doc, redeclare
 from lab.core.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
 from lab.data import DATASETS, with_sample
 from lab.data.templates import TEMPLATES
@@ -47,12 +47,15 @@ DATA_FILES_HELP = ("local files, folders or globs: PATH or SPLIT=PATH; 'bundled'
 @dataclass
 class ModelSection:
     model: str = field(default=DEFAULT_MODEL, metadata=doc(
-        "'bundled', 'scratch' (a small random-weight model for the synthetic task), a local directory or a hub id",
+        "'bundled', 'scratch' (a small random-weight model for the synthetic task), a local directory, a hub id, "
+        "or run:<id>: the weights a finetune, sft or dpo job of this store left (the job waits for it)",
         role="model"))
 
 
 @dataclass
 class AdaptedModel(ModelSection):
+    # A LoRA run named by run:<id> brings its adapter, which goes here.
+    model: str = redeclare(ModelSection, "model", adapter_field="adapter")
     adapter: Optional[str] = field(default=None, metadata=doc("PEFT (LoRA) adapter directory", role="dir"))
 
 

@@ -11,6 +11,9 @@ files rather than from being its parent. It stops cooperatively when ``STOP`` ap
 directory. A job queued from a browser reads files only inside the folders it was submitted
 under (``job.json``): its config is checked against them again here, and each data file again as
 it is opened (:mod:`lab.core.reads`), since a file can be swapped for a link while the job waits.
+For the same reason a ``run:<id>`` (another job's weights, :mod:`lab.jobkit.chain`) is resolved
+here, as the job starts, in the store whose folder holds the run directory: that job must have
+succeeded by now, whatever it was when this one was queued.
 Exit codes: 0 done, 2 the user's input was refused, 3 out of memory, 130 stopped;
 anything else is a bug in the lab and keeps its traceback in the log.
 """
@@ -23,7 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from lab.core.config import ConfigError
 from lab.core.errors import USER_ERRORS, DiskFull, Stopped
@@ -31,8 +34,9 @@ from lab.core.events import START, EventWriter
 from lab.core.files import write_atomic
 from lab.core.layout import EVENTS_FILE, JOB_FILE, RESULT_FILE, STOP_FILE
 from lab.core.reads import restricted
-from lab.jobkit.kinds import load_config, write_config
-from lab.jobkit.paths import Policy
+from lab.jobkit.chain import resolve_start
+from lab.jobkit.kinds import JobKind, load_config, runs_in, write_config
+from lab.jobkit.paths import Policy, checked_config
 
 PROGRESS_EVERY_S = 1.0  # at most one progress event a second: the UI polls, it need not see every batch
 
@@ -172,6 +176,15 @@ def allowed_folders(run_dir: Path) -> Optional[list[Path]]:
     return None if roots is None else [Path(r) for r in roots]
 
 
+def _started(kind: JobKind, cfg: Any, ctx: JobContext, roots: Optional[list[Path]]) -> Any:
+    """``cfg`` with each ``run:<id>`` replaced by the weights that job left, read now (it must have
+    succeeded by now, whatever it was at submit), and checked again as any config is."""
+    values = cfg.to_dict()
+    if not resolve_start(kind.config, values, runs_in(ctx.run_dir.parent), ctx.run_dir, ctx.events):
+        return cfg
+    return kind.config.from_checked(checked_config(kind.config, values, roots))
+
+
 def run(config_path: Path, run_dir: Path) -> int:
     """Run a config in ``run_dir``; returns the process exit code (see the module docstring).
 
@@ -185,10 +198,11 @@ def run(config_path: Path, run_dir: Path) -> int:
     _quiet_progress_bars()
     try:
         roots = allowed_folders(run_dir)
-        kind, cfg = load_config(config_path, roots)
-        write_config(run_dir, kind, cfg)
+        # run:<id> names a job of the store whose folder holds this run's directory
+        kind, cfg = load_config(config_path, roots, runs=run_dir.parent)
+        write_config(run_dir, kind, cfg)  # as queued: a resumed run resolves its run:<id> again
         with restricted(Policy(roots).roots):
-            result = kind.run(cfg, ctx)
+            result = kind.run(_started(kind, cfg, ctx, roots), ctx)
     except Stopped as e:
         ctx.events.emit("stopped", message=str(e))
         _write_result(run_dir, "cancelled", f"stopped by request ({e})")

@@ -37,12 +37,11 @@ from lab.calibration.temperature import load_temperature
 from lab.core.layout import (ADAPTER_DIR, CALIBRATOR_FILE, CHECKPOINTS_DIR, COMPARE_FILE, CONFIG_FILE, EVAL_DIR,
                              FITTED_TEMPERATURE_DIR, LABEL_FILE, MANIFEST_FILE, METRICS_FILE, MODEL_DIR,
                              PREDICTIONS_FILE, REPORT_JSON, SERIES_FILE, SNAPSHOTS_DIR, TEMPERATURE_FILE, TOPK_DIR)
+from lab.core.trained import ADAPTER_CONFIG, HF_CONFIG, started_from
 from lab.core.yamlio import load_yaml
 from lab.results import series as series_table
 
 MAX_DEPTH = 4  # runs/<job>/models/<row>/ and runs/<job>/eval/<row>-<set>/ are depth 3; a checkpoint is deeper
-HF_CONFIG = "config.json"  # what save_pretrained writes into model/
-ADAPTER_CONFIG = "adapter_config.json"  # ... and into adapter/ (PEFT)
 BASE_MODEL_KEYS = ("model", "student", "teacher")  # where a job's config names the model it trained
 MAX_LABEL = 120  # characters of a user-given run name
 JOB_NUMBER = re.compile(r"(\d+)-")  # a job's run folder: 00003-evaluate
@@ -331,7 +330,8 @@ def trained_models(root: Path) -> list[TrainedModel]:
 
 def adapter_base(root: Path, adapter: Path) -> str:
     """The base model an adapter was trained on, as the config of the job that made it names it
-    (the nearest ``config.yaml`` above the adapter, within ``root``); ``"bundled"`` when none does."""
+    (the nearest ``config.yaml`` above the adapter, within ``root``; a ``run:<id>`` there, as it
+    resolved when the job started); ``"bundled"`` when none does."""
     base = Path(os.path.realpath(root))
     for parent in Path(adapter).parents:
         if not _inside(base, Path(os.path.realpath(parent))):
@@ -342,7 +342,7 @@ def adapter_base(root: Path, adapter: Path) -> str:
             continue
         for key in BASE_MODEL_KEYS:
             if isinstance(data, dict) and isinstance(data.get(key), str):
-                return data[key]
+                return started_from(parent, key) or data[key]  # a run:<id> means what it named at the start
     return "bundled"
 
 

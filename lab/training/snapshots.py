@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lab.core.errors import DataError
-from lab.core.layout import ADAPTER_DIR, CONFIG_FILE, MODEL_DIR, SNAPSHOTS_DIR
-from lab.core.yamlio import load_yaml
+from lab.core.layout import ADAPTER_DIR, MODEL_DIR, SNAPSHOTS_DIR
+from lab.core.trained import base_model, saved_weights
 
 STEP = re.compile(r"step-(\d+)")
-HF_CONFIG, ADAPTER_CONFIG = "config.json", "adapter_config.json"  # what save_pretrained writes, by kind
 
 
 @dataclass(frozen=True)
@@ -50,34 +49,14 @@ def save_snapshot(model: Any, tokenizer: Any, folder: Path, step: int, lora: boo
     return target
 
 
-def _run_config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / CONFIG_FILE
-    try:
-        data = load_yaml(path.read_bytes(), str(path))
-    except OSError:
-        raise DataError(f"{run_dir}: not a training run (no {CONFIG_FILE})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("model"), str):
-        raise DataError(f"{path}: not a training run's config (no model)")
-    return data
-
-
-def _weights(directory: Path, base: str) -> Optional[tuple[str, Optional[str]]]:
-    """(model, adapter) of a folder holding ``model/`` or ``adapter/``, or None."""
-    if (directory / MODEL_DIR / HF_CONFIG).is_file():
-        return str(directory / MODEL_DIR), None
-    if (directory / ADAPTER_DIR / ADAPTER_CONFIG).is_file():
-        return base, str(directory / ADAPTER_DIR)
-    return None
-
-
 def snapshots(run_dir: Path) -> list[TrainedPoint]:
     """The whole snapshots of ``run_dir``, in step order."""
-    base = _run_config(run_dir)["model"]
+    base = base_model(run_dir)
     found = []
     folder = Path(run_dir) / SNAPSHOTS_DIR
     for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
         match = STEP.fullmatch(entry.name)
-        weights = _weights(entry, base) if match and entry.is_dir() and not entry.is_symlink() else None
+        weights = saved_weights(entry, base) if match and entry.is_dir() and not entry.is_symlink() else None
         if weights is not None:
             found.append(TrainedPoint(int(match[1]), *weights))
     return sorted(found, key=lambda p: p.step)
@@ -87,7 +66,7 @@ def final_weights(run_dir: Path) -> TrainedPoint:
     """The weights a finished run saved (``model/`` or ``adapter/``), at its last snapshot's step (0
     when it kept none)."""
     run_dir = Path(run_dir)
-    weights = _weights(run_dir, _run_config(run_dir)["model"])
+    weights = saved_weights(run_dir, base_model(run_dir))
     if weights is None:
         raise DataError(f"{run_dir}: no trained weights ({MODEL_DIR}/ or {ADAPTER_DIR}/); has the run finished?")
     kept = snapshots(run_dir)
@@ -101,4 +80,4 @@ def training_points(run_dir: Path) -> list[TrainedPoint]:
     kept = snapshots(run_dir)
     if not kept:
         raise DataError(f"{run_dir}: the run kept no snapshots; train it with snapshots: true for a series over steps")
-    return [TrainedPoint(0, _run_config(run_dir)["model"], None), *kept]
+    return [TrainedPoint(0, base_model(run_dir), None), *kept]

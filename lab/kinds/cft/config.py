@@ -48,8 +48,9 @@ class Source(DataSection):
 
 @dataclass
 class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
-    model: str = redeclare(ModelSection, "model", help="the (preference-aligned) model: 'bundled', a directory or "
-                                                       "a hub id", trained_by="training.method")
+    model: str = redeclare(ModelSection, "model", help="the (preference-aligned) model: 'bundled', a directory, "
+                                                       "a hub id or run:<id> (a dpo job's result, say)",
+                           trained_by="training.method")
     in_domain: list[dict[str, Any]] = field(default_factory=lambda: [dict(e) for e in DEFAULT_IN_DOMAIN], metadata=doc(
         "in-domain sources [{dataset, data_files, subject, split, limit}]: limit questions drawn from each, then "
         "pooled", entries=Source, max_items=32))

@@ -47,8 +47,8 @@ class OodEvaluation(PromptSection, DataSection):
 class FirstConfig(ConfigMixin, RunSection, PipelineEvalSection, PromptSection, Dataset):
     MOVED: typing.ClassVar[dict[str, str]] = {key: f"training.{key}" for key in TRAINING_KEYS}
 
-    teacher: str = redeclare(ModelSection, "model", help="teacher base model: 'bundled', a directory or a hub id",
-                             trained_by="teacher_method")
+    teacher: str = redeclare(ModelSection, "model", help="teacher base model: 'bundled', a directory, a hub id or "
+                             "run:<id>", trained_by="teacher_method")
     teacher_adapter: Optional[str] = redeclare(AdaptedModel, "adapter", help="an existing teacher LoRA adapter")
     finetune_teacher: bool = field(default=True, metadata=doc("fine-tune the teacher first (else use it as is)"))
     teacher_method: Tuning = field(default="full", metadata=doc("teacher fine-tuning: full, lora or qlora"))

@@ -37,7 +37,8 @@ class SeriesModel:
     """One entry of ``models``: exactly one of ``model``, ``run`` or ``train``."""
 
     model: Optional[str] = field(default=None, metadata=doc(
-        "a model to evaluate: 'bundled', 'scratch', a local directory or a hub id", role="model"))
+        "a model to evaluate: 'bundled', 'scratch', a local directory, a hub id or run:<id> (a training job's "
+        "final weights)", role="model", adapter_field="adapter"))
     adapter: Optional[str] = field(default=None, metadata=doc("a PEFT (LoRA) adapter on `model`", role="dir"))
     revision: Optional[str] = field(default=None, metadata=doc(
         "a hub model's branch or commit (Pythia's step1000 …: its pre-training checkpoints)", role="name",
