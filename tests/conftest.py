@@ -1,3 +1,5 @@
+import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -62,6 +64,18 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     (tests.helpers.make_tiny_model says from what): real loading, scoring and training code paths in
     seconds. Made once per session and shared: a test reads it, never writes into it."""
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def base_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny model without a chat template: a base model, as the alignment-calibration paper tunes."""
+    out = tmp_path_factory.mktemp("base") / "model"
+    shutil.copytree(tiny_model_dir, out)
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return out
 
 
 @pytest.fixture(scope="session")

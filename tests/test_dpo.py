@@ -12,6 +12,7 @@ from lab.core.config import ConfigError
 from lab.core.events import read_events
 from lab.data import samples
 from lab.data.preferences import PreferencePair, load_pairs
+from lab.data.templates import ALPACA_HEADER
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.worker import JobContext
 from lab.kinds.dpo.run import preference_examples, run_job
@@ -121,6 +122,19 @@ def test_lora_dpo_saves_an_adapter_and_uses_the_base_as_reference(tiny_model_dir
     assert (out / "adapter" / "adapter_config.json").is_file() and not (out / "model").exists()
     messages = [e.get("message", "") for e in read_events(out / "events.jsonl")[0]]
     assert any("reference: the adapter-disabled base" in m for m in messages)
+
+
+@pytest.mark.model
+def test_a_base_model_without_a_chat_template_is_aligned_on_alpaca_prompts(base_model_dir, tmp_path):
+    from lab.kinds.dpo.run import plain_preference
+
+    (pair,) = load_pairs(["bundled"], 1)[0]
+    example = plain_preference(preference_examples([pair])[0][0])
+    assert example == {"prompt": f"{ALPACA_HEADER}\n\n### Instruction:\n{pair.prompt.strip()}\n\n### Response:\n",
+                       "chosen": pair.chosen, "rejected": pair.rejected}
+    out = tmp_path / "runs" / "00003-dpo"
+    _run(_config(base_model_dir, method="lora", lora_r=4, calibration=[]), out)
+    assert (out / "adapter" / "adapter_config.json").is_file()
 
 
 @pytest.mark.model

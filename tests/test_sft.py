@@ -106,3 +106,38 @@ def test_lora_sft_saves_an_adapter(tiny_model_dir, tmp_path):
 def test_an_sft_config_is_refused_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
         parse_config({"kind": "sft", **fields})
+
+
+@pytest.mark.unit
+def test_a_row_without_a_chat_template_is_stanford_alpacas_prompt():
+    (record,) = load_instructions("alpaca", "train", ["bundled"], limit=1).records
+    instruction = record.prompt[0]["content"]
+    assert record.plain_example() == {
+        "prompt": "Below is an instruction that describes a task. Write a response that appropriately completes the "
+                  f"request.\n\n### Instruction:\n{instruction}\n\n### Response:\n",
+        "completion": record.completion}
+
+
+@pytest.mark.model
+def test_a_base_model_without_a_chat_template_is_tuned_on_alpaca_prompts(base_model_dir, tmp_path):
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from lab.models.loading import load_model
+
+    loaded = load_model(str(base_model_dir), device="cpu", dtype="float32")
+    assert not loaded.tokenizer.chat_template  # what made SFTTrainer raise before
+    records = load_instructions("alpaca", "train", ["bundled"], limit=2).records
+    args = SFTConfig(output_dir=str(tmp_path), completion_only_loss=True, max_length=256, report_to="none",
+                     use_cpu=True, bf16=False, gradient_checkpointing=False)
+    trainer = SFTTrainer(model=loaded.model, args=args, processing_class=loaded.tokenizer,
+                         train_dataset=Dataset.from_list([r.plain_example() for r in records]))
+    row = trainer.train_dataset[0]
+    ids, mask = torch.tensor(row["input_ids"]), torch.tensor(row["labels"]) != -100
+    n_prompt = len(loaded.tokenizer(records[0].plain_example()["prompt"])["input_ids"])
+    assert mask[:n_prompt].sum() == 0 and mask[n_prompt:].all()  # the loss on the response (and its end) only
+    assert ids[-1] == loaded.tokenizer.eos_token_id and records[0].completion in loaded.tokenizer.decode(ids[mask])
+    out = tmp_path / "runs" / "00003-sft"
+    _run(_config(base_model_dir, calibration=[]), out)
+    assert (out / "model" / "model.safetensors").is_file()
+    assert "as Stanford Alpaca prompts" in (out / "events.jsonl").read_text()

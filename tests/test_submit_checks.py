@@ -89,6 +89,41 @@ def test_once_the_files_are_supplied_the_preset_gets_past_them(fresh):
         ctx.submit(_preset("first-paper"))
 
 
+PAPER = sorted(p.stem for p in EXAMPLES.glob("*paper*.yaml"))
+
+
+def _supply(value: str, home: Path) -> None:
+    """Create what a preset's ``~/...`` path names, empty: a file, or for a folder one .csv in it."""
+    path = home / value.removeprefix("~/")
+    if path.suffix in (".json", ".jsonl", ".csv", ".txt"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "supplied_test.csv").touch()
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_a_paper_preset_is_a_valid_config_once_its_files_and_models_are_here(fresh, name):
+    """What a GPU user runs is checked here, where it cannot run: with the files it names supplied (empty)
+    and its hub models named as the bundled one, every other field passes, so a misspelt field or a value
+    out of range fails here and not on their machine."""
+    from lab.core.config import walk
+
+    _, home = fresh
+    config = _preset(name)
+    cls = kinds.get(config["kind"]).config
+    for _, spec, holder, key, _ in walk(cls, config):
+        values = holder[key] if isinstance(holder[key], list) else [holder[key]]
+        if spec.role == "model" and isinstance(holder[key], str):
+            holder[key] = "bundled"
+        for value in values:  # a path, or SPLIT=PATH
+            path = value.split("=", 1)[-1] if isinstance(value, str) else ""
+            if path.startswith("~/"):
+                _supply(path, home)
+    kinds.parse_config(config)
+
+
 def test_a_missing_file_inside_the_allowed_folders_is_not_found_and_one_outside_is_outside(fresh, tmp_path):
     ctx, _ = fresh
     missing = ctx.runs / "uploads" / "mine.jsonl"

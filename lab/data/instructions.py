@@ -37,11 +37,12 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, NamedTup
 from lab.core.errors import DataError
 from lab.core.limits import MAX_ROWS, MAX_TOKENS
 
-from .loaders import (DATASETS, DatasetSpec, _check, _collect, _describe, _files_for, _local_way, check_options,
-                      dataset_names, part_and_limit, register)
+from .loaders import (DATASETS, DatasetSpec, check_loaded, check_options, collect_rows, dataset_names, describe_files,
+                      files_for, local_way, part_and_limit, register)
 from .record import RowProblem
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, present, read_json, row_id, text_field
 from .split import parse_split
+from .templates import alpaca_prompt
 
 SFT_TASK = "sft"
 ROLES = ("system", "user", "assistant")
@@ -85,6 +86,12 @@ class InstructionRecord:
         return {"prompt": [dict(message) for message in self.prompt],
                 "completion": [{"role": "assistant", "content": self.completion}]}
 
+    def plain_example(self) -> dict[str, str]:
+        """TRL's plain prompt–completion example, for a model without a chat template (a base model, as
+        the alignment-calibration paper tunes): the prompt in Stanford Alpaca's form
+        (:func:`lab.data.templates.alpaca_prompt`); SFTTrainer appends the end-of-text token."""
+        return {"prompt": alpaca_prompt(self.prompt), "completion": self.completion}
+
 
 InstructionRow = Union[InstructionRecord, RowProblem]
 
@@ -120,13 +127,13 @@ def load_instructions(name: str, split: str = "train",
                         f"{SFT_TASK} use one of: {', '.join(dataset_names(SFT_TASK))}.")
     check_options(on_bad_rows, limit)
     if not data_files:
-        raise DataError(f"{spec.name} is read from files only: {_local_way(spec)}")
+        raise DataError(f"{spec.name} is read from files only: {local_way(spec)}")
     request = parse_split(split, spec.own_splits)
-    paths = _files_for(spec, data_files, request.source, None)
-    where = f"{spec.name} {split} from {_describe(paths)}"
+    paths = files_for(spec, data_files, request.source, None)
+    where = f"{spec.name} {split} from {describe_files(paths)}"
     rows = (row for path in paths for row in read_instructions(path, spec.name))
-    records, problems = _collect(_at_most(MAX_ROWS, rows, where))
-    _check(spec, where, records, problems, on_bad_rows, local=True, listed_in="InstructionLoad.problems")
+    records, problems = collect_rows(_at_most(MAX_ROWS, rows, where))
+    check_loaded(spec, where, records, problems, on_bad_rows, local=True, listed_in="InstructionLoad.problems")
     where += f" ({len(records)} rows, {len(problems)} skipped)"
     records, where = part_and_limit(records, where, request.part, fractions, seed, limit)
     return InstructionLoad(records, problems, where)

@@ -137,13 +137,13 @@ def load_records(
     request = parse_split(split, spec.own_splits)
 
     if data_files:
-        files = _files_for(spec, data_files, request.source, subject)
-        where = f"{name} {split} from {_describe(files)}"
+        files = files_for(spec, data_files, request.source, subject)
+        where = f"{name} {split} from {describe_files(files)}"
         rows = _read_files(spec, files)
     else:
         where, rows = _from_hub(spec, split, request.source, subject)
-    records, problems = _collect(rows)
-    _check(spec, where, records, problems, on_bad_rows, local=bool(data_files))
+    records, problems = collect_rows(rows)
+    check_loaded(spec, where, records, problems, on_bad_rows, local=bool(data_files))
     where += f" ({len(records)} rows, {len(problems)} skipped)"
     records, where = part_and_limit(records, where, request.part, fractions, seed, limit)
     return LoadResult(records, problems, where)
@@ -196,8 +196,8 @@ def split_entry(entry: str) -> tuple[str | None, str]:
     return None, entry
 
 
-def _files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], source: str,
-               subject: str | None) -> list[Path]:
+def files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], source: str,
+              subject: str | None) -> list[Path]:
     """The files holding split ``source``, expanded and (for ``subject``) filtered."""
     if isinstance(data_files, (str, os.PathLike)):  # one path given where a list was meant
         data_files = [data_files]
@@ -263,10 +263,10 @@ def _expand(entry: str, extensions: tuple[str, ...]) -> list[Path]:
     return [path]
 
 
-def _describe(files: list[Path]) -> str:
+def describe_files(files: list[Path]) -> str:
     """Where the rows came from: the file or folder, or "the bundled sample" and its file(s) in it."""
     if files and all(samples.is_sample(f) for f in files):
-        where = _describe([f.resolve().relative_to(samples.ROOT) for f in files])
+        where = describe_files([f.resolve().relative_to(samples.ROOT) for f in files])
         return f"the bundled sample ({where})"
     if len(files) == 1:
         return str(files[0])
@@ -289,7 +289,7 @@ def _read_files(spec: DatasetSpec, files: Iterable[Path]) -> Iterator[Row]:
 def _from_hub(spec: DatasetSpec, split: str, source: str,
               subject: str | None) -> tuple[str, Iterator[Row]]:
     """Load split ``source`` with ``datasets.load_dataset``; any failure becomes one DataError."""
-    how = _local_way(spec)
+    how = local_way(spec)
     if spec.hub_path is None or spec.from_hub is None:
         raise DataError(f"{spec.name} has no copy on the Hugging Face hub: {how}")
     if source not in spec.hub_splits:
@@ -317,7 +317,7 @@ def _from_hub(spec: DatasetSpec, split: str, source: str,
     return where, _hub_rows(spec.from_hub, table, hub_split)
 
 
-def _local_way(spec: DatasetSpec) -> str:
+def local_way(spec: DatasetSpec) -> str:
     """What to do instead of loading the hub copy: its files, or its bundled sample."""
     return (f"set data_files (--data-files on the command line) to its files, in this format: {spec.local_format}"
             f"{_bundled_hint(spec)}.")
@@ -340,12 +340,12 @@ def hub_copy_problem(name: str) -> str | None:
     spec = DATASETS.get(name)
     meant = f"the Hugging Face hub copy of {spec.name}" + (f" ({spec.hub_path})" if spec.hub_path else "") + " is meant"
     if spec.hub_path is None or spec.from_hub is None:
-        return f"{meant}, but {spec.name} has no copy on the Hugging Face hub: {_local_way(spec)}"
+        return f"{meant}, but {spec.name} has no copy on the Hugging Face hub: {local_way(spec)}"
     if hub_reachable() or (hub_offline_mode() and _in_hub_cache(spec.hub_path)):
         return None
     why = ("HF_HUB_OFFLINE is set and the local Hugging Face cache has none" if hub_offline_mode()
            else "the Hugging Face hub cannot be reached from this machine")
-    return f"{meant}, but {why}: {_local_way(spec)}"
+    return f"{meant}, but {why}: {local_way(spec)}"
 
 
 def _bundled_hint(spec: DatasetSpec) -> str:
@@ -366,7 +366,7 @@ def _hub_rows(convert: Callable[[Mapping[str, Any], str], MCQRecord], table: Ite
 # ---------------------------------------------------------------- bad rows
 
 
-def _collect(rows: Iterable[Row]) -> tuple[list[MCQRecord], list[RowProblem]]:
+def collect_rows(rows: Iterable[Row]) -> tuple[list[MCQRecord], list[RowProblem]]:
     """Records and problems, in order; a record whose id was seen before is a problem.
 
     Predictions are joined by id across runs (win rates, temperature fits, comparisons), so a
@@ -396,8 +396,8 @@ def _duplicate(record: MCQRecord, first: MCQRecord) -> RowProblem:
     return RowProblem(file, line, reason)
 
 
-def _check(spec: DatasetSpec, where: str, records: Sequence[Any], problems: list[RowProblem],
-           on_bad_rows: str, local: bool, listed_in: str = "LoadResult.problems") -> None:
+def check_loaded(spec: DatasetSpec, where: str, records: Sequence[Any], problems: list[RowProblem],
+                 on_bad_rows: str, local: bool, listed_in: str = "LoadResult.problems") -> None:
     """Refuse data with no usable row, and bad rows under ``on_bad_rows="error"``."""
     expected = f" Expected {spec.local_format}." if local else ""
     if not records and not problems:

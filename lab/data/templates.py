@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, Mapping, Optional, Sequence
 
 from lab.core.errors import DataError
 from lab.core.registry import Registry
@@ -162,6 +162,22 @@ def cft_chat(record: MCQRecord, tokenizer=None) -> Prompt:
         return Prompt(text, tuple(letters), chat=True)
     # A base model without a chat template: the same words as plain text.
     return Prompt(f"{CFT_SYSTEM}\n\n{user}", tuple(f" {l}" for l in letters))
+
+
+def alpaca_prompt(messages: Sequence[Mapping[str, str]]) -> str:
+    """Chat messages ending with a user turn as Stanford Alpaca's prompt, ready for the response: how a
+    base model without a chat template is instruction-tuned (the alignment-calibration paper follows
+    Stanford Alpaca's setup; TRL's SFTTrainer cannot render chat messages without a template). A system
+    message takes the header's place; earlier turns are earlier Instruction / Response blocks. An Alpaca row's
+    input stays after its instruction, where the loaders put it (:mod:`lab.data.instructions`)."""
+    header, blocks = ALPACA_HEADER, []
+    for message in messages:
+        if message["role"] == "system":
+            header = message["content"].strip() or ALPACA_HEADER
+        else:
+            title = "Instruction" if message["role"] == "user" else "Response"
+            blocks.append(f"### {title}:\n{message['content'].strip()}\n\n")
+    return f"{header}\n\n{''.join(blocks)}### Response:\n"
 
 
 def user_turn(tokenizer, message: str, plain: str) -> tuple[str, bool]:

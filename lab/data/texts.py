@@ -34,8 +34,8 @@ from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 from lab.core.errors import DataError
 from lab.core.reads import open_text
 
-from .loaders import (DATASETS, DatasetSpec, _check, _collect, _describe, _files_for, _local_way, check_options,
-                      not_for_task, part_and_limit, register)
+from .loaders import (DATASETS, DatasetSpec, check_loaded, check_options, collect_rows, describe_files, files_for,
+                      local_way, not_for_task, part_and_limit, register)
 from .record import RowProblem
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, read_json, row_id, text_field
 from .split import parse_split
@@ -108,12 +108,12 @@ def load_texts(dataset: str, task: str, files: Optional[Sequence[Union[str, "os.
         raise not_for_task(spec, task)
     check_options(on_bad_rows, limit)
     if not files:
-        raise DataError(f"{spec.name} has no copy on the Hugging Face hub: {_local_way(spec)}")
+        raise DataError(f"{spec.name} has no copy on the Hugging Face hub: {local_way(spec)}")
     request = parse_split(split, spec.own_splits)
-    paths = _files_for(spec, files, request.source, None)
-    where = f"{spec.name} {task} {split} from {_describe(paths)}"
-    records, problems = _collect(row for path in paths for row in _read(spec, path, task))
-    _check(spec, where, records, problems, on_bad_rows, local=True, listed_in="TextLoad.problems")
+    paths = files_for(spec, files, request.source, None)
+    where = f"{spec.name} {task} {split} from {describe_files(paths)}"
+    records, problems = collect_rows(row for path in paths for row in _read(spec, path, task))
+    check_loaded(spec, where, records, problems, on_bad_rows, local=True, listed_in="TextLoad.problems")
     where += f" ({len(records)} documents, {len(problems)} skipped)"
     records, where = part_and_limit(records, where, request.part, fractions, seed, limit, unit="documents")
     return TextLoad(records, problems, where)

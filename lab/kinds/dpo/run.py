@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 from lab.core.errors import DataError
 from lab.data.loaders import log_skipped
 from lab.data.preferences import PreferencePair, load_pairs
+from lab.data.templates import alpaca_prompt
 from lab.jobkit.worker import JobContext
 from lab.kinds.dpo.config import DpoConfig
 from lab.kinds.sft.run import calibration_check
@@ -45,6 +46,14 @@ def preference_examples(pairs: Sequence[PreferencePair]) -> tuple[list[dict[str,
                              "chosen": [{"role": "assistant", "content": pair.chosen}],
                              "rejected": [{"role": "assistant", "content": pair.rejected}]})
     return examples, refused
+
+
+def plain_preference(example: dict[str, Any]) -> dict[str, str]:
+    """A conversational preference row as TRL's plain one, for a model without a chat template: the
+    prompt in Stanford Alpaca's form (:func:`lab.data.templates.alpaca_prompt`, as the sft kind renders
+    it for such a model), the responses as text (DPOTrainer appends the end-of-text token)."""
+    return {"prompt": alpaca_prompt(example["prompt"]), "chosen": example["chosen"][0]["content"],
+            "rejected": example["rejected"][0]["content"]}
 
 
 def trainer_class(seen: dict[str, float]) -> type:
@@ -76,6 +85,8 @@ def run_job(cfg: DpoConfig, ctx: JobContext) -> dict[str, Any]:
     if not examples:
         raise DataError(f"No usable preference pairs in {where}: all {len(pairs)} refused. First: {refused[0]}")
     model, tokenizer, device = prepare_model(cfg)
+    if not getattr(tokenizer, "chat_template", None):  # a base model: Stanford Alpaca's prompt, plain responses
+        examples = [plain_preference(e) for e in examples]
     skipped = len(problems) + len(refused)
     reference = ("the adapter-disabled base" if cfg.method != "full" else
                  "scored once before training" if cfg.precompute_ref_log_probs else "a frozen copy of the model")

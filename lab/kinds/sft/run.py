@@ -5,7 +5,9 @@
 
 The examples are TRL's conversational prompt–completion form (the prompt's messages, the response
 as the assistant's turn): ``SFTTrainer`` renders them with the model's chat template and, with
-``completion_only_loss``, puts the loss on the response's tokens only. After every epoch (and
+``completion_only_loss``, puts the loss on the response's tokens only. A model without a chat template
+(a base model, as the alignment-calibration paper tunes) gets Stanford Alpaca's prompt as plain text
+instead (:meth:`lab.data.instructions.InstructionRecord.plain_example`). After every epoch (and
 every ``eval_steps``) each calibration task is evaluated on the model in training by the evaluate
 kind's own code, with the model as it is in memory (no save and reload), and its accuracy, ECE with
 its interval and NLL go into the ``train_eval`` event under ``tasks``; under a multi-process launch
@@ -68,9 +70,11 @@ def run_job(cfg: SftConfig, ctx: JobContext) -> dict[str, Any]:
                              seed=cfg.seed, limit=cfg.limit)
     log_skipped(data.problems, ctx.log)
     model, tokenizer, device = prepare_model(cfg)
-    examples = [record.example() for record in data.records]
+    chat = bool(getattr(tokenizer, "chat_template", None))  # a base model has none: Alpaca's prompt instead
+    examples = [record.example() if chat else record.plain_example() for record in data.records]
+    rendered = "in the model's chat template" if chat else "as Stanford Alpaca prompts (the model has no chat template)"
     ctx.events.emit("log", message=f"{STAGE}: {len(examples)} instruction–response pairs from {data.source}, "
-                                   f"{cfg.method}, {len(cfg.calibration)} calibration tasks")
+                                   f"{rendered}, {cfg.method}, {len(cfg.calibration)} calibration tasks")
     result = run_training(
         SFTTrainer, cfg, ctx.run_dir, examples, model, tokenizer, device, ctx.events, STAGE, ctx.should_stop, [], None,
         validate=calibration_check(cfg, tokenizer, ctx.run_dir, device) if cfg.calibration else None,
