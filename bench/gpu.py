@@ -37,7 +37,11 @@ begun within ``--budget`` seconds are skipped, so that the run ends within about
    evaluations of the ~1 B model in fp32 and bf16 (accuracy, ECE, the largest |Δ confidence|,
    targets/s), then a ``series`` job of three scratch sizes on two tasks through the worker, run
    twice in one run directory: the second must redo none of the first's cells.
-7. **Clean exit**: child processes left, stopped if any (a device call waits for them).
+7. **Alignment stages**: ``sft`` and ``dpo`` jobs (TRL's trainers through the worker), full and LoRA, on
+   the ~1 B model and the bundled Alpaca rows and preference pairs: succeeded or failed, and each job's
+   ``torch.cuda.max_memory_allocated`` against the worker's estimate and pre-flight's (DPO's doubled
+   batch and reference model included).
+8. **Clean exit**: child processes left, stopped if any (a device call waits for them).
 """
 from __future__ import annotations
 
@@ -126,6 +130,9 @@ class Sizes:
     cft: dict[str, Any]  # ... and of examples/cft-controlled.yaml
     token_docs: int  # bundled texts for the clm evaluations (4 positions each)
     series_questions: int  # synthetic test questions per series cell
+    align_rows: int  # bundled Alpaca rows (sft) and preference pairs (dpo) per alignment job
+    align_batch: int  # ... and their batch size
+    align_length: int  # ... and max_length: room for the chat template's system prompt and a response
 
 
 def _shifted(limit: int) -> list[dict[str, Any]]:
@@ -135,7 +142,7 @@ def _shifted(limit: int) -> list[dict[str, Any]]:
 GPU_SIZES = Sizes(
     shape=Shape(hidden=2048, layers=16, heads=32, kv_heads=8, intermediate=8192),
     parity_questions=1000, throughput_questions=570, eval_batch=64, repeats=3,
-    train_batch=16, seq_len=512, train_steps=24, warmup_steps=4,
+    train_batch=16, seq_len=512, train_steps=24, warmup_steps=4, align_rows=32, align_batch=8, align_length=512,
     first={"teacher_epochs": 10, "train_limit": 200, "val_limit": 100, "test_limit": 200, "bootstrap": 100,
            "ood": _shifted(200), "training": {"epochs": 2}},
     cft={"in_domain": [{**SYNTHETIC, "split": "train", "limit": 600}], "train_size": 64, "val_size": 64,
@@ -146,7 +153,7 @@ GPU_SIZES = Sizes(
 SMALL_SIZES = Sizes(
     shape=Shape(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256),
     parity_questions=24, throughput_questions=12, eval_batch=4, repeats=1,
-    train_batch=2, seq_len=64, train_steps=6, warmup_steps=2,
+    train_batch=2, seq_len=64, train_steps=6, warmup_steps=2, align_rows=4, align_batch=2, align_length=256,
     first={"teacher_epochs": 2, "train_limit": 16, "val_limit": 16, "test_limit": 16, "bootstrap": 10,
            "students": ["finetune", "first"], "ood": _shifted(16), "training": {"epochs": 1}},
     cft={"in_domain": [{**SYNTHETIC, "split": "train", "limit": 64}], "train_size": 16, "val_size": 16,
@@ -473,6 +480,41 @@ class Bench:
                 "Full: fp32 weights under bf16 autocast on a GPU; LoRA r = 16 on every linear, frozen base in "
                 "bf16 on a GPU. Goal: MFU ≥ 35 % for full bf16."]
 
+    def alignment(self) -> list[str]:
+        """sft and dpo jobs (TRL's trainers in the lab's loop), full and LoRA, on the ~1 B model: each
+        job's peak against pre-flight and the worker's estimate, which count DPO's chosen and rejected
+        halves and its reference model (:mod:`lab.training.estimates`)."""
+        s, rows = self.sizes, []
+        data = {"sft": {"dataset": "alpaca", "data_files": ["bundled"]}, "dpo": {"preferences": ["bundled"]}}
+        for kind in ("sft", "dpo"):
+            for method in ("full", "lora"):
+                free_memory()
+                values = {"kind": kind, "model": str(self.big), "method": method, **data[kind], "limit": s.align_rows,
+                          "epochs": 1, "batch_size": s.align_batch, "max_length": s.align_length, "calibration": [],
+                          "learning_rate": 1e-5, "bootstrap": 0}
+                cuda = self.device.type == "cuda"
+                held = torch.cuda.memory_allocated(self.device) if cuda else None
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats(self.device)
+                status, error, seconds, _ = job(self.work / f"{kind}-{method}", values)
+                measured = torch.cuda.max_memory_allocated(self.device) - held if cuda else None
+                events = read_events(self.work / f"{kind}-{method}" / EVENTS_FILE)[0]
+                worker = next((e["peak"] for e in events if e["stage"] == "memory"), None)
+                plans = preflight.plan(kind, values)
+                estimate = plans[0].memory if plans else None
+                rows.append([f"`{kind}` {method}", f"**{status}**", f"{seconds:.1f}",
+                             f"{measured / GIB:.2f}" if measured else "n/a (no CUDA)",
+                             f"{worker / GIB:.2f}" if worker else "none",
+                             f"{worker / measured:.2f}" if worker and measured else "n/a",
+                             f"{estimate / GIB:.2f}" if estimate else "none", error or ""])
+                shutil.rmtree(self.work / f"{kind}-{method}", ignore_errors=True)
+        return table(["job", "status", "seconds", "run's peak GiB", "worker's estimate GiB", "worker / peak",
+                      f"pre-flight GiB (at {s.align_length} tokens)", "error"], rows) + [
+            "", f"{s.align_rows} bundled rows (Alpaca for sft, preference pairs for dpo), batches of {s.align_batch}, "
+                "one epoch, no calibration tasks (the training alone is measured). The worker's estimate is at the "
+                "longest example the job has, pre-flight's at max_length: the run's peak is to be read against the "
+                "worker's. Goal: within ±15 %."]
+
     def memory(self) -> list[str]:
         rows = []
         for method, f in self.trained.items():
@@ -559,6 +601,7 @@ def main() -> int:
             ("Setup", bench.setup), ("Token tasks and a series", bench.tokens_and_series),
             ("Scoring throughput", bench.throughput),
             ("Fine-tuning throughput and MFU", bench.finetuning), ("Peak memory against pre-flight", bench.memory),
+            ("Alignment stages: sft and dpo, peak memory against the estimates", bench.alignment),
             ("first and cft end to end", bench.end_to_end), ("Evaluation parity, bf16 against fp32", bench.parity),
             ("Clean exit", clean_exit)]
         done: list[str] = []

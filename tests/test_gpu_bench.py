@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.model, pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("## Setup", "## Token tasks and a series", "## Scoring throughput", "## Fine-tuning throughput and MFU",
-            "## Peak memory against pre-flight", "## first and cft end to end", "## Evaluation parity, bf16 against fp32",
-            "## Clean exit")
+            "## Peak memory against pre-flight", "## Alignment stages: sft and dpo, peak memory against the estimates",
+            "## first and cft end to end", "## Evaluation parity, bf16 against fp32", "## Clean exit")
 MARKER = "GPU_BENCH_TEST_RUN"
 
 
@@ -48,7 +48,7 @@ def test_small_form_runs_every_section_and_leaves_nothing_running(tmp_path):
     positions = [text.find(section) for section in SECTIONS]
     assert -1 not in positions and positions == sorted(positions), f"sections missing or out of order: {positions}"
     assert "**failed**" not in text and "skipped: the" not in text
-    assert text.count("**succeeded**") == 4  # first and cft; the series, run and run again
+    assert text.count("**succeeded**") == 8  # sft and dpo, full and LoRA; first and cft; the series, run and again
     assert "**0 of them redone**" in text  # the series' second run redid no cell
     assert "child processes left at the end: none" in text
     assert "This is the small form" in text

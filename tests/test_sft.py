@@ -141,3 +141,20 @@ def test_a_base_model_without_a_chat_template_is_tuned_on_alpaca_prompts(base_mo
     _run(_config(base_model_dir, calibration=[]), out)
     assert (out / "model" / "model.safetensors").is_file()
     assert "as Stanford Alpaca prompts" in (out / "events.jsonl").read_text()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", ["sft", "dpo"])
+def test_examples_whose_prompt_fills_max_length_are_a_clear_refusal(tiny_model_dir, tmp_path, kind):
+    """TRL drops them; none left used to end in an internal error ("num_samples=0") deep in its sampler."""
+    from importlib import import_module
+
+    from lab.core.errors import DataError
+
+    data = {"sft": {"dataset": "alpaca", "data_files": ["bundled"]}, "dpo": {"preferences": ["bundled"]}}[kind]
+    _, cfg = parse_config({"kind": kind, "model": str(tiny_model_dir), **data, "limit": 4, "epochs": 1,
+                           "batch_size": 2, "max_length": 16, "device": "cpu", "calibration": []})
+    out = tmp_path / kind
+    out.mkdir()
+    with pytest.raises(DataError, match=r"4 of the 4 training examples were dropped: .*max_length \(16 tokens\)"):
+        import_module(f"lab.kinds.{kind}.run").run_job(cfg, JobContext(out))

@@ -28,7 +28,7 @@ from transformers import Trainer, TrainerCallback, TrainerState, TrainingArgumen
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from lab.calibration.summary import compute_metrics
-from lab.core.errors import DiskFull, Stopped
+from lab.core.errors import DataError, DiskFull, Stopped
 from lab.core.events import EventWriter
 from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, SNAPSHOTS_DIR, TRACKER_DIR
 from lab.data import load_records
@@ -367,6 +367,13 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
                           callbacks=callbacks, **trainer_kwargs)
     callback.log = trainer.log
     tokenised = examples if examples and "input_ids" in examples[0] else trainer.train_dataset
+    if len(tokenised) < len(examples):  # TRL drops an example whose prompt fills max_length: nothing left to learn
+        dropped = f"{len(examples) - len(tokenised)} of the {len(examples)} training examples"
+        if not len(tokenised):
+            raise DataError(f"{dropped} were dropped: each prompt fills max_length ({cfg.max_length} tokens), leaving "
+                            "no room for its response. Raise max_length, or give shorter prompts")
+        events.emit("log", message=f"{stage}: {dropped} dropped: their prompt fills max_length ({cfg.max_length} "
+                                   "tokens)")
     longest = max((_sequence_length(e) for e in tokenised), default=0)
     memory = memory_estimate(cfg, model, longest, args, device)
     if memory is not None:
