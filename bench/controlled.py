@@ -1,6 +1,7 @@
-"""The papers' effects on the controlled task, whose true confidence is known: bench/results/controlled_cpu.md.
+"""The papers' effects on the controlled task, over training seeds: bench/results/controlled_cpu.md.
 
-    .venv/bin/python bench/controlled.py [--out runs/bench-controlled] [--threads 2]
+    .venv/bin/python bench/controlled.py [--seeds 5 | --only SEED ...] [--no-report] [--threads 1]
+                                         [--out runs/bench-controlled-seeds]
 
 A task from :mod:`lab.data.synthetic` (8 objects, 4 colours, the stated answer the rule's with
 q = 0.95 in bright light and 0.6 in dim light; the shifted split 0.8 / 0.45) and a small Llama
@@ -8,19 +9,34 @@ created from scratch (:mod:`lab.models.scratch`). The *base* model learns the ru
 its own (3 epochs); every experiment starts from it, as the papers start from a pretrained model:
 
 1. **Epochs on noisy labels** (the alignment-calibration paper's "ECE grows with epochs"): the
-   base fine-tuned on 100 other questions for many epochs, full and LoRA, with the held-out ECE
-   per epoch and each model's test and shifted ECE with 95 % bootstrap intervals.
-2. **FIRST**: a teacher (the base fine-tuned to memorisation), fine-tune / direct distill / LS
-   distill / FIRST students, and the oracle student (distilled from the true distribution written
-   as a top-k store: the upper bound), in-domain and on the shifted split.
+   base fine-tuned on 100 other questions for 16 epochs, full and LoRA, with the held-out ECE
+   per epoch and each model's test and shifted ECE.
+2. **FIRST**: the full fine-tune of (1) as the over-confident teacher (it is also the "fine-tune"
+   student: the same config and seed), direct distill / LS distill / FIRST students, and the oracle
+   student (distilled from the true distribution written as a top-k store: the upper bound),
+   in-domain and on the shifted split.
 3. **CFT / RCFT** from the over-confident model of (1), with temperature scaling and label
-   smoothing as baselines and a λ sweep.
+   smoothing as baselines, RCFT at λ = 0 (prompt + answer SFT alone), 0.4 and 1.8, and CFT and
+   RCFT again at a 5× smaller learning rate.
 
-Every job is a config (written beside its run under ``--out``, built from the shipped presets'
-``examples/*-controlled.yaml`` with this bench's data and sizes) run by the lab's own worker, so
-a finished job is not redone when the bench is run again. Each table also gives the Bayes
-predictor (the rule, confident q) on the same questions: the ECE a perfect model would still
-show on that many questions.
+**Seeds.** The same seeds on another 2-core CPU moved these figures far outside their bootstrap
+intervals (issue 34): a thread count or kernel dispatch that differs changes float rounding, and 16
+epochs on 100 noisy labels grow that into another model (bench/determinism.py measures it). So the
+bench is run for ``--seeds`` seeds 0, 1, …, each in ``out/seed-N/``, and every figure is the mean over
+seeds with Student's t 95 % interval over seeds (:func:`lab.calibration.spread.mean_interval`), the
+first seed's bootstrap interval over questions beside it. A seed is the seed of *every* training job: the
+scratch model's initialisation, the base, the fine-tunes, the students and the CFT rows (whose seed
+also carves the CFT pool into train / validation / test). The base is not shared: a machine that
+rebuilds the bench rebuilds it, so its variation belongs in the spread. The questions of
+experiments 1 and 2 are the same for every seed. An effect is stated (the *claims* table) only where
+the two intervals over seeds do not overlap.
+
+Every job is a config (written beside its run under ``out/seed-N/configs/``, built from the shipped
+presets ``examples/*-controlled.yaml`` with this bench's data and sizes) run by the lab's own worker,
+so a finished job is not redone when the bench is run again: a killed run resumes where it stopped.
+Each table also gives the Bayes predictor (the rule, confident q) on the same questions: the ECE a
+perfect model would still show on that many questions. The seeds are jobs of their own and not a
+``series`` job's seed axis because FIRST and CFT are pipelines, which a series does not train.
 """
 from __future__ import annotations
 
@@ -29,12 +45,14 @@ import json
 import platform
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
+from lab.calibration.spread import mean_interval  # noqa: E402
 from lab.data.synthetic import Task, write_splits  # noqa: E402
 from lab.core.events import read_events  # noqa: E402
 from lab.core.layout import ADAPTER_DIR, EVENTS_FILE, METRICS_FILE, MODEL_DIR, RESULT_FILE  # noqa: E402
@@ -42,13 +60,26 @@ from lab.jobkit.worker import run  # noqa: E402
 from lab.core.yamlio import dump_yaml, load_yaml  # noqa: E402
 
 TASK = Task()  # the shipped task: 8 objects, seed 0
-SIZES = {"pretrain": 600, "train": 100, "validation": 500, "test": 1000, "shifted": 1000, "pool": 1600}
+# Scoring is cheap next to training here, but every question scored is scored once per seed: 500 test and
+# shifted questions keep a bootstrap interval of about ±3 points, below the spread over seeds.
+SIZES = {"pretrain": 600, "train": 100, "validation": 200, "test": 500, "shifted": 500, "pool": 1200}
+# The pool's carve (the preset's train 600, the paper's 3000): 300 halve CFT's rows, a third of a seed's compute.
+CFT_SIZES = {"train_size": 300, "val_size": 200, "test_size": 700}
 EPOCHS = 16  # experiments 1 and 2: enough for a hard-label fine-tune to memorise its 100 noisy labels
-COMMON = {"dataset": "synthetic", "device": "cpu", "seed": 0}  # experiments 1 and 2 (a cft job names data per source)
+LAMBDAS = [0.0, 0.4, 1.8]  # λ = 0 isolates RCFT's prompt + answer SFT from its regulariser
+SLOW_RATE, SLOW_LAMBDAS = 2.0e-4, [0.4]  # the 5× smaller step: does RCFT keep its accuracy?
+DEFAULT_OUT = REPO / "runs" / "bench-controlled-seeds"
+TARGET = REPO / "bench" / "results" / "controlled_cpu.md"
+Split = str  # "in" (test, or CFT's in-domain test part) or "out" (the shifted split)
 
 
 def preset(name: str) -> dict[str, Any]:
     return load_yaml((REPO / "examples" / f"{name}.yaml").read_text(), name)
+
+
+def common(seed: int) -> dict[str, Any]:
+    """The fields every job of experiments 1 and 2 shares (a cft job names its data per source)."""
+    return {"dataset": "synthetic", "device": "cpu", "seed": seed}
 
 
 def job(out: Path, name: str, config: dict[str, Any]) -> Path:
@@ -69,7 +100,7 @@ def job(out: Path, name: str, config: dict[str, Any]) -> Path:
     code = run(path, target)
     if code != 0:
         raise SystemExit(f"{name} failed (exit code {code}); see {target}/log.txt or {target}/{EVENTS_FILE}")
-    print(f"{name}: {(time.time() - start) / 60:.1f} min", flush=True)
+    print(f"{out.name}/{name}: {(time.time() - start) / 60:.1f} min", flush=True)
     return target
 
 
@@ -77,6 +108,15 @@ def history(run_dir: Path) -> list[dict[str, Any]]:
     """The per-epoch validation records of a finetune run."""
     events, _ = read_events(run_dir / EVENTS_FILE)
     return [e for e in events if e["stage"] == "train_eval" and "ece" in e and float(e["epoch"]).is_integer()]
+
+
+def busy_seconds(run_dir: Path) -> float:
+    """A job's compute, whichever invocations ran it: per worker start, the seconds from its ``start``
+    event to the last event before the next (a killed and resumed job is not charged the pause)."""
+    events, _ = read_events(run_dir / EVENTS_FILE)
+    starts = [i for i, e in enumerate(events) if e["stage"] == "start"] or [0]
+    ends = [*starts[1:], len(events)]
+    return sum(events[end - 1]["time"] - events[begin]["time"] for begin, end in zip(starts, ends))
 
 
 def metrics(run_dir: Path) -> dict[str, Any]:
@@ -88,23 +128,8 @@ def pct(x: float) -> str:
 
 
 def ece_cell(m: dict[str, Any]) -> str:
+    """One run's ECE with its bootstrap interval over questions."""
     return f"{pct(m['ece'])} [{pct(m['ece_ci_low'])}, {pct(m['ece_ci_high'])}]"
-
-
-def eval_row(label: str, inside: dict[str, Any], shifted: dict[str, Any]) -> str:
-    return (f"| {label} | {ece_cell(inside)} | {pct(inside['ece_gap_to_oracle'])} | {pct(inside['accuracy'])} | "
-            f"{inside['nll']:.3f} | {ece_cell(shifted)} | {pct(shifted['accuracy'])} |")
-
-
-def oracle_row(inside: dict[str, Any], shifted: dict[str, Any]) -> str:
-    a, b = inside["oracle"], shifted["oracle"]
-    return (f"| Bayes predictor (the rule, confident q) | {pct(a['ece'])} (expected {pct(a['expected']['ece'])}) | 0 | "
-            f"{pct(a['accuracy'])} | {a['nll']:.3f} | {pct(b['ece'])} (expected {pct(b['expected']['ece'])}) | "
-            f"{pct(b['accuracy'])} |")
-
-
-EVAL_HEAD = ["| model | test ECE % [95 % CI] | gap to oracle | test accuracy % | test NLL | shifted ECE % [95 % CI] | "
-             "shifted accuracy % |", "|---|---|---|---|---|---|---|"]
 
 
 def data_files(out: Path) -> dict[str, str]:
@@ -117,24 +142,30 @@ def data_files(out: Path) -> dict[str, str]:
             for part in SIZES}
 
 
-def base_model(out: Path, files: dict[str, str]) -> Path:
-    """The run of the *base*: the scratch model trained 3 epochs on its own pretrain questions."""
+def base_model(out: Path, files: dict[str, str], seed: int = 0) -> Path:
+    """The run of the *base*: the scratch model (initialised with ``seed``) trained 3 epochs on its
+    own pretrain questions, in ``out``."""
     from lab.models.scratch import ScratchConfig, create
     from lab.data import load_records
 
     scratch = out / "scratch"
     if not (scratch / "config.json").is_file():
-        create(scratch, load_records("synthetic", "train", [files["pretrain"]]).records, ScratchConfig())
-    return job(out, "base", {**preset("finetune-controlled"), **COMMON, "model": str(scratch),
+        create(scratch, load_records("synthetic", "train", [files["pretrain"]]).records, ScratchConfig(seed=seed))
+    return job(out, "base", {**preset("finetune-controlled"), **common(seed), "model": str(scratch),
                              "data_files": [files["pretrain"]], "split": "train", "limit": None,
                              "val_data_files": [files["validation"]], "val_limit": None, "epochs": 3})
 
 
-def full_finetune(out: Path, files: dict[str, str], base: Path) -> Path:
-    """Experiment 1's full fine-tune: the over-confident model that experiment 3 starts from."""
-    return job(out, "e1-full", {**preset("finetune-controlled"), **COMMON, "model": str(base / MODEL_DIR),
-                                "data_files": [files["train"]], "limit": None,
-                                "val_data_files": [files["validation"]], "val_limit": None, "epochs": EPOCHS})
+def finetune_job(out: Path, files: dict[str, str], base: Path, name: str, seed: int, **overrides: Any) -> Path:
+    """The base fine-tuned ``EPOCHS`` epochs on the 100 train questions (experiment 1)."""
+    return job(out, name, {**preset("finetune-controlled"), **common(seed), "model": str(base / MODEL_DIR),
+                           "data_files": [files["train"]], "limit": None, "val_data_files": [files["validation"]],
+                           "val_limit": None, "epochs": EPOCHS, **overrides})
+
+
+def full_finetune(out: Path, files: dict[str, str], base: Path, seed: int = 0) -> Path:
+    """Experiment 1's full fine-tune: the over-confident model that experiments 2 and 3 start from."""
+    return finetune_job(out, files, base, "e1-full", seed)
 
 
 def cft_job(out: Path, files: dict[str, str], start: Path, name: str, **overrides: Any) -> Path:
@@ -146,12 +177,12 @@ def cft_job(out: Path, files: dict[str, str], start: Path, name: str, **override
         "ood": [{"dataset": "synthetic", "data_files": [files["shifted"]], "split": "shifted"}], **overrides})
 
 
-def arguments(description: str, out_help: str = "where the bench's jobs run (a rerun skips finished ones)"
-              ) -> argparse.ArgumentParser:
+def arguments(description: str, out_help: str = "where the bench's jobs run (a rerun skips finished ones)",
+              out: Path = REPO / "runs" / "bench-controlled", threads: int = 2) -> argparse.ArgumentParser:
     """The options every controlled-task bench takes: its folder and torch's CPU threads."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-controlled", help=out_help)
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--out", type=Path, default=out, help=out_help)
+    parser.add_argument("--threads", type=int, default=threads, help="torch CPU threads")
     return parser
 
 
@@ -164,105 +195,252 @@ def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, str]]:
     return out, data_files(out)
 
 
-def main() -> int:
-    args = arguments(__doc__.splitlines()[0]).parse_args()
-    out, files = prepare(args)
-    start = time.time()
+@dataclass
+class SeedRuns:
+    """What one seed's jobs measured: ``figures[row, split]`` a metrics dict with ece, its bootstrap
+    interval, accuracy and nll; the per-epoch curves; FIRST's temperature; the jobs' compute."""
 
+    figures: dict[tuple[str, Split], dict[str, Any]] = field(default_factory=dict)
+    curves: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    oracle: dict[Split, dict[str, Any]] = field(default_factory=dict)
+    temperature: float = 0.0
+    seconds: float = 0.0
+    span: tuple[float, float] = (0.0, 0.0)  # the first job's first event and the last job's last, epoch seconds
+
+
+def report_figures(run_dir: Path, prefix: str) -> dict[tuple[str, Split], dict[str, Any]]:
+    """A first or cft job's report rows keyed (``prefix:method``, in / out)."""
+    rows = json.loads((run_dir / "report.json").read_text())["rows"]
+    return {(f"{prefix}:{r['method']}", "in" if r["in_domain"] else "out"): r for r in rows}
+
+
+def run_seed(root: Path, files: dict[str, str], seed: int) -> SeedRuns:
+    """Every job of one seed, in ``root/seed-N`` (finished ones kept), and what they measured."""
+    out = root / f"seed-{seed}"
+    runs = SeedRuns()
     # ------------------------------------------------------------ the base model and experiment 1
-    base = base_model(out, files)
-    tuned = {
-        "full": full_finetune(out, files, base),
-        "lora": job(out, "e1-lora", {**preset("finetune-controlled"), **COMMON, "model": str(base / MODEL_DIR),
-                                     "method": "lora", "learning_rate": 3.0e-3, "lora_r": 16, "lora_alpha": 32,
-                                     "data_files": [files["train"]], "limit": None,
-                                     "val_data_files": [files["validation"]], "val_limit": None, "epochs": EPOCHS}),
-    }
-    evaluations = {}
-    for name, model, adapter in (("base", base / MODEL_DIR, None), ("full", tuned["full"] / MODEL_DIR, None),
-                                 ("lora", base / MODEL_DIR, tuned["lora"] / ADAPTER_DIR)):
-        for split in ("test", "shifted"):
-            evaluations[name, split] = metrics(job(out, f"e1-eval-{name}-{split}", {
-                "kind": "evaluate", **COMMON, "model": str(model), "adapter": str(adapter) if adapter else None,
-                "data_files": [files[split]], "split": split, "limit": None, "scoring": "letter", "template": "first",
-                "bootstrap": 1000}))
-
+    base = base_model(out, files, seed)
+    full = full_finetune(out, files, base, seed)
+    lora = finetune_job(out, files, base, "e1-lora", seed, method="lora", learning_rate=3.0e-3, lora_r=16,
+                        lora_alpha=32)
+    runs.curves = {"full": history(full), "lora": history(lora)}
+    for name, model, adapter in (("base", base / MODEL_DIR, None), ("full", full / MODEL_DIR, None),
+                                 ("lora", base / MODEL_DIR, lora / ADAPTER_DIR)):
+        for split, part in (("in", "test"), ("out", "shifted")):
+            evaluation = job(out, f"e1-eval-{name}-{part}", {
+                "kind": "evaluate", **common(seed), "model": str(model),
+                "adapter": str(adapter) if adapter else None, "data_files": [files[part]], "split": part,
+                "limit": None, "scoring": "letter", "template": "first", "bootstrap": 1000})
+            runs.figures[name, split] = metrics(evaluation)
+            runs.oracle[split] = runs.figures[name, split]["oracle"]
     # ------------------------------------------------------------ experiment 2: FIRST
     first = preset("first-controlled")
     first_run = job(out, "e2-first", {
-        **first, **COMMON, "teacher": str(base / MODEL_DIR), "student": str(base / MODEL_DIR),
-        "teacher_epochs": EPOCHS, "training": {**first["training"], "epochs": EPOCHS},
+        **first, **common(seed), "teacher": str(full / MODEL_DIR), "finetune_teacher": False,
+        "student": str(base / MODEL_DIR), "students": ["distill", "distill_ls", "first", "oracle"],
+        "training": {**first["training"], "epochs": EPOCHS},
         "data_files": [files["train"], files["validation"], files["test"]], "train_limit": None, "val_limit": None,
         "test_limit": None, "ood": [{"dataset": "synthetic", "data_files": [files["shifted"]], "split": "shifted"}]})
-
+    runs.figures.update(report_figures(first_run, "first"))
+    runs.temperature = json.loads((first_run / "report.json").read_text())["sweep"]["best"]
     # ------------------------------------------------------------ experiment 3: CFT / RCFT
     cft = preset("cft-controlled")
-    cft_run = cft_job(out, files, tuned["full"], "e3-cft")
-    # RCFT trains on prompt + answer (as the paper): is what it does here the prompt's loss, the
-    # regulariser, or the step size? λ = 0 isolates the first; a 5× smaller rate the last.
-    diagnostics = {
-        "λ = 0 (prompt + answer SFT alone), learning rate 1e-3": cft_job(
-            out, files, tuned["full"], "e3-rcft-lambda0", methods=["rcft"], lambdas=[0.0]),
-        "learning rate 2e-4": cft_job(out, files, tuned["full"], "e3-rcft-lr2e-4", methods=["cft", "rcft"],
-                                      lambdas=[0.0, 0.4, 1.8, 10.0],
-                                      training={**cft["training"], "learning_rate": 2.0e-4}),
-    }
-
-    report = render(out, evaluations, tuned, first_run, cft_run, diagnostics, time.time() - start, args.threads)
-    target = REPO / "bench" / "results" / "controlled_cpu.md"
-    target.write_text(report)
-    print(f"wrote {target}")
-    return 0
+    sizes = {**CFT_SIZES, "preference_limit": 4}  # the win rate is not reported here: four pairs keep it cheap
+    cft_run = cft_job(out, files, full, "e3-cft", seed=seed, lambdas=LAMBDAS, **sizes)
+    slow = cft_job(out, files, full, "e3-slow", seed=seed, methods=["cft", "rcft"], lambdas=SLOW_LAMBDAS,
+                   training={**cft["training"], "learning_rate": SLOW_RATE}, **sizes)
+    runs.figures.update(report_figures(cft_run, "cft"))
+    runs.figures.update(report_figures(slow, "slow"))
+    jobs = [base, full, lora, first_run, cft_run, slow, *out.glob("e1-eval-*")]
+    runs.seconds = sum(busy_seconds(p) for p in jobs)
+    times = [e["time"] for p in jobs for e in read_events(p / EVENTS_FILE)[0]]
+    runs.span = (min(times), max(times))
+    return runs
 
 
-def render(out: Path, evaluations: dict, tuned: dict[str, Path], first_run: Path, cft_run: Path,
-           diagnostics: dict[str, Path], seconds: float, threads: int) -> str:
+def mean_cell(values: list[float]) -> str:
+    """The mean over seeds with its t interval, in percent (the mean alone from one seed)."""
+    mean, low, high = mean_interval(values)
+    return pct(mean) if low is None else f"{pct(mean)} [{pct(low)}, {pct(high)}]"
+
+
+def boot_cell(m: dict[str, Any]) -> str:
+    return f"[{pct(m['ece_ci_low'])}, {pct(m['ece_ci_high'])}]" if m.get("ece_ci_low") is not None else "–"
+
+
+def figure_row(label: str, seeds: list[SeedRuns], key: str) -> str:
+    """One model's row: per split the mean ECE [t over seeds], the first seed's bootstrap interval, each seed's
+    ECE, the mean accuracy; the in-domain NLL."""
+    cells = [label]
+    for split in ("in", "out"):
+        ms = [s.figures[key, split] for s in seeds]
+        cells += [mean_cell([m["ece"] for m in ms]), boot_cell(ms[0]), " / ".join(pct(m["ece"]) for m in ms),
+                  mean_cell([m["accuracy"] for m in ms])]
+        if split == "in":
+            cells.append(f"{sum(m['nll'] for m in ms) / len(ms):.3f}")
+    return "| " + " | ".join(cells) + " |"
+
+
+FIGURE_HEAD = ["| model | in-domain ECE % [t 95 %] | first seed's bootstrap | per seed | accuracy % [t] | NLL | "
+               "shifted ECE % [t 95 %] | first seed's bootstrap | per seed | accuracy % [t] |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def oracle_row(oracle: dict[Split, dict[str, Any]]) -> str:
+    a, b = oracle["in"], oracle["out"]
+    return (f"| Bayes predictor (the rule, confident q) | {pct(a['ece'])} (expected {pct(a['expected']['ece'])}) | – "
+            f"| – | {pct(a['accuracy'])} | {a['nll']:.3f} | {pct(b['ece'])} (expected {pct(b['expected']['ece'])}) "
+            f"| – | – | {pct(b['accuracy'])} |")
+
+
+# (what the papers or the old README say, metric, split, the row said to be lower, the row it is said to be below)
+CLAIMS: tuple[tuple[str, str, Split, str, str], ...] = (
+    ("16 epochs on noisy labels raise ECE (full fine-tune above the base)", "ece", "in", "base", "full"),
+    ("… and on the shifted split", "ece", "out", "base", "full"),
+    ("LoRA grows less over-confident than full fine-tuning", "ece", "in", "lora", "full"),
+    ("FIRST below plain fine-tuning (the teacher)", "ece", "in", "first:first", "first:teacher"),
+    ("FIRST below direct distillation", "ece", "in", "first:first", "first:distill"),
+    ("FIRST below distillation + label smoothing", "ece", "in", "first:first", "first:distill_ls"),
+    ("distillation + label smoothing below direct distillation", "ece", "in", "first:distill_ls", "first:distill"),
+    ("FIRST below direct distillation, shifted split", "ece", "out", "first:first", "first:distill"),
+    ("the oracle student below FIRST", "ece", "in", "first:oracle", "first:first"),
+    ("CFT brings the over-confident model back", "ece", "in", "cft:cft", "cft:base"),
+    ("temperature scaling brings it back", "ece", "in", "cft:ts", "cft:base"),
+    ("label smoothing brings it back", "ece", "in", "cft:ls", "cft:base"),
+    ("CFT below temperature scaling", "ece", "in", "cft:cft", "cft:ts"),
+    ("CFT below label smoothing", "ece", "in", "cft:cft", "cft:ls"),
+    ("RCFT λ = 0.4 below CFT (the CFT paper's claim), in-domain", "ece", "in", "cft:rcft_0.4", "cft:cft"),
+    ("… shifted split", "ece", "out", "cft:rcft_0.4", "cft:cft"),
+    ("RCFT λ = 0.4 loses accuracy against CFT", "accuracy", "in", "cft:rcft_0.4", "cft:cft"),
+    ("RCFT λ = 1.8 loses accuracy against CFT", "accuracy", "in", "cft:rcft_1.8", "cft:cft"),
+    ("RCFT λ = 0 (prompt + answer SFT) loses accuracy against CFT", "accuracy", "in", "cft:rcft_0", "cft:cft"),
+    (f"at learning rate {SLOW_RATE:g}: RCFT λ = 0.4 below CFT, shifted split", "ece", "out", "slow:rcft_0.4",
+     "slow:cft"),
+    (f"at learning rate {SLOW_RATE:g}: RCFT λ = 0.4 below CFT, in-domain", "ece", "in", "slow:rcft_0.4", "slow:cft"),
+)
+
+
+def verdict(low_values: list[float], high_values: list[float]) -> str:
+    """"holds" where the intervals over seeds of the two rows do not overlap in the claimed order,
+    "reversed" where they do not overlap the other way, else "not shown"."""
+    _, a_low, a_high = mean_interval(low_values)
+    _, b_low, b_high = mean_interval(high_values)
+    if a_low is None or b_low is None:
+        return "one seed: no interval"
+    if a_high < b_low:
+        return "**holds**"
+    if b_high < a_low:
+        return "**reversed**"
+    return "not shown (intervals overlap)"
+
+
+def claim_rows(seeds: list[SeedRuns]) -> list[str]:
+    lines = ["| claim | metric, split | lower row: mean [t] | higher row: mean [t] | over seeds |",
+             "|---|---|---|---|---|"]
+    for text, metric, split, low, high in CLAIMS:
+        a = [s.figures[low, split][metric] for s in seeds]
+        b = [s.figures[high, split][metric] for s in seeds]
+        where = "in-domain" if split == "in" else "shifted"
+        lines.append(f"| {text} | {metric} %, {where} | {mean_cell(a)} | {mean_cell(b)} | {verdict(a, b)} |")
+    return lines
+
+
+def curve_rows(seeds: list[SeedRuns]) -> list[str]:
+    """Per epoch, the mean over seeds of the full and the LoRA fine-tune's validation figures."""
+    lines = ["| epoch | full: ECE % [t] | accuracy % | NLL | LoRA: ECE % [t] | accuracy % | NLL |",
+             "|---|---|---|---|---|---|---|"]
+    for epoch in range(EPOCHS):
+        cells = [str(epoch + 1)]
+        for name in ("full", "lora"):
+            points = [s.curves[name][epoch] for s in seeds]
+            cells += [mean_cell([p["ece"] for p in points]), pct(sum(p["accuracy"] for p in points) / len(points)),
+                      f"{sum(p['nll'] for p in points) / len(points):.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(out: Path, seeds: list[SeedRuns], numbers: list[int], seconds: float, threads: int) -> str:
     import torch
 
-    curves = {name: history(path) for name, path in tuned.items()}
-    lines = [
-        "# The papers' effects on the controlled task (cpu)", "",
-        f"`python bench/controlled.py` — {time.strftime('%Y-%m-%d')}, {platform.machine()}, {threads} CPU threads, "
-        f"torch {torch.__version__}; this invocation took {seconds / 60:.1f} min (jobs already finished in "
-        f"`{out.name}/` are not rerun). Configs: `{out.name}/configs/`, built from `examples/*-controlled.yaml`.", "",
-        f"Task: `Task()` (8 objects, seed 0) of `lab.data.synthetic`, splits {', '.join(f'{k} {v}' for k, v in SIZES.items())}. "
-        "Model: `lab.models.scratch` defaults, trained 3 epochs on the pretrain split (the *base*). All figures in percent "
-        "but NLL; 95 % intervals from 1,000 bootstrap resamples of the questions.", "",
+    n = len(seeds)
+    busy = [s.seconds / 60 for s in seeds]
+    wall = (max(s.span[1] for s in seeds) - min(s.span[0] for s in seeds)) / 60
+    command = f"--seeds {n}" if numbers == list(range(n)) else f"--only {' '.join(map(str, numbers))}"
+    section = lambda rows: [*FIGURE_HEAD, oracle_row(seeds[0].oracle),  # noqa: E731
+                            *(figure_row(label, seeds, key) for label, key in rows)]
+    return "\n".join([
+        "# The papers' effects on the controlled task, over training seeds (cpu)", "",
+        f"`python bench/controlled.py {command}` — {time.strftime('%Y-%m-%d')}, {platform.machine()}, "
+        f"{threads} CPU thread{'s' if threads > 1 else ''}, torch {torch.__version__}. The jobs' compute per seed: "
+        f"{min(busy):.1f}–{max(busy):.1f} min, {sum(busy):.0f} min in all; {wall:.0f} min from the first job's start "
+        f"to the last one's end; this invocation took {seconds / 60:.1f} min (jobs already finished in "
+        f"`{out.name}/` are not rerun). Configs: `{out.name}/seed-N/configs/`, built "
+        "from `examples/*-controlled.yaml`.",
+        "",
+        f"Task: `Task()` (8 objects, seed 0) of `lab.data.synthetic`, splits "
+        f"{', '.join(f'{k} {v}' for k, v in SIZES.items())}; the same questions for every seed. Model: "
+        "`lab.models.scratch` defaults, initialised with the seed and trained 3 epochs on the pretrain split (the "
+        f"*base*). Seeds {', '.join(map(str, numbers))}: each is the seed of every training job of its row. All "
+        f"figures in percent but NLL: the mean over the {n} seeds with Student's t 95 % interval over seeds [t], "
+        f"seed {numbers[0]}'s 95 % interval from 1,000 bootstrap resamples of its questions beside it, and each "
+        "seed's own figure.", "",
+        "## Claims, over seeds", "",
+        "A claim holds where the two rows' intervals over seeds do not overlap in its direction.", "",
+        *claim_rows(seeds), "",
         "## 1. Fine-tuning epochs on noisy labels, full vs LoRA", "",
         f"The base fine-tuned {EPOCHS} epochs on the 100 train questions (constant learning rate: full 1e-3, "
-        "LoRA r = 16 3e-3). Held-out validation (500 questions) after each epoch:", "",
-        "| epoch | full: ECE | accuracy | NLL | LoRA: ECE | accuracy | NLL |", "|---|---|---|---|---|---|---|",
-    ]
-    for full, lora in zip(curves["full"], curves["lora"]):
-        lines.append(f"| {full['epoch']:g} | {pct(full['ece'])} | {pct(full['accuracy'])} | {full['nll']:.3f} | "
-                     f"{pct(lora['ece'])} | {pct(lora['accuracy'])} | {lora['nll']:.3f} |")
-    lines += ["", "Each model on the test split (in-domain) and the shifted split:", "", *EVAL_HEAD,
-              oracle_row(evaluations["base", "test"], evaluations["base", "shifted"])]
-    for name, label in (("base", "base (3 epochs on its own questions)"), ("full", f"full fine-tune, {EPOCHS} epochs"),
-                        ("lora", f"LoRA fine-tune, {EPOCHS} epochs")):
-        lines.append(eval_row(label, evaluations[name, "test"], evaluations[name, "shifted"]))
-    lines += ["", "## 2. FIRST", "", f"Teacher: the base fine-tuned {EPOCHS} epochs on the 100 train "
-              f"questions; every student starts from the base and trains {EPOCHS} epochs on them.",
-              "",
-              (first_run / "report.md").read_text().split("\n", 2)[2].strip(), "",
-              "## 3. CFT / RCFT from the over-confident model", "",
-              f"Start: the full fine-tune of experiment 1 ({EPOCHS} epochs). The pool (1,600 questions) is carved "
-              "into train / validation / test by the protocol.", "",
-              (cft_run / "report.md").read_text().split("\n", 2)[2].strip(), "",
-              "### RCFT's failure taken apart", "",
-              "The same start and pool; each row is a CFT job of its own (`" + "`, `".join(
-                  p.name for p in diagnostics.values()) + "`).", "",
-              "| run | row | in-domain ECE % [95 % CI] | accuracy % | shifted ECE % [95 % CI] | accuracy % |",
-              "|---|---|---|---|---|---|"]
-    for label, path in diagnostics.items():
-        rows = json.loads((path / "report.json").read_text())["rows"]
-        for method in dict.fromkeys(r["method"] for r in rows if r["method"] != "base"):
-            inside, shifted = (next(r for r in rows if r["method"] == method and r["in_domain"] == flag)
-                               for flag in (True, False))
-            lines.append(f"| {label} | {method} | {ece_cell(inside)} | {pct(inside['accuracy'])} | "
-                         f"{ece_cell(shifted)} | {pct(shifted['accuracy'])} |")
-    lines.append("")
-    return "\n".join(lines)
+        f"LoRA r = 16 3e-3). Held-out validation ({SIZES['validation']} questions) after each epoch, mean over seeds:",
+        "", *curve_rows(seeds), "",
+        f"Each model on the test split ({SIZES['test']}, in-domain) and the shifted split ({SIZES['shifted']}):", "",
+        *section((("base (3 epochs on its own questions)", "base"), (f"full fine-tune, {EPOCHS} epochs", "full"),
+                  (f"LoRA fine-tune, {EPOCHS} epochs", "lora"))), "",
+        "## 2. FIRST", "",
+        f"Teacher: the full fine-tune of experiment 1, which is also the fine-tune student (the same config and "
+        f"seed); every other student starts from the base and trains {EPOCHS} epochs on the same 100 questions. "
+        "FIRST's temperature (paper form, minimising ECE on the teacher's top-k at the validation answers) per seed: "
+        f"c = {' / '.join(f'{s.temperature:g}' for s in seeds)}. Each seed's report: `seed-N/e2-first/report.md`.", "",
+        *section((("teacher = fine-tune", "first:teacher"), ("distill (direct)", "first:distill"),
+                  ("distill + label smoothing", "first:distill_ls"), ("FIRST (temperature scaling)", "first:first"),
+                  ("oracle distill (true distribution; upper bound)", "first:oracle"))), "",
+        "## 3. CFT / RCFT from the over-confident model", "",
+        f"Start: the full fine-tune of experiment 1. The pool ({SIZES['pool']} questions) is carved by the seed into "
+        f"train {CFT_SIZES['train_size']} / validation {CFT_SIZES['val_size']} / test {CFT_SIZES['test_size']} (the "
+        "in-domain columns); 3 epochs, learning rate 1e-3 (the preset), and again at "
+        f"{SLOW_RATE:g} (CFT and RCFT only). RCFT at λ = 0 is its prompt + answer SFT without the regulariser. Each "
+        "seed's reports (temperature fits, per-epoch validation, E-steps): `seed-N/e3-cft/report.md`, "
+        "`seed-N/e3-slow/report.md`.", "",
+        *section((("as it is (the over-confident start)", "cft:base"), ("temperature scaling", "cft:ts"),
+                  ("label smoothing", "cft:ls"), ("CFT", "cft:cft"),
+                  *((f"RCFT λ = {lam:g}", f"cft:rcft_{lam:g}") for lam in LAMBDAS),
+                  (f"CFT, learning rate {SLOW_RATE:g}", "slow:cft"),
+                  *((f"RCFT λ = {lam:g}, learning rate {SLOW_RATE:g}", f"slow:rcft_{lam:g}")
+                    for lam in SLOW_LAMBDAS))),
+        "",
+    ])
+
+
+def main() -> int:
+    # One thread: the scratch model's ops are too small to gain from a second, and on a shared CPU an OpenMP
+    # thread waiting for a descheduled partner made a step several times slower (a seed's base: 9.3 min at
+    # two threads under a load of 8 on two cores, 1.0 min at one).
+    parser = arguments(__doc__.splitlines()[0], out=DEFAULT_OUT, threads=1)
+    parser.add_argument("--seeds", type=int, default=5, help="training seeds 0 … N-1 (at least 2 for an interval)")
+    parser.add_argument("--only", type=int, nargs="+", metavar="SEED", help="these seeds instead of 0 … N-1")
+    parser.add_argument("--no-report", action="store_true", help=(
+        "run the jobs and write no report: seeds share nothing, so processes given other seeds (--only) run "
+        "beside this one; a later run writes the report from their finished jobs"))
+    args = parser.parse_args()
+    out, files = prepare(args)
+    start = time.time()
+    numbers = args.only or list(range(args.seeds))
+    seeds = []
+    for seed in numbers:
+        seeds.append(run_seed(out, files, seed))
+        print(f"seed {seed} done: {seeds[-1].seconds / 60:.1f} min of compute", flush=True)
+    if not args.no_report:
+        TARGET.write_text(render(out, seeds, numbers, time.time() - start, args.threads))
+    print(f"wrote {TARGET}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 bench/controlled.py (the base, and the same model after 16 epochs on 100 noisy questions), each
 followed by the Bayes predictor on the same questions, drawn in headless Chromium.
 
-    .venv/bin/python scripts/figure_controlled.py [--bench runs/bench-controlled] [--out assets/controlled/reliability.png]
+    .venv/bin/python scripts/figure_controlled.py [--bench runs/bench-controlled-seeds/seed-0]
+        [--out assets/controlled/reliability.png]
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ RUNS = {"e1-eval-base-test": "base",
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bench", type=Path, default=REPO / "runs" / "bench-controlled")
+    parser.add_argument("--bench", type=Path, default=REPO / "runs" / "bench-controlled-seeds" / "seed-0")
     parser.add_argument("--out", type=Path, default=REPO / "assets" / "controlled" / "reliability.png")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
