@@ -14,7 +14,9 @@ or loading any weights), and what a job holds per parameter depends on what it d
   the frozen base in bf16 or 4-bit plus the adapters (their exact size, from the weight shapes and
   ``lora_r``) for LoRA/QLoRA, activations and the fp32 logits for batches of ``batch_size`` ×
   ``max_length`` tokens (the longest a batch can be; the worker reports the estimate again at the
-  longest example it really has) — plus :data:`CUDA_CONTEXT`.
+  longest example it really has) — plus :data:`CUDA_CONTEXT`. The kinds that train with TRL's
+  trainers (:data:`TRL_TRAINERS`) are counted as those train: SFT's fused LM head, DPO's pairs (two
+  sequences each) and reference model (:func:`memory_terms`).
 
 Will its checkpoints fit? :func:`check_disk` refuses a training job at submit when the disk of the
 runs folder has less free than its checkpoints need at once (:func:`lab.training.estimates.disk_peak`);
@@ -44,6 +46,9 @@ from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
 from lab.training.estimates import (GPU, NF4_BYTES, checkpoint_bytes, describe, disk_peak, run_checkpoint_bytes,
                                     training_memory)
 
+# Kinds whose models train under TRL's SFTTrainer or DPOTrainer (lab.kinds.sft, lab.kinds.dpo), the trainer
+# training_memory counts for them; every other kind trains with transformers' Trainer.
+TRL_TRAINERS = {"sft": "sft", "dpo": "dpo"}
 HEADROOM = 1.2  # inference: what a forward pass needs beyond the weights (activations, the KV cache)
 LORA_TRAINABLE = 0.02  # a model without a Llama-type config.json: its adapters' share, roughly
 # What a GPU holds before any tensor: the CUDA runtime, cuBLAS's workspace, the kernels (typically
@@ -96,14 +101,27 @@ def _is_training_run(kind: str) -> bool:
 
 def training_settings(kind: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """The ``TrainConfig`` values a kind trains its models with, defaults filled: a finetune job's own
-    fields, a pipeline's ``training:`` section (the field declared with ``entries=TrainConfig``)."""
-    if _is_training_run(kind):
-        given: Mapping[str, Any] = config
-    else:
-        fields = dataclasses.fields(kinds.get(kind).config)
-        section = next((f.name for f in fields if spec_of(f).entries is TrainConfig), None)
-        given = (config.get(section) or {}) if section else {}
-    return {f.name: given.get(f.name, _setting(TrainConfig, {}, f.name)) for f in dataclasses.fields(TrainConfig)}
+    fields, a pipeline's ``training:`` section (the field declared with ``entries=TrainConfig``), or the
+    fields a kind re-declares at its top (sft, dpo: ``batch_size``, ``max_length`` … with their own
+    defaults); TrainConfig's defaults for any it does not declare."""
+    cls = kinds.get(kind).config
+    section = None if _is_training_run(kind) else next(
+        (f.name for f in dataclasses.fields(cls) if spec_of(f).entries is TrainConfig), None)
+    given: Mapping[str, Any] = (config.get(section) or {}) if section else config
+    declaring = TrainConfig if section else cls
+    return {f.name: given.get(f.name, _setting(declaring if f.name in declaring.__dataclass_fields__ else TrainConfig,
+                                               {}, f.name))
+            for f in dataclasses.fields(TrainConfig)}
+
+
+def memory_terms(kind: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`training_memory`'s terms of the trainer a kind trains with (:data:`TRL_TRAINERS`), and for
+    DPO whether its reference is scored before training (``precompute_ref_log_probs``)."""
+    trainer = TRL_TRAINERS.get(kind, "transformers")
+    if trainer != "dpo":
+        return {"trainer": trainer}
+    return {"trainer": trainer, "precompute_ref": bool(_setting(kinds.get(kind).config, dict(config),
+                                                                "precompute_ref_log_probs"))}
 
 
 @dataclass(frozen=True)
@@ -134,7 +152,7 @@ def _rough(n_params: int, method: str, dtype: str) -> tuple[float, int]:
 
 
 def _training_plan(path: str, model: str, method: str, model_dir: Path, n_params: int, dtype: str,
-                   settings: Mapping[str, Any]) -> ModelPlan:
+                   settings: Mapping[str, Any], terms: Mapping[str, Any]) -> ModelPlan:
     shape = model_shape(model_dir)
     batch, length, r = settings["batch_size"], settings["max_length"], settings["lora_r"]
     if shape is None:
@@ -142,9 +160,10 @@ def _training_plan(path: str, model: str, method: str, model_dir: Path, n_params
         return ModelPlan(path, model, method, n_params, memory,
                          f"{method}, activations not counted: no Llama-type config.json",
                          checkpoint_bytes(4 * trainable, trainable, settings["save_optimizer"]), 4 * trainable)
-    estimate = training_memory(shape, method, batch, length, GPU, BYTES[dtype], r, settings["lora_dropout"])
+    estimate = training_memory(shape, method, batch, length, GPU, BYTES[dtype], r, settings["lora_dropout"], **terms)
     checkpoint, final = run_checkpoint_bytes(shape, method, r, settings["save_optimizer"])
-    how = f"{method}, batches of {batch} × {length} tokens (max_length): {describe(estimate)}"
+    batches = f"{batch} pairs ({2 * batch} sequences)" if terms["trainer"] == "dpo" else f"{batch}"
+    how = f"{method}, batches of {batches} × {length} tokens (max_length): {describe(estimate)}"
     return ModelPlan(path, model, method, n_params, estimate.peak, how, checkpoint, final)
 
 
@@ -153,7 +172,7 @@ def plan(kind: str, config: Mapping[str, Any]) -> list[ModelPlan]:
     downloaded have no size to read), for a job on a GPU in the config's ``dtype``."""
     dtype = config.get("dtype", "auto")
     dtype = "bfloat16" if dtype == "auto" else dtype
-    settings = training_settings(kind, config)
+    settings, terms = training_settings(kind, config), memory_terms(kind, config)
     plans = []
     for path, model, method in models(kind, dict(config)):
         model_dir = local_model_dir(model)
@@ -163,7 +182,7 @@ def plan(kind: str, config: Mapping[str, Any]) -> list[ModelPlan]:
         if method == "inference":
             plans.append(ModelPlan(path, model, method, n_params, inference_bytes(n_params, dtype), dtype))
         else:
-            plans.append(_training_plan(path, model, method, model_dir, n_params, dtype, settings))
+            plans.append(_training_plan(path, model, method, model_dir, n_params, dtype, settings, terms))
     return plans
 
 

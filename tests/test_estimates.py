@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 import torch
 
-from lab.models.weights import count_parameters, model_shape
+from lab.models.weights import count_parameters, model_shape, size_text
 from lab.training.estimates import (CHECKPOINT_EXTRA, CPU, GPU, NF4_BYTES, Precision, TrainingMemory, checkpoint_bytes,
-                                    disk_peak, run_checkpoint_bytes, training_memory)
+                                    disk_peak, layer_activations, memory_advice, run_checkpoint_bytes, training_memory)
 
 pytestmark = pytest.mark.model
 
@@ -233,3 +233,166 @@ def test_the_lab_trainer_allocates_what_it_reports(method, wide_model_dir, csqa_
     assert "of RAM at the peak, batches of 4 ×" in event["message"]
     assert event["peak"] == pytest.approx(measured[0], rel=0.03)
     assert {f.name for f in dataclasses.fields(TrainingMemory)} <= set(event)  # every term, for the GPU bench
+
+
+# ---------------------------------------------------------------- TRL's trainers: the sft and dpo kinds
+def test_trls_fused_head_replaces_the_logits_by_hand(shape):
+    """SFTTrainer's fused LM head: no B·T·V logits, a 32768-wide tile buffer, no bf16 copy of the output layer."""
+    m = training_memory(shape, "full", B, T, GPU, trainer="sft")
+    assert m.weight_copies == 2 * N_LINEAR  # the output layer is cast chunk by chunk, not kept
+    head = 8 * H + 4 + 4 * H + 8 + 2 * 4  # final norm; the head's fp32 input copy, targets, log-normaliser, entropy
+    assert m.activations == N * (LAYERS * 3096 + head)
+    tile = min(N, 4096)  # tokens a tile: all 32 here
+    assert m.logits == (2 * tile * 32768  # the bf16 tile buffer, as wide as TRL's vocabulary chunk whatever V
+                        + 2 * (tile + V) * H  # bf16 casts of the input's token chunk and the weight's vocabulary chunk
+                        + 4 * N * H + 4 * V * H)  # fp32 gradients: the head's input and the (tied) output layer
+    assert (m.reference, m.reference_forward) == (0, 0)
+    on_cpu = training_memory(shape, "full", B, T, CPU, trainer="sft")  # torch folds the tiles: temporaries
+    assert on_cpu.logits == 4 * tile * 32768 + 7 * 4 * tile * V + tile * V + 4 * N * H + 4 * V * H
+    lora = training_memory(shape, "lora", B, T, GPU, lora_r=R, trainer="sft")
+    assert lora.logits == 2 * tile * 32768 + 4 * N * H  # a bf16 base: no casts; a frozen output layer: no gradient
+
+
+def test_dpo_doubles_the_batch_and_holds_a_reference_by_hand(shape):
+    sft = training_memory(shape, "full", 2 * B, T, GPU, trainer="sft")
+    m = training_memory(shape, "full", B, T, GPU, trainer="dpo")  # B pairs: 2B sequences
+    assert (m.activations, m.logits, m.layer_backward) == (sft.activations, sft.logits, sft.layer_backward)
+    assert m.reference == 4 * P  # a second copy in the policy's dtype, fp32 for full training
+    tokens = 2 * N
+    head = 2 * tokens * 32768 + 2 * 4 * tokens * H + 2 * (tokens + V) * H  # tile, the norm's output and its copy
+    assert m.reference_forward == 2 * N_LINEAR + max(head, 3 * 2 * I * tokens)  # autocast's casts of the copy
+    assert m.peak == 4 * P + 4 * P + 8 * P + m.weight_copies + m.activations + max(m.logits, m.layer_backward,
+                                                                                   m.reference_forward)
+    assert "reference" in m.peak_parts()
+    precomputed = training_memory(shape, "full", B, T, GPU, trainer="dpo", precompute_ref=True)
+    assert (precomputed.reference, precomputed.reference_forward) == (0, 0)
+    assert precomputed.peak == sft.peak
+    lora = training_memory(shape, "lora", B, T, GPU, lora_r=R, trainer="dpo")
+    lora_head = 2 * tokens * 32768 + 2 * 2 * tokens * H  # the bf16 base's own: no casts
+    assert lora.reference == 0 and lora.reference_forward == max(lora_head, 3 * 2 * I * tokens)
+
+
+def test_lora_without_dropout_keeps_no_masks_by_hand(shape):
+    """DPOTrainer turns dropout off, LoRA's too: no masks. In fp32 an adapter keeps its linear's own input
+    (q, k, v share one, gate and up one); under autocast peft's fp32 cast and autocast's bf16 one make a copy
+    per adapter."""
+    shared = 2 * (4 * H + 4) + 2 * (2 * 64 + 2 * 32) + 4 * HEADS + 3 * 2 * I  # as in test_lora_by_hand, in bf16
+    assert layer_activations(shape, "lora", GPU, R, lora_dropout=0.0) == shared + 2 * (5 * H + 64 + I) + 7 * 2 * R
+    fp32 = 2 * (4 * H + 4) + 4 * (2 * 64 + 2 * 32) + 4 * HEADS + 3 * 4 * I
+    assert layer_activations(shape, "lora", CPU, R, lora_dropout=0.0) == fp32 + 4 * (2 * H + I) + 7 * 4 * R
+    assert training_memory(shape, "lora", B, T, GPU, lora_r=R, lora_dropout=0.05, trainer="dpo").activations == (
+        training_memory(shape, "lora", 2 * B, T, GPU, lora_r=R, lora_dropout=0.0, trainer="sft").activations)
+
+
+def test_pre_flight_counts_sft_and_dpo_jobs_as_trl_trains_them(small, shape):
+    """Their own fields (DPO's max_length defaults to 1024, not TrainConfig's 512) and their trainer's terms."""
+    from jobs.preflight import plan
+
+    (dpo,) = plan("dpo", {"model": str(small), "batch_size": 2})
+    assert dpo.memory == training_memory(shape, "full", 2, 1024, GPU, 2, 16, 0.05, trainer="dpo").peak
+    assert "batches of 2 pairs (4 sequences) × 1024 tokens" in dpo.how and "reference" in dpo.how
+    (precomputed,) = plan("dpo", {"model": str(small), "batch_size": 2, "precompute_ref_log_probs": True})
+    assert precomputed.memory == training_memory(shape, "full", 2, 1024, GPU, trainer="dpo", precompute_ref=True).peak
+    (sft,) = plan("sft", {"model": str(small), "method": "lora", "lora_r": R})
+    assert sft.memory == training_memory(shape, "lora", 8, 1024, GPU, 2, R, 0.05, trainer="sft").peak
+
+
+def test_out_of_memory_advice_says_what_to_lower_largest_saving_first(shape):
+    settings = {"batch_size": 8, "grad_accum": 1, "max_length": 64, "method": "full", "lora_r": R, "lora_dropout": 0.05}
+
+    def peak(method="full", batch=8, seq_len=64, precompute=False):
+        return training_memory(shape, method, batch, seq_len, GPU, 2, R, 0.05, trainer="dpo",
+                               precompute_ref=precompute).peak
+
+    lowered = {"batch_size 8 → 4 and grad_accum 1 → 2 (the same 8 pairs a step)": peak(batch=4),
+               "max_length 64 → 32": peak(seq_len=32), "method full → lora": peak(method="lora"),
+               "precompute_ref_log_probs false → true": peak(precompute=True)}
+    assert all(after < peak() for after in lowered.values())
+    items = [f"{text}: {size_text(peak())} → {size_text(after)}" for text, after in sorted(lowered.items(),
+                                                                                          key=lambda item: item[1])]
+    heading = "To fit, lower (largest saving first, estimated peak before → after): "
+    assert memory_advice(settings, shape, trainer="dpo") == heading + "; ".join(items + ["a smaller model"])
+    # Without the model's shape, no figures: the usual order. A batch of 7 goes to 1 to keep 14 examples a step.
+    assert memory_advice({**settings, "batch_size": 7, "grad_accum": 2}) == (
+        "To fit, lower: batch_size 7 → 1 and grad_accum 2 → 14 (the same 14 examples a step); max_length 64 → 32; "
+        "method full → lora; a smaller model")
+    # Nothing left to lower but the model: one example a step, QLoRA, examples already shorter than max_length / 2.
+    nothing_left = {**settings, "batch_size": 1, "method": "qlora"}
+    assert memory_advice(nothing_left, shape, seq_len=20) == heading + "a smaller model"
+    assert "method lora → qlora" in memory_advice({**settings, "method": "lora"})
+
+
+# (kind, method, other fields). The model is the module's wide tiny one (width 128, vocabulary 600): on a
+# CPU TRL's fused head allocates its tile buffer 32768 wide whatever the vocabulary, 128 KiB a token in fp32,
+# about 70 % of these runs' peaks (a GPU's bf16 buffer of at most 4096 tokens is 256 MiB: little in a real run).
+# Measured: estimate / allocated 0.998 to 1.002 here; 0.987 (dpo lora) to 0.999 with width 256 and 4 layers,
+# where the buffer is 35 % of the peak. Hence 2 %.
+TRL_CASES = {
+    "sft full": ("sft", "full", {}),
+    "sft lora": ("sft", "lora", {}),
+    "dpo full": ("dpo", "full", {}),
+    "dpo lora": ("dpo", "lora", {}),
+    "dpo precomputed": ("dpo", "full", {"precompute_ref_log_probs": True}),
+}
+FAST_TRL_CASE = "dpo full"  # the doubled batch, the reference copy and the fused head in one: the fast tier's
+
+
+@pytest.mark.parametrize("case", [case if case == FAST_TRL_CASE else pytest.param(case, marks=pytest.mark.slow)
+                                  for case in TRL_CASES])
+def test_trls_trainers_allocate_what_the_lab_reports(case, wide_model_dir, tmp_path, monkeypatch):
+    """The sft and dpo kinds' whole training code path on this CPU (fp32, torch folding the fused head's
+    tiles), against the estimate the job reports in its ``memory`` event. One batch an epoch, two epochs:
+    the second step runs with AdamW's moments, as the estimate assumes; no checkpoint is written in them
+    (``save_steps``), which would only slow the profiler."""
+    import importlib
+
+    from transformers import Trainer
+
+    from lab.core.events import read_events
+    from lab.jobkit.kinds import parse_config
+    from lab.jobkit.worker import JobContext
+
+    kind, method, extra = TRL_CASES[case]
+    measured = []
+    train = Trainer.train
+    monkeypatch.setattr(Trainer, "train", lambda self, **kw: measured.append(
+        _peak_bytes(lambda: train(self, **kw), preexisting=True)))
+    data = {"dataset": "alpaca", "data_files": ["bundled"]} if kind == "sft" else {"preferences": ["bundled"]}
+    _, cfg = parse_config({"kind": kind, "model": str(wide_model_dir), "method": method, "limit": 2, "epochs": 2,
+                           "batch_size": 2, "max_length": 128, "save_steps": 100, "device": "cpu", "calibration": [],
+                           **data, **extra})
+    importlib.import_module(f"lab.kinds.{kind}.run").run_job(cfg, JobContext(tmp_path))
+    (event,) = [e for e in read_events(tmp_path / "events.jsonl")[0] if e["stage"] == "memory"]
+    assert event["peak"] == pytest.approx(measured[0], rel=0.02), (measured[0], event)
+    assert (event["reference"] > 0) == (case == "dpo full")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", ["finetune", "dpo"])
+def test_a_run_out_of_memory_says_what_to_lower_with_the_estimates(kind, wide_model_dir, tmp_path, monkeypatch):
+    """Through the worker, as a job fails: its result names the stage, torch's words and the advice of
+    :func:`memory_advice` for this job's own settings (DPO's pairs and reference copy included)."""
+    import json
+
+    from transformers import Trainer
+
+    from lab.core.yamlio import dump_yaml
+    from lab.jobkit.worker import run
+
+    def out_of_memory(self, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.\nmore details")
+
+    monkeypatch.setattr(Trainer, "train", out_of_memory)
+    config = {"kind": kind, "model": str(wide_model_dir), "method": "full", "batch_size": 8, "max_length": 256,
+              "limit": 8, "epochs": 1, "device": "cpu"}
+    config.update({"finetune": {"dataset": "synthetic", "data_files": ["bundled"], "val_split": None},
+                   "dpo": {"preferences": ["bundled"], "calibration": []}}[kind])
+    (tmp_path / "config.yaml").write_text(dump_yaml(config))
+    assert run(tmp_path / "config.yaml", tmp_path / "run") == 3
+    error = json.loads((tmp_path / "run" / "result.json").read_text())["error"]
+    assert error.startswith("out of memory: train: CUDA out of memory. Tried to allocate 2.00 GiB. To fit, lower "
+                            "(largest saving first, estimated peak before → after): "), error
+    unit = "pairs" if kind == "dpo" else "examples"
+    assert f"batch_size 8 → 4 and grad_accum 1 → 2 (the same 8 {unit} a step): " in error
+    assert error.endswith("; a smaller model")  # (LoRA saves nothing on a model this small: not offered)
+    assert ("precompute_ref_log_probs false → true" in error) == (kind == "dpo")

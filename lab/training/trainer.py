@@ -41,7 +41,8 @@ from lab.models.weights import local_model_dir, model_shape, size_text
 from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
 from lab.training.data import build_examples, pad_batch, pad_option_batch
-from lab.training.estimates import MEMORY_EVENT, Precision, TrainingMemory, checkpoint_bytes, describe, training_memory
+from lab.training.estimates import (MEMORY_EVENT, Precision, TrainingMemory, checkpoint_bytes, describe, memory_advice,
+                                    training_memory)
 from lab.training.snapshots import save_snapshot
 
 STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: the last file of a checkpoint
@@ -295,17 +296,33 @@ def saved_sizes(model, lora: bool) -> tuple[int, int]:
 
 
 def memory_estimate(cfg: TrainConfig, model, longest: int, args: TrainingArguments,
-                    device: torch.device) -> Optional[TrainingMemory]:
+                    device: torch.device, **terms: Any) -> Optional[TrainingMemory]:
     """:func:`lab.training.estimates.training_memory` of this run at its ``longest`` example (a batch
-    pads to its longest), or None for a model without a local folder and Llama-type config."""
+    pads to its longest), or None for a model without a local folder and Llama-type config. ``terms``:
+    the trainer's own (TRL's: ``trainer``, ``precompute_ref``)."""
     folder = local_model_dir(cfg.model)
     shape = model_shape(folder) if folder else None
     if shape is None or not longest:
         return None
     frozen = [p.element_size() for p in model.parameters() if not p.requires_grad]
-    precision = Precision(compute=2 if args.bf16 else 4, mask=1 if device.type == "cuda" else 4)
+    cuda = device.type == "cuda"
+    precision = Precision(compute=2 if args.bf16 else 4, mask=1 if cuda else 4, triton=cuda)
     return training_memory(shape, cfg.method, cfg.batch_size, longest, precision, frozen[0] if frozen else 4,
-                           cfg.lora_r, cfg.lora_dropout)
+                           cfg.lora_r, cfg.lora_dropout, **terms)
+
+
+def out_of_memory_advice(cfg: TrainConfig, args: TrainingArguments, device: torch.device, longest: int,
+                         terms: dict[str, Any]) -> str:
+    """What to lower for a run that ran out of memory (:func:`lab.training.estimates.memory_advice`),
+    with the estimated peak before and after each change when the model's shape can be read; the
+    weights' dtype is the job's (bf16 under autocast on a GPU, fp32 on a CPU), as LoRA would load them."""
+    folder = local_model_dir(cfg.model)
+    cuda = device.type == "cuda"
+    settings = {name: getattr(cfg, name) for name in ("batch_size", "grad_accum", "max_length", "method", "lora_r",
+                                                      "lora_dropout")}
+    return memory_advice(settings, model_shape(folder) if folder else None, longest or None,
+                         Precision(compute=2 if args.bf16 else 4, mask=1 if cuda else 4, triton=cuda),
+                         2 if args.bf16 else 4, **terms)
 
 
 def load_split_records(cfg: TrainConfig, split: str, files: list[str], limit: Optional[int]) -> list[MCQRecord]:
@@ -336,13 +353,15 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
                  val_records: Sequence[MCQRecord], collator: Optional[Callable], *,
                  validate: Optional[Callable[[Any, int], dict[str, Any]]] = None,
                  args_class: type[TrainingArguments] = TrainingArguments, args_extra: Optional[dict[str, Any]] = None,
-                 validate_at_start: bool = False, **trainer_kwargs: Any) -> dict[str, Any]:
+                 validate_at_start: bool = False, memory_terms: Optional[dict[str, Any]] = None,
+                 **trainer_kwargs: Any) -> dict[str, Any]:
     """Train, resuming from the last checkpoint in ``out_dir`` if there is one, and save the result.
 
     ``examples``: token ids (``input_ids`` …) for the lab's trainers, or what a TRL trainer tokenises
     itself (``prompt``/``completion`` messages) with ``collator`` None. ``validate(model, step)``: what
     to measure after each epoch (else the letter metrics on ``val_records``, when there are any), and
-    with ``validate_at_start`` before the first step too (not when resuming).
+    with ``validate_at_start`` before the first step too (not when resuming). ``memory_terms``: the
+    trainer's own terms of the ``memory`` event's estimate (:func:`memory_estimate`).
     Returns where the trained weights are (``model`` and ``adapter``, as ``load_model`` takes them)
     and the per-epoch validation history.
     """
@@ -374,8 +393,9 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
                             "no room for its response. Raise max_length, or give shorter prompts")
         events.emit("log", message=f"{stage}: {dropped} dropped: their prompt fills max_length ({cfg.max_length} "
                                    "tokens)")
-    longest = max((_sequence_length(e) for e in tokenised), default=0)
-    memory = memory_estimate(cfg, model, longest, args, device)
+    # DPO's collator cuts a pair's sequences to max_length (the other trainers drop or cut longer examples before)
+    longest = min(max((_sequence_length(e) for e in tokenised), default=0), cfg.max_length)
+    memory = memory_estimate(cfg, model, longest, args, device, **(memory_terms or {}))
     if memory is not None:
         where = "per GPU" if device.type == "cuda" else "of RAM"
         events.emit(MEMORY_EVENT, peak=memory.peak, **{k.replace(" ", "_"): v for k, v in memory.parts().items()},
@@ -388,7 +408,12 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
                     "weights restored; a weights-only checkpoint (save_optimizer: false), so AdamW starts afresh "
                     "and the learning-rate schedule goes on from that step")
         events.emit("resumed", step=step, message=f"{stage}: resumed from step {step} ({resume.name}): {restored}")
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    except (torch.OutOfMemoryError, MemoryError) as e:  # the worker reports its first line: what to lower goes there
+        said = str(e).splitlines()[0] if str(e) else type(e).__name__
+        advice = out_of_memory_advice(cfg, args, device, longest, memory_terms or {})
+        raise type(e)(f"{stage}: {said.rstrip('.')}. {advice}") from e
     if callback.stopping:
         raise Stopped(f"{stage} stopped at step {trainer.state.global_step}; checkpoint kept in {checkpoints}")
     target = out_dir / (ADAPTER_DIR if lora else MODEL_DIR)

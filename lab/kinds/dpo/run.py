@@ -102,7 +102,8 @@ def run_job(cfg: DpoConfig, ctx: JobContext) -> dict[str, Any]:
             "precompute_ref_log_probs": cfg.precompute_ref_log_probs,
             # TRL turns it on by default; the lab's memory estimate and the other kinds have it only for QLoRA
             "gradient_checkpointing": cfg.method == "qlora"},
-        validate_at_start=True, processing_class=tokenizer)
+        validate_at_start=True, processing_class=tokenizer,
+        memory_terms={"trainer": "dpo", "precompute_ref": cfg.precompute_ref_log_probs})
     history = result["history"]
     last = history[-1] if history else {}
     return {"n_train": result["n_train"], "skipped": skipped, "steps": last.get("step"),

@@ -82,7 +82,7 @@ def run_job(cfg: SftConfig, ctx: JobContext) -> dict[str, Any]:
                                             # TRL turns it on by default; the lab's memory estimate and the
                                             # finetune kind have it only for QLoRA (prepare_model)
                                             "gradient_checkpointing": cfg.method == "qlora"},
-        validate_at_start=True, processing_class=tokenizer)
+        validate_at_start=True, memory_terms={"trainer": "sft"}, processing_class=tokenizer)
     history = result["history"]
     last = history[-1] if history else {}
     return {"n_train": result["n_train"], "steps": last.get("step"),
