@@ -306,3 +306,12 @@ def test_the_launch_page_queues_every_stage_of_a_pipeline_preset_and_lists_it_ap
     said = launch_page.submit_pipeline(ctx, text, "0")
     assert "Jobs 1 (evaluate), 2 (sft), 3 (dpo, after 2), 4 (cft, after 3) queued" in said
     assert [job.roots is not None for job in ctx.store.list()] == [True] * 4  # checked inside the server's folders
+
+    from ui.jobs_page import job_view, jobs_table
+
+    table = jobs_table(ctx).set_index("id")
+    assert table.loc[3, "progress"] == "waits for job 2" and table.loc[2, "progress"] == ""
+    assert "Waits for job 2 (sft, queued): it starts once it has succeeded." in job_view(ctx, 3).text
+    _ended(ctx.store, 2)
+    assert "Waits for job 2 (sft, succeeded)" in job_view(ctx, 3).text  # the scheduler starts it at its next tick
+    assert "Waits for" not in job_view(ctx, 2).text

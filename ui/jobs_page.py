@@ -44,7 +44,10 @@ def jobs_table(ctx: LabContext, jobs: Optional[list[Job]] = None) -> pd.DataFram
     rows = []
     for job in ctx.store.list() if jobs is None else jobs:
         p = progress(ctx.events.events(job.run_dir)) if job.status == "running" else None
-        rows.append([job.id, job.kind, job.status, p.text if p else ("done" if job.status == "succeeded" else ""),
+        waits = job.waits_for if job.status == "queued" else []
+        waiting = f"waits for job {', '.join(map(str, waits))}" if waits else ""
+        rows.append([job.id, job.kind, job.status,
+                     p.text if p else ("done" if job.status == "succeeded" else waiting),
                      format_seconds(job.elapsed()), format_seconds(p.eta_s) if p else "", job.devices or "",
                      (job.error or "") if job.status in WENT_WRONG else ""])
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
@@ -95,6 +98,8 @@ def job_view(ctx: LabContext, job_id: Optional[int], job: Any = UNREAD) -> JobVi
     lines = [f"### Job {job.id} · {job.kind} · **{job.status}**",
              f"Elapsed {format_seconds(job.elapsed()) or '–'}" + (f" · {p.text}" if p else "")
              + (f" · runs on {job.devices}" if job.devices else "") + f" · run directory `{job.run_dir}`"]
+    if job.status == "queued" and job.waits_for:
+        lines.append(note(waiting_for(ctx, job.waits_for)))
     memory = [e["message"] for e in events if e.get("stage") == MEMORY_EVENT and e.get("message")]
     if memory:  # the training stage's own estimate, at its longest example (docs/jobs.md, "Memory and disk")
         lines.append(f"Memory (estimate): {memory[-1]}")
@@ -103,6 +108,14 @@ def job_view(ctx: LabContext, job_id: Optional[int], job: Any = UNREAD) -> JobVi
     elif job.error:  # a cancellation's reason ("stopped by request"): said, not as an error
         lines.append(note(f"{job.status.capitalize()}: {job.error}"))
     return JobView("\n\n".join(lines), events, activity(events, job.run_dir), job.config)
+
+
+def waiting_for(ctx: LabContext, ids: list[int]) -> str:
+    """Why a queued job has not started: the earlier stages it waits for (a chain, docs/jobs.md), each
+    with its kind and status as the store has them now."""
+    found = [(i, _job(ctx, i)) for i in ids]
+    named = [f"job {i} ({j.kind}, {j.status})" if j else f"job {i} (gone)" for i, j in found]
+    return f"Waits for {', '.join(named)}: it starts once {'it has' if len(ids) == 1 else 'they have all'} succeeded."
 
 
 def job_figures(events: list[dict[str, Any]]) -> tuple[Any, Any]:
