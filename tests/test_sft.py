@@ -158,3 +158,24 @@ def test_examples_whose_prompt_fills_max_length_are_a_clear_refusal(tiny_model_d
     out.mkdir()
     with pytest.raises(DataError, match=r"4 of the 4 training examples were dropped: .*max_length \(16 tokens\)"):
         import_module(f"lab.kinds.{kind}.run").run_job(cfg, JobContext(out))
+
+
+@pytest.mark.model
+def test_an_sft_runs_snapshots_feed_a_series_on_the_step_axis(tiny_model_dir, tmp_path):
+    """The issue's "its checkpoints feed the series view": a series' run entry reads an sft run as it reads
+    a finetune run's, its base model at step 0 and each epoch's snapshot after it."""
+    from lab.jobkit.kinds import write_config
+    from lab.kinds.series.run import run_job as run_series
+
+    out = tmp_path / "runs" / "00001-sft"
+    out.mkdir(parents=True)
+    _, cfg = parse_config(_config(tiny_model_dir, epochs=2, calibration=[], snapshots=True))
+    write_config(out, "sft", cfg)  # as the worker writes it: the series reads the run's base model there
+    run_job(cfg, JobContext(out))
+    _, series = parse_config({"kind": "series", "axis": "step", "models": [{"run": str(out)}], "tasks": CALIBRATION,
+                              "device": "cpu", "bootstrap": 0}, [tmp_path / "runs"])
+    folder = tmp_path / "runs" / "00002-series"
+    folder.mkdir()
+    assert run_series(series, JobContext(folder))["points"] == 3
+    cells = json.loads((folder / "series.json").read_text())["cells"]
+    assert [c["x"] for c in cells] == [0, 2, 4]  # 8 rows in batches of 4: a snapshot after each epoch

@@ -3,8 +3,8 @@
 A series evaluates a list of models on a list of tasks, as the alignment-calibration paper follows
 ECE along a model's life: over parameter scale (its Figure 3, Pythia 70M → 12B), pre-training steps
 (Figure 4) and alignment stages (Figure 5). Each model entry is a model to load, a finished
-``finetune`` run (its final weights, or on the ``step`` axis every snapshot it kept, in step order
-after its base model), or a ``finetune`` config the series trains itself, once per seed of
+training run — ``finetune``, ``sft`` or ``dpo`` (its final weights, or on the ``step`` axis every
+snapshot it kept, in step order after its base model) — or a ``finetune`` config the series trains itself, once per seed of
 ``seeds``. Each task is an ``evaluate`` config without its model. The x-axis is the parameter count
 (read from the model), the training step, the ``stage`` label an entry gives, or the seed; points at
 the same x that differ only in seed are reported as their mean with a 95 % interval over seeds,
@@ -44,8 +44,8 @@ class SeriesModel:
         "a hub model's branch or commit (Pythia's step1000 …: its pre-training checkpoints)", role="name",
         pattern=r"[A-Za-z0-9._-]{1,64}"))
     run: Optional[str] = field(default=None, metadata=doc(
-        "a finished finetune run's directory: its final weights; on the step axis its base model (step 0) and every "
-        "snapshot it kept, in step order", role="dir"))
+        "a finished finetune, sft or dpo run's directory: its final weights; on the step axis its base model (step 0) "
+        "and every snapshot it kept, in step order", role="dir"))
     train: Optional[dict[str, Any]] = field(default=None, metadata=doc(
         "a finetune config this job trains (once per seed of `seeds`), then read as `run` is", entries=TrainConfig,
         exclude=("seed", "device", "dtype"), exclude_reason="the series sets them (seeds, seed, device, dtype)"))
