@@ -15,16 +15,15 @@ so fine-tuning rates overshoot (Zephyr's full DPO used 5e-7, LoRA recipes 5e-6).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
 from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR
 from lab.core.limits import MAX_ROWS
 from lab.jobkit.kinds import JobKind, register
 from lab.jobkit.sections import BUNDLED, EvalSection, ModelSection, RunSection
-from lab.kinds.evaluate.config import EvalConfig
-from lab.kinds.sft.config import CALIBRATION_DIR, DEFAULT_CALIBRATION, MAX_TASKS, SET_BY_JOB, SftConfig
-from lab.training.config import Scheduler, Tracker, TrainConfig, Tuning, check_tracker
+from lab.kinds.sft.config import CALIBRATION_DIR, AlignmentSection
+from lab.training.config import check_tracker
 
 # A CPU runs DPO at about half SFT's pace (two sequences a pair, and the reference's forward too).
 CPU_LIMIT = 64
@@ -33,12 +32,8 @@ CPU_LIMIT = 64
 LossType = Literal["sigmoid", "ipo", "hinge"]
 
 
-def _train(name: str, **changes: Any) -> Any:
-    return redeclare(TrainConfig, name, **changes)
-
-
 @dataclass
-class DpoConfig(ConfigMixin, RunSection, EvalSection, ModelSection):
+class DpoConfig(ConfigMixin, AlignmentSection, RunSection, EvalSection, ModelSection):
     model: str = redeclare(ModelSection, "model", trained_by="method")
     preferences: list[str] = field(default_factory=lambda: [BUNDLED], metadata=doc(
         "preference pair files (prompt, chosen, rejected: UltraFeedback layouts); 'bundled': OpenBookQA dev "
@@ -53,47 +48,15 @@ class DpoConfig(ConfigMixin, RunSection, EvalSection, ModelSection):
         "sigmoid (the DPO paper's), ipo (squared, length-averaged) or hinge (SLiC)"))
     precompute_ref_log_probs: bool = field(default=False, metadata=doc(
         "score every pair with the reference once before training: full training then holds no second copy"))
-    calibration: list[dict[str, Any]] = field(default_factory=lambda: [dict(t) for t in DEFAULT_CALIBRATION],
-                                              metadata=doc(
-        "what to evaluate before training and after each epoch (and every eval_steps): evaluate configs without "
-        "model, adapter, seed, device or dtype (task, dataset, data_files, split, limit …)", entries=EvalConfig,
-        exclude=SET_BY_JOB, exclude_reason="the job sets them: the model in training", max_items=MAX_TASKS))
-    method: Tuning = _train("method")
-    lora_r: int = _train("lora_r")
-    lora_alpha: int = _train("lora_alpha")
-    lora_dropout: float = _train("lora_dropout")
-    max_length: int = _train("max_length", default=1024, help="tokens of prompt + response; longer are cut")
-    epochs: float = _train("epochs", default=1)
-    learning_rate: float = _train("learning_rate", default=5e-6, help=(
+    epochs: float = redeclare(AlignmentSection, "epochs", default=1)
+    learning_rate: float = redeclare(AlignmentSection, "learning_rate", default=5e-6, help=(
         "peak learning rate (DPO's is lower than fine-tuning's: its margin has no target to stop at)"))
-    batch_size: int = _train("batch_size", help="pairs per step (each is two sequences)")
-    grad_accum: int = _train("grad_accum")
-    warmup_ratio: float = _train("warmup_ratio")
-    weight_decay: float = _train("weight_decay")
-    adam_beta1: float = _train("adam_beta1")
-    adam_beta2: float = _train("adam_beta2")
-    adam_epsilon: float = _train("adam_epsilon")
-    lr_scheduler: Scheduler = _train("lr_scheduler")
-    eval_steps: Optional[int] = _train("eval_steps", help="also evaluate calibration every N optimiser steps "
-                                                          "(None: per epoch only)")
-    save_steps: Optional[int] = _train("save_steps")
-    save_optimizer: bool = _train("save_optimizer")
-    snapshots: bool = _train("snapshots")
-    report_to: Tracker = _train("report_to")
-    bootstrap: int = redeclare(EvalSection, "bootstrap", default=200, help=(
-        "bootstrap replicates of each calibration evaluation's ECE interval (0: none)"))
+    batch_size: int = redeclare(AlignmentSection, "batch_size", help="pairs per step (each is two sequences)")
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed pairs"))
-
-    # The sft kind's: a calibration task as an evaluation of the model in training.
-    task_config = SftConfig.task_config
 
     def __post_init__(self) -> None:
         check_tracker(self.report_to)
-        for j in range(len(self.calibration)):
-            try:
-                self.task_config(j, "bundled", None)
-            except ValueError as e:
-                raise ValueError(f"calibration[{j}]: {e}") from None
+        self.check_calibration()
 
 
 register(JobKind(

@@ -41,19 +41,18 @@ def _train(name: str, **changes: Any) -> Any:
 
 
 @dataclass
-class SftConfig(ConfigMixin, RunSection, EvalSection, DataSection, ModelSection):
-    model: str = redeclare(ModelSection, "model", trained_by="method")
-    dataset: str = redeclare(DataSection, "dataset", default="alpaca", help=(
-        "instruction data: alpaca (homogeneous, synthetic; CC BY-NC 4.0), dolly (diverse, human-written; CC BY-SA "
-        "3.0) or instructions (your files: Alpaca rows, chat messages or prompt/completion)"))
-    split: str = redeclare(DataSection, "split", default="train", help="training split, or SOURCE:PART")
-    limit: Optional[int] = redeclare(DataSection, "limit", default=CPU_LIMIT, help=(
-        f"first N training examples (default {CPU_LIMIT}: minutes on a CPU; None: all)"))
+class AlignmentSection:
+    """What the alignment stages (sft, dpo) share: the calibration tasks measured through training, and
+    the ``finetune`` kind's optimiser, LoRA, checkpoint and tracker fields re-declared with their bounds.
+    A config lists it first of its sections, with :class:`EvalSection` (whose ``bootstrap`` this re-declares
+    and whose bins ``task_config`` reads) and :class:`RunSection` after it, so that these fields come after
+    the model, data, evaluation and device fields."""
+
     calibration: list[dict[str, Any]] = field(default_factory=lambda: [dict(t) for t in DEFAULT_CALIBRATION],
                                               metadata=doc(
-        "what to evaluate after each epoch (and every eval_steps): evaluate configs without model, adapter, seed, "
-        "device or dtype (task, dataset, data_files, split, limit …)", entries=EvalConfig, exclude=SET_BY_JOB,
-        exclude_reason="the job sets them: the model in training", max_items=MAX_TASKS))
+        "what to evaluate before training and after each epoch (and every eval_steps): evaluate configs without "
+        "model, adapter, seed, device or dtype (task, dataset, data_files, split, limit …)", entries=EvalConfig,
+        exclude=SET_BY_JOB, exclude_reason="the job sets them: the model in training", max_items=MAX_TASKS))
     method: Tuning = _train("method")
     lora_r: int = _train("lora_r")
     lora_alpha: int = _train("lora_alpha")
@@ -77,13 +76,9 @@ class SftConfig(ConfigMixin, RunSection, EvalSection, DataSection, ModelSection)
     report_to: Tracker = _train("report_to")
     bootstrap: int = redeclare(EvalSection, "bootstrap", default=200, help=(
         "bootstrap replicates of each calibration evaluation's ECE interval (0: none)"))
-    on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
 
-    def __post_init__(self) -> None:
-        check_tracker(self.report_to)
-        if "sft" not in DATASETS.get(self.dataset).tasks:
-            raise ValueError(f"dataset: {self.dataset!r} holds no instruction-response pairs; use one of: "
-                             f"{', '.join(dataset_names('sft'))}")
+    def check_calibration(self) -> None:
+        """Each calibration task must be a valid evaluation (checked at submit, on the bundled model)."""
         for j in range(len(self.calibration)):
             try:
                 self.task_config(j, "bundled", None)
@@ -96,6 +91,25 @@ class SftConfig(ConfigMixin, RunSection, EvalSection, DataSection, ModelSection)
                   **self.calibration[index]}
         return EvalConfig.from_checked({**values, "model": model, "adapter": adapter, "seed": self.seed,
                                         "device": self.device, "dtype": self.dtype})
+
+
+@dataclass
+class SftConfig(ConfigMixin, AlignmentSection, RunSection, EvalSection, DataSection, ModelSection):
+    model: str = redeclare(ModelSection, "model", trained_by="method")
+    dataset: str = redeclare(DataSection, "dataset", default="alpaca", help=(
+        "instruction data: alpaca (homogeneous, synthetic; CC BY-NC 4.0), dolly (diverse, human-written; CC BY-SA "
+        "3.0) or instructions (your files: Alpaca rows, chat messages or prompt/completion)"))
+    split: str = redeclare(DataSection, "split", default="train", help="training split, or SOURCE:PART")
+    limit: Optional[int] = redeclare(DataSection, "limit", default=CPU_LIMIT, help=(
+        f"first N training examples (default {CPU_LIMIT}: minutes on a CPU; None: all)"))
+    on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
+
+    def __post_init__(self) -> None:
+        check_tracker(self.report_to)
+        if "sft" not in DATASETS.get(self.dataset).tasks:
+            raise ValueError(f"dataset: {self.dataset!r} holds no instruction-response pairs; use one of: "
+                             f"{', '.join(dataset_names('sft'))}")
+        self.check_calibration()
 
 
 register(JobKind(
