@@ -62,7 +62,7 @@ import json
 from dataclasses import asdict, dataclass
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -329,6 +329,14 @@ class TokenLogits:
     target: np.ndarray
     log_z: np.ndarray
     grid: np.ndarray
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Mapping[str, Any]], grid: Any) -> "TokenLogits":
+        """From a token run's prediction rows, each with ``top_logits``, ``target_logit`` and ``log_z``
+        (at ``grid``): what the scorer wrote, or a stored run's rows once checked."""
+        return cls(np.array([r["top_logits"] for r in rows], dtype=np.float64),
+                   np.array([r["target_logit"] for r in rows], dtype=np.float64),
+                   np.array([r["log_z"] for r in rows], dtype=np.float64), np.asarray(grid, dtype=np.float64))
 
 
 @lru_cache(maxsize=4)

@@ -186,19 +186,16 @@ def _token_logits(file: Path, numbered: list[tuple[int, Any]], grid: Any) -> Opt
     if not isinstance(grid, list) or len(grid) < 2 or any(finite_or_none(t) is None or t <= 0 for t in grid):
         raise ValueError(f"{file.parent}: metrics.json: expected 'temperature_grid', the positive temperatures the "
                          f"rows' log_z are at, but got {grid!r}")
-    top, target, log_z = [], [], []
     for (number, row), has in zip(numbered, kept):
         where = f"{file}:{number}"
         if not has:
             raise ValueError(f"{where}: no 'log_z', which the run's other rows have")
-        top.append(_vector(row, "top_logits", where))
-        log_z.append(_vector(row, "log_z", where))
-        target.append(finite_or_none(row.get("target_logit")))
-        if len(top[-1]) != len(row["top_probs"]) or len(log_z[-1]) != len(grid) or target[-1] is None:
+        top, log_z, target = (_vector(row, "top_logits", where), _vector(row, "log_z", where),
+                              finite_or_none(row.get("target_logit")))
+        if len(top) != len(row["top_probs"]) or len(log_z) != len(grid) or target is None:
             raise ValueError(f"{where}: expected a 'top_logits' entry per top token, a 'log_z' entry per temperature "
                              f"of the grid ({len(grid)}) and a finite 'target_logit'")
-    return TokenLogits(np.array(top), np.array(target, dtype=np.float64), np.array(log_z),
-                       np.array(grid, dtype=np.float64))
+    return TokenLogits.from_rows([row for _, row in numbered], grid)
 
 
 def is_token_run(pred: Predictions) -> bool:

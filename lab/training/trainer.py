@@ -305,10 +305,15 @@ def memory_estimate(cfg: TrainConfig, model, longest: int, args: TrainingArgumen
     if shape is None or not longest:
         return None
     frozen = [p.element_size() for p in model.parameters() if not p.requires_grad]
+    return training_memory(shape, cfg.method, cfg.batch_size, longest, run_precision(args, device),
+                           frozen[0] if frozen else 4, cfg.lora_r, cfg.lora_dropout, **terms)
+
+
+def run_precision(args: TrainingArguments, device: torch.device) -> Precision:
+    """How this run computes, for the estimates: bf16 autocast or fp32, and a CUDA device's bool
+    dropout masks and Triton-fused head (a CPU keeps masks in the input's dtype and folds in torch)."""
     cuda = device.type == "cuda"
-    precision = Precision(compute=2 if args.bf16 else 4, mask=1 if cuda else 4, triton=cuda)
-    return training_memory(shape, cfg.method, cfg.batch_size, longest, precision, frozen[0] if frozen else 4,
-                           cfg.lora_r, cfg.lora_dropout, **terms)
+    return Precision(compute=2 if args.bf16 else 4, mask=1 if cuda else 4, triton=cuda)
 
 
 def out_of_memory_advice(cfg: TrainConfig, args: TrainingArguments, device: torch.device, longest: int,
@@ -317,12 +322,10 @@ def out_of_memory_advice(cfg: TrainConfig, args: TrainingArguments, device: torc
     with the estimated peak before and after each change when the model's shape can be read; the
     weights' dtype is the job's (bf16 under autocast on a GPU, fp32 on a CPU), as LoRA would load them."""
     folder = local_model_dir(cfg.model)
-    cuda = device.type == "cuda"
     settings = {name: getattr(cfg, name) for name in ("batch_size", "grad_accum", "max_length", "method", "lora_r",
                                                       "lora_dropout")}
     return memory_advice(settings, model_shape(folder) if folder else None, longest or None,
-                         Precision(compute=2 if args.bf16 else 4, mask=1 if cuda else 4, triton=cuda),
-                         2 if args.bf16 else 4, **terms)
+                         run_precision(args, device), 2 if args.bf16 else 4, **terms)
 
 
 def load_split_records(cfg: TrainConfig, split: str, files: list[str], limit: Optional[int]) -> list[MCQRecord]:

@@ -17,14 +17,6 @@ from lab.calibration.temperature import TOKEN_GRID, TokenLogits
 from lab.kinds.evaluate.config import EvalConfig
 
 
-def token_logits(rows: list[dict[str, Any]]) -> TokenLogits:
-    """The raw logits and log-partitions a token run's rows keep, at :data:`TOKEN_GRID` (the grid
-    the scoring pass computed them on), for a temperature calibrator to rescale them."""
-    return TokenLogits(np.array([r["top_logits"] for r in rows], dtype=np.float64),
-                       np.array([r["target_logit"] for r in rows], dtype=np.float64),
-                       np.array([r["log_z"] for r in rows], dtype=np.float64), TOKEN_GRID)
-
-
 def apply_calibrator(rows: list[dict[str, Any]], cfg: EvalConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Copies of ``rows`` with their ``calibrated_confidence``, and the ``calibrated`` block of the
     metrics: ``cfg.calibrator``'s confidence scored as the workbench scores it, what the calibrator
@@ -42,8 +34,9 @@ def apply_calibrator(rows: list[dict[str, Any]], cfg: EvalConfig) -> tuple[list[
         mask = np.ones(probs.shape, dtype=bool)
     else:
         probs, mask = metrics.padded([r["probs"] for r in rows])
+    logits = TokenLogits.from_rows(rows, TOKEN_GRID) if tokens else None  # at the grid the scoring pass used
     try:
-        pred, conf = calibrators.apply(cal, probs, mask, rows, logits=token_logits(rows) if tokens else None)
+        pred, conf = calibrators.apply(cal, probs, mask, rows, logits=logits)
     except ValueError as e:
         return rows, {"calibrator": cal.describe(), "error": str(e)}
     if tokens:
