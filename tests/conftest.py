@@ -127,3 +127,16 @@ def served_bare(tmp_path):
     ctx = LabContext(tmp_path / "runs")
     for url in _serve(ctx):
         yield ctx, url
+
+
+@pytest.fixture
+def newcomer(served_bare, bundled, monkeypatch):
+    """A browser on the app as a user's machine runs it: nothing but the package, no hub."""
+    from tests.browser_helpers import open_page
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser, page = open_page(p, height=1000)
+        yield page, served_bare
+        browser.close()

@@ -27,17 +27,6 @@ JOB_TIMEOUT_MS = 300_000
 LIMIT = "40"  # questions per run: enough for a diagram, short enough for a 2-core CI machine
 
 
-@pytest.fixture
-def newcomer(served_bare, bundled, monkeypatch):
-    """A browser on the app as a user's machine runs it: nothing but the package, no hub."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser, page = _page(p, height=1000)
-        yield page, served_bare
-        browser.close()
-
-
 def _submit(page, expect: str) -> None:
     page.locator("#submit-evaluate").click()
     page.locator("#launch-message-evaluate").get_by_text(re.compile(expect)).wait_for()

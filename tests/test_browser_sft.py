@@ -8,7 +8,7 @@ import re
 import pytest
 
 from lab.core.events import read_events
-from tests.browser_helpers import fill, open_page, shot
+from tests.browser_helpers import fill, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -21,20 +21,10 @@ TRACES_JS = """() => {
 }"""
 
 
-@pytest.fixture
-def browser(served_bare, bundled, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser, page = open_page(p, height=1000)
-        yield page, served_bare
-        browser.close()
-
-
 @pytest.mark.slow
 @pytest.mark.model
-def test_sft_from_the_form_shows_ece_per_epoch_on_its_job_page(browser):
-    page, (ctx, url) = browser
+def test_sft_from_the_form_shows_ece_per_epoch_on_its_job_page(newcomer):
+    page, (ctx, url) = newcomer
     page.goto(url)
     page.get_by_role("tab", name="sft", exact=True).click()
     for field, value in (("limit", "8"), ("epochs", "2"), ("calibration", CALIBRATION)):
