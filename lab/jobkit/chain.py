@@ -26,7 +26,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from lab.core.config import ConfigError, walk
 from lab.core.events import EventWriter
@@ -120,14 +120,18 @@ class Runs:
         return weights
 
 
+def _referring(cls: type, values: dict[str, Any]) -> Iterator[tuple[str, Any, dict[str, Any], str, int]]:
+    """Each model field of a config whose value is ``run:<id>``: (field path, spec, holder, key, job). The
+    fields are listed before the first is given, so a caller may replace the values as it goes."""
+    for field, spec, holder, key, _ in list(walk(cls, values)):
+        job = job_of(field, holder[key]) if spec.role == "model" and isinstance(holder[key], str) else None
+        if job is not None:
+            yield field, spec, holder, key, job
+
+
 def references(cls: type, values: dict[str, Any]) -> list[int]:
     """The jobs a validated config's ``run:<id>`` fields name, in field order: those it waits for."""
-    jobs = []
-    for field, spec, holder, key, _ in walk(cls, values):
-        job = job_of(field, holder[key]) if spec.role == "model" and isinstance(holder[key], str) else None
-        if job is not None and job not in jobs:
-            jobs.append(job)
-    return jobs
+    return list(dict.fromkeys(job for *_, job in _referring(cls, values)))
 
 
 def _slug(field: str) -> str:
@@ -156,11 +160,8 @@ def resolve_start(cls: type, values: dict[str, Any], runs: Runs, run_dir: Path, 
     them in ``start.json``; returns whether there was any. The caller checks the result again as a
     config, so the weights must lie in the folders the job may read."""
     record: dict[str, Any] = {}
-    for field, spec, holder, key, _ in list(walk(cls, values)):
+    for field, spec, holder, key, job in _referring(cls, values):
         value = holder[key]
-        job = job_of(field, value) if spec.role == "model" and isinstance(value, str) else None
-        if job is None:
-            continue
         model, adapter = runs.weights(field, value)
         if adapter is not None and spec.adapter_field is None:  # a trainer's model: one set of weights
             model = _merged(model, adapter, run_dir / START_DIR / _slug(field), events,
