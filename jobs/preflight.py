@@ -41,7 +41,7 @@ from typing import Any, Iterator, Mapping, Optional
 from jobs.launch import visible_gpus
 from lab.core.config import ConfigError, spec_of, walk
 from lab.jobkit import kinds
-from lab.models.weights import BYTES, count_parameters, local_model_dir, model_shape, size_text
+from lab.models.weights import BYTES, count_parameters, local_model_dir, model_shape, size_text, unknown_targets
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
 from lab.training.estimates import (GPU, NF4_BYTES, checkpoint_bytes, describe, disk_peak, run_checkpoint_bytes,
                                     training_memory)
@@ -160,8 +160,10 @@ def _training_plan(path: str, model: str, method: str, model_dir: Path, n_params
         return ModelPlan(path, model, method, n_params, memory,
                          f"{method}, activations not counted: no Llama-type config.json",
                          checkpoint_bytes(4 * trainable, trainable, settings["save_optimizer"]), 4 * trainable)
-    estimate = training_memory(shape, method, batch, length, GPU, BYTES[dtype], r, settings["lora_dropout"], **terms)
-    checkpoint, final = run_checkpoint_bytes(shape, method, r, settings["save_optimizer"])
+    targets = settings["lora_targets"]
+    estimate = training_memory(shape, method, batch, length, GPU, BYTES[dtype], r, settings["lora_dropout"],
+                               lora_targets=targets, **terms)
+    checkpoint, final = run_checkpoint_bytes(shape, method, r, settings["save_optimizer"], targets)
     batches = f"{batch} pairs ({2 * batch} sequences)" if terms["trainer"] == "dpo" else f"{batch}"
     how = f"{method}, batches of {batches} × {length} tokens (max_length): {describe(estimate)}"
     return ModelPlan(path, model, method, n_params, estimate.peak, how, checkpoint, final)
@@ -245,6 +247,19 @@ def check(kind: str, config: dict[str, Any], gpus: tuple[int, ...], free: Option
                 f"{have / GIB:.1f} GiB free. Use LoRA or QLoRA, a smaller batch_size or max_length, a smaller "
                 "model, or free the GPU.")
     return warnings
+
+
+def check_lora_targets(kind: str, config: Mapping[str, Any]) -> None:
+    """Refuse a LoRA target that a model this job trains lacks, when the model is on this machine: the
+    worker would refuse it only after the job waited its turn in the queue and loaded the model."""
+    targets = training_settings(kind, config)["lora_targets"]
+    field = "lora_targets" if _is_training_run(kind) else "training.lora_targets"
+    for path, model, method in models(kind, dict(config)):
+        folder = local_model_dir(model) if method in ("lora", "qlora") else None
+        shape = model_shape(folder) if folder else None
+        problem = shape and unknown_targets(shape.linear_names, targets)
+        if problem:
+            raise ConfigError(f"{field}: {path} ({model}) has {problem}")
 
 
 def disk_need(plans: list[ModelPlan], weights_only: bool = False) -> float:

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import psutil
 
-from jobs.preflight import check_devices, check_disk, check_gpu_request
+from jobs.preflight import check_devices, check_disk, check_gpu_request, check_lora_targets
 from jobs.slurm import parse_options
 from lab.core.config import ConfigError, check_int
 from lab.core.events import START, read_events
@@ -270,6 +270,7 @@ class JobStore:
         check_devices(kind.name, values, options.gpus_per_node if options else gpus,
                       here=roots is not None and executor == "local")
         check_disk(kind.name, values, self.root)  # its run directory will be under the root
+        check_lora_targets(kind.name, values)
         slurm_json = options.to_json() if options else None
         folders = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]
         waits = list(dict.fromkeys([*references(kind.config, values), *after])) or None

@@ -22,6 +22,10 @@ N = B * T  # tokens in a micro-batch
 R = 8  # LoRA rank
 # (out, in) of one layer's linear weights: q, k, v, o, gate, up, down.
 LINEARS = [(64, 64), (32, 64), (32, 64), (64, 64), (128, 64), (128, 64), (64, 128)]
+NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ALL = ["all-linear"]  # lora_targets' default
+QV = ["q_proj", "v_proj"]  # the alignment-calibration paper's LoRA targets
+QV_ADAPTER = R * LAYERS * (64 + 64 + 32 + 64)  # 3,584
 N_LINEAR = LAYERS * sum(o * i for o, i in LINEARS)  # 73,728
 P = N_LINEAR + LAYERS * 2 * H + H + V * H  # + two norms a layer, the final norm, the (tied) embedding: 138,048
 ADAPTER = R * LAYERS * sum(o + i for o, i in LINEARS)  # 16,384
@@ -57,16 +61,38 @@ def test_the_shape_is_read_from_config_and_headers(small, shape):
     assert (shape.hidden, shape.intermediate, shape.layers, shape.vocab) == (H, I, LAYERS, V)
     assert (shape.heads, shape.kv_heads, shape.head_dim) == (HEADS, KV_HEADS, 16)
     assert shape.lora_params(R) == ADAPTER == 16_384
+    assert sorted(zip(shape.linear_names, shape.linears)) == sorted(list(zip(NAMES, LINEARS)) * LAYERS)
+    assert shape.lora_params(R, QV) == QV_ADAPTER == 3_584
 
 
-def test_peft_trains_exactly_the_adapter_parameters_counted(small, shape):
-    """The reference is peft itself: target_modules="all-linear", as prepare_model asks."""
+@pytest.mark.parametrize("targets", [["all-linear"], QV, ["down_proj"]])
+def test_peft_trains_exactly_the_adapter_parameters_counted(small, shape, targets):
+    """The reference is peft itself, given the target_modules prepare_model gives it."""
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    model = get_peft_model(LlamaForCausalLM.from_pretrained(small),
-                           LoraConfig(r=R, target_modules="all-linear", task_type="CAUSAL_LM"))
-    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == shape.lora_params(R)
+    from lab.training.trainer import lora_target_modules
+
+    model = LlamaForCausalLM.from_pretrained(small)
+    model = get_peft_model(model, LoraConfig(r=R, target_modules=lora_target_modules(model, targets),
+                                             task_type="CAUSAL_LM"))
+    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == shape.lora_params(R, targets)
+
+
+def test_a_target_the_model_lacks_is_refused_naming_its_linear_layers(small):
+    """peft itself refuses a list only when no name matches: a misspelt one beside q_proj would train q alone."""
+    from transformers import LlamaForCausalLM
+
+    from lab.core.errors import DataError
+    from lab.training.trainer import lora_target_modules
+
+    model = LlamaForCausalLM.from_pretrained(small)
+    with pytest.raises(DataError, match=r"^lora_targets: the model has no linear layer named v_prj; its linear layers "
+                                        r"are down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj \(or "
+                                        r"all-linear for every one\)$"):
+        lora_target_modules(model, ["q_proj", "v_prj"])
+    with pytest.raises(DataError, match="no linear layer named lm_head"):  # the output layer is not LoRA's here
+        lora_target_modules(model, ["lm_head"])
 
 
 def test_full_fine_tune_by_hand(shape):
@@ -86,7 +112,8 @@ def test_full_fine_tune_by_hand(shape):
 
 
 def test_a_deeper_model_on_one_token_peaks_at_the_optimizer_step(shape):
-    deeper = dataclasses.replace(shape, layers=8, linears=tuple(LINEARS * 8), n_params=8 * (36_864 + 2 * H) + H + V * H)
+    deeper = dataclasses.replace(shape, layers=8, linears=tuple(LINEARS * 8), linear_names=NAMES * 8,
+                                 n_params=8 * (36_864 + 2 * H) + H + V * H)
     m = training_memory(deeper, "full", 1, 1, GPU)
     assert m.peak == 16 * 360_000 and list(m.peak_parts()) == ["weights", "gradients", "optimizer"]
 
@@ -103,6 +130,22 @@ def test_lora_by_hand(shape):
     assert per_layer == 3336 and m.activations == N * (LAYERS * per_layer - first + 4 * H + 4 + 8) == 207_616
     assert m.layer_backward == 4 * ADAPTER / LAYERS + N * 4 * 2 * I
     assert m.peak == m.weights + 8 * ADAPTER + 2 * ADAPTER + m.activations + 384_000 == 1_097_088
+
+
+def test_lora_on_q_and_v_by_hand(shape):
+    """Only q and v adapted: their masks, inputs and A outputs; every frozen layer's activations stay (the
+    gradient passes through them to the adapters below)."""
+    m = training_memory(shape, "lora", B, T, GPU, base_dtype_bytes=2, lora_r=R, lora_dropout=0.05, lora_targets=QV)
+    assert m.weights == 2 * P + 4 * QV_ADAPTER and m.optimizer == 8 * QV_ADAPTER
+    per_layer = (2 * (4 * H + 4) + (1 + 2) * 2 * H + 2 * 2 * R  # q's and v's mask, bf16 input, A's output
+                 + 2 * (2 * 64 + 2 * 32) + 4 * HEADS + 3 * 2 * I)
+    first = 4 * H + 4 + 2 * H  # the first layer: its first norm, q's and v's masks
+    assert per_layer == 2104 and m.activations == N * (LAYERS * per_layer - first + 4 * H + 4 + 8)
+    fp32 = layer_activations(shape, "lora", CPU, R, lora_dropout=0.0, lora_targets=QV)
+    assert fp32 == 2 * (4 * H + 4) + 4 * (2 * 64 + 2 * 32) + 4 * HEADS + 3 * 4 * I + 4 * H + 2 * 4 * R  # one input
+    assert layer_activations(shape, "lora", CPU, R, 0.0, ["o_proj", "down_proj"]) == (
+        fp32 - 4 * H - 2 * 4 * R + 4 * I + 2 * 4 * R)  # o's input is SDPA's output, kept already; down's is not
+    assert run_checkpoint_bytes(shape, "lora", R, False, QV) == (4 * QV_ADAPTER + CHECKPOINT_EXTRA, 4 * QV_ADAPTER)
 
 
 def test_qlora_by_hand(shape):
@@ -157,12 +200,16 @@ def _peak_bytes(step, preexisting: bool) -> int:
     return peak
 
 
-CASES = {  # (method, precision, gradient checkpointing); bf16 autocast runs on a CPU too, with fp32 dropout masks
-    "full fp32": ("full", CPU, False),
-    "full bf16 autocast": ("full", Precision(compute=2, mask=4), False),
-    "lora fp32": ("lora", CPU, False),
-    "lora bf16 autocast": ("lora", Precision(compute=2, mask=4), False),
-    "lora checkpointed": ("lora", Precision(compute=2, mask=4), True),  # QLoRA's structure, without bitsandbytes
+# (method, precision, gradient checkpointing, LoRA targets, LoRA dropout); bf16 autocast runs on a CPU too,
+# with fp32 dropout masks
+CASES = {
+    "full fp32": ("full", CPU, False, ALL, 0.05),
+    "full bf16 autocast": ("full", Precision(compute=2, mask=4), False, ALL, 0.05),
+    "lora fp32": ("lora", CPU, False, ALL, 0.05),
+    "lora bf16 autocast": ("lora", Precision(compute=2, mask=4), False, ALL, 0.05),
+    "lora checkpointed": ("lora", Precision(compute=2, mask=4), True, ALL, 0.05),  # QLoRA's structure
+    "lora q v fp32": ("lora", CPU, False, QV, 0.05),
+    "lora o down fp32 no dropout": ("lora", CPU, False, ["o_proj", "down_proj"], 0.0),
 }
 
 
@@ -171,12 +218,15 @@ def test_a_training_step_allocates_what_the_estimate_says(case, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    method, precision, checkpointing = CASES[case]
+    from lab.training.trainer import lora_target_modules
+
+    method, precision, checkpointing, targets, dropout = CASES[case]
     path = _save(tmp_path / "model", hidden=128, intermediate=352, layers=3, vocab=4000)
     model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32)
     if method == "lora":
         model = get_peft_model(model.to(torch.bfloat16 if precision.autocast else torch.float32),
-                               LoraConfig(r=R, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"))
+                               LoraConfig(r=R, lora_dropout=dropout, target_modules=lora_target_modules(model, targets),
+                                          task_type="CAUSAL_LM"))
     if checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()
@@ -193,8 +243,8 @@ def test_a_training_step_allocates_what_the_estimate_says(case, tmp_path):
 
     step()  # the moments exist from the second step on
     measured = _peak_bytes(step, preexisting=True)
-    estimate = training_memory(model_shape(path), method, 4, 64, precision, 2 if precision.autocast else 4, R, 0.05,
-                               checkpointing=checkpointing)
+    estimate = training_memory(model_shape(path), method, 4, 64, precision, 2 if precision.autocast else 4, R, dropout,
+                               checkpointing=checkpointing, lora_targets=targets)
     assert estimate.peak == pytest.approx(measured, rel=0.03), estimate.parts()
 
 
@@ -298,7 +348,8 @@ def test_pre_flight_counts_sft_and_dpo_jobs_as_trl_trains_them(small, shape):
 
 
 def test_out_of_memory_advice_says_what_to_lower_largest_saving_first(shape):
-    settings = {"batch_size": 8, "grad_accum": 1, "max_length": 64, "method": "full", "lora_r": R, "lora_dropout": 0.05}
+    settings = {"batch_size": 8, "grad_accum": 1, "max_length": 64, "method": "full", "lora_r": R, "lora_dropout": 0.05,
+                "lora_targets": ["all-linear"]}
 
     def peak(method="full", batch=8, seq_len=64, precompute=False):
         return training_memory(shape, method, batch, seq_len, GPU, 2, R, 0.05, trainer="dpo",

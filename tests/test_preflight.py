@@ -46,6 +46,27 @@ def test_a_pipeline_is_counted_with_its_training_section(tiny_model_dir):
     assert preflight.training_settings("finetune", {})["save_optimizer"] is True  # defaults filled
 
 
+def test_lora_targets_are_counted_and_one_the_model_lacks_is_refused_at_submit(tiny_model_dir, csqa_files, tmp_path):
+    """Only the named layers' adapters in the estimate; a misspelt name refused before the job waits in the
+    queue, naming the field and the layers there are (a pipeline's in its training section)."""
+    config = {"kind": "cft", "model": str(tiny_model_dir),
+              "training": {"method": "lora", "lora_r": 4, "lora_targets": ["q_proj", "v_proj"], "max_length": 64}}
+    (plan,) = preflight.plan("cft", parse_config(config)[1].to_dict())
+    shape = model_shape(tiny_model_dir)
+    assert plan.final == 4 * shape.lora_params(4, ["q_proj", "v_proj"]) < 4 * shape.lora_params(4) / 3
+    assert plan.memory == training_memory(shape, "lora", 8, 64, GPU, 2, 4, 0.05,
+                                          lora_targets=["q_proj", "v_proj"]).peak
+    store = JobStore(tmp_path / "runs")
+    listed = "down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"
+    with pytest.raises(ConfigError, match=f"^lora_targets: model \\({tiny_model_dir}\\) has no linear layer named "
+                                          f"v_prj; its linear layers are {listed} \\(or all-linear for every one\\)$"):
+        store.submit(_finetune(tiny_model_dir, csqa_files, method="lora", lora_targets=["q_proj", "v_prj"]))
+    with pytest.raises(ConfigError, match=r"^training.lora_targets: model \(.*\) has no linear layer named qv;"):
+        store.submit({**config, "training": {**config["training"], "lora_targets": ["qv"]}})
+    assert store.list() == []
+    assert store.submit(_finetune(tiny_model_dir, csqa_files, lora_targets=["qv"])).status == "queued"  # full: unused
+
+
 def test_the_start_warning_counts_the_trainer_and_the_cuda_context(tiny_model_dir, csqa_files):
     _, cfg = parse_config(_finetune(tiny_model_dir, csqa_files))
     peak = training_memory(model_shape(tiny_model_dir), "full", 8, 512).peak  # batch_size, max_length defaults

@@ -86,10 +86,17 @@ def test_an_sft_job_measures_calibration_before_and_after_each_epoch_and_is_not_
 
 
 @pytest.mark.model
-def test_lora_sft_saves_an_adapter(tiny_model_dir, tmp_path):
+def test_lora_sft_saves_an_adapter_on_the_layers_named(tiny_model_dir, tmp_path):
+    """The paper's LoRA adapts q_proj and v_proj only: the adapter holds those and nothing else."""
+    from safetensors import safe_open
+
     out = tmp_path / "runs" / "00002-sft"
-    _run(_config(tiny_model_dir, method="lora", lora_r=4, calibration=[]), out)
-    assert (out / "adapter" / "adapter_config.json").is_file() and not (out / "model").exists()
+    _run(_config(tiny_model_dir, method="lora", lora_r=4, lora_targets=["q_proj", "v_proj"], calibration=[]), out)
+    config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert sorted(config["target_modules"]) == ["q_proj", "v_proj"] and not (out / "model").exists()
+    with safe_open(out / "adapter" / "adapter_model.safetensors", "pt") as f:
+        adapted = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in f.keys()}
+    assert adapted == {"q_proj", "v_proj"}
 
 
 @pytest.mark.unit
@@ -102,6 +109,11 @@ def test_lora_sft_saves_an_adapter(tiny_model_dir, tmp_path):
     ({"epochs": 0}, r"^epochs: must be"),
     ({"dataset": "arc"}, r"^dataset: unknown dataset 'arc'"),
     ({"dataset": "obqa"}, r"^dataset: 'obqa' holds no instruction-response pairs; use one of: alpaca, dolly"),
+    ({"lora_targets": ["all-linear", "q_proj"]}, r"^lora_targets: all-linear already adapts every linear layer"),
+    ({"lora_targets": ["q_proj.*"]}, r"^lora_targets\[0\]: 'q_proj.\*' is not valid here"),
+    ({"lora_targets": ["model.layers.0.self_attn.q_proj"]}, r"^lora_targets\[0\]: .* is not valid here"),
+    ({"lora_targets": []}, r"^lora_targets: must have at least 1 entry"),
+    ({"lora_targets": {"q_proj": 1}}, r"^lora_targets: must be a list"),
 ])
 def test_an_sft_config_is_refused_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):

@@ -16,6 +16,10 @@ MAX_EPOCHS = 1000
 MAX_TOKENS = 1 << 20  # a sequence length
 MAX_TOP_K = 1000
 MAX_LORA_RANK = 4096
+MAX_LORA_TARGETS = 32  # module names a LoRA lists (a Llama layer has 7 linear ones)
+# A module name a LoRA may target (q_proj, query_key_value): one name, not a path or a regex, which peft
+# would match against every module's full name.
+MODULE_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,63}|all-linear"
 # A temperature: past these the scaled rows are as good as one-hot or uniform (the sweeps widen no
 # further), and 1/T stays finite (T = 1e-320 would make every probability NaN).
 TEMPERATURE_RANGE = (1e-3, 1e3)

@@ -14,7 +14,7 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional, Sequence
 
 from lab.core.files import cache_dir
 
@@ -29,6 +29,7 @@ SCRATCH_DIRNAME = "scratch-synthetic"
 SCRATCH_SIZES = {"scratch-xs": (32, 1, 2, 96), "scratch-s": (64, 2, 4, 192), SCRATCH: (128, 2, 4, 384),
                  "scratch-l": (256, 4, 4, 768)}
 NAMED_MODELS = (BUNDLED, *SCRATCH_SIZES)  # the names a model field takes besides a folder or a hub id
+ALL_LINEAR = "all-linear"  # peft's target_modules for every linear layer but the output one
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024**3
 
@@ -59,16 +60,16 @@ def local_model_dir(model: str) -> Optional[Path]:
     return path if path.is_dir() else None
 
 
-def _tensor_shapes(model_dir: Path) -> Optional[list[list[int]]]:
-    """The shape of every tensor in ``model_dir``'s safetensors files, from their headers; None when
-    there are none, or one cannot be read (a damaged file has no size to tell: the load will say why)."""
-    shapes = []
+def _tensor_shapes(model_dir: Path) -> Optional[dict[str, list[int]]]:
+    """The shape of every tensor in ``model_dir``'s safetensors files by name, from their headers; None
+    when there are none, or one cannot be read (a damaged file has no size to tell: the load will say why)."""
+    shapes = {}
     try:
         for path in sorted(Path(model_dir).glob("*.safetensors")):
             with open(path, "rb") as f:
                 (size,) = struct.unpack("<Q", f.read(8))  # safetensors: u64 header length, then JSON
                 header = json.loads(f.read(size))
-            shapes += [list(info["shape"]) for name, info in header.items() if name != "__metadata__"]
+            shapes.update({name: list(info["shape"]) for name, info in header.items() if name != "__metadata__"})
     except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
         return None
     return shapes or None
@@ -77,7 +78,7 @@ def _tensor_shapes(model_dir: Path) -> Optional[list[list[int]]]:
 def count_parameters(model_dir: Path) -> Optional[int]:
     """Σ of tensor sizes in ``model_dir``'s safetensors files, or None when there are none."""
     shapes = _tensor_shapes(model_dir)
-    return sum(map(math.prod, shapes)) if shapes else None
+    return sum(map(math.prod, shapes.values())) if shapes else None
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ class ModelShape:
     ``linears`` are the (out, in) shapes of the 2-D weights inside the decoder layers: the layers
     that LoRA's ``target_modules="all-linear"`` adapts and QLoRA stores in 4 bits (every linear
     layer but the output one). The embedding and output layer are told apart by their vocabulary
-    dimension."""
+    dimension. ``linear_names`` are their module names (``q_proj`` …), what a narrower LoRA's
+    ``target_modules`` lists."""
 
     n_params: int  # every stored tensor (a tied output layer is stored once)
     linears: tuple[tuple[int, int], ...]
@@ -98,15 +100,35 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     intermediate: int
+    linear_names: tuple[str, ...] = ()
 
     @property
     def n_linear(self) -> int:
         """Parameters of the decoder layers' linear weights."""
         return sum(out * inp for out, inp in self.linears)
 
-    def lora_params(self, r: int) -> int:
-        """Trainable parameters of a rank-``r`` LoRA on every linear: A (r × in) and B (out × r) each."""
-        return r * sum(out + inp for out, inp in self.linears)
+    def adapted(self, targets: Sequence[str] = (ALL_LINEAR,)) -> tuple[tuple[str, int, int], ...]:
+        """(name, out, in) of every linear a LoRA on ``targets`` adapts: all of them for ``all-linear``,
+        else those whose module name is listed (peft matches a module by the last part of its name)."""
+        names = self.linear_names or ("",) * len(self.linears)
+        every = tuple((name, out, inp) for name, (out, inp) in zip(names, self.linears))
+        return every if list(targets) == [ALL_LINEAR] else tuple(t for t in every if t[0] in targets)
+
+    def lora_params(self, r: int, targets: Sequence[str] = (ALL_LINEAR,)) -> int:
+        """Trainable parameters of a rank-``r`` LoRA on ``targets``: A (r × in) and B (out × r) each."""
+        return r * sum(out + inp for _, out, inp in self.adapted(targets))
+
+
+def unknown_targets(linear_names: Iterable[str], targets: Sequence[str]) -> Optional[str]:
+    """Why a LoRA on ``targets`` cannot adapt a model whose linear layers are ``linear_names`` (module
+    names), or None: peft refuses a list only when no name matches, and trains fewer layers than asked
+    without a word when one is misspelt."""
+    names = sorted(set(linear_names))
+    missing = [t for t in targets if t not in names and t != ALL_LINEAR]
+    if not missing:
+        return None
+    return (f"no linear layer named {', '.join(missing)}; its linear layers are {', '.join(names)} "
+            f"(or {ALL_LINEAR} for every one)")
 
 
 def model_shape(model_dir: Path) -> Optional[ModelShape]:
@@ -121,7 +143,13 @@ def model_shape(model_dir: Path) -> Optional[ModelShape]:
     shapes = _tensor_shapes(model_dir)
     if not shapes:
         return None
-    linears = tuple((shape[0], shape[1]) for shape in shapes if len(shape) == 2 and vocab not in shape)
-    return ModelShape(sum(map(math.prod, shapes)), linears, vocab, hidden, layers, heads,
+    linears = {name: (shape[0], shape[1]) for name, shape in shapes.items() if len(shape) == 2 and vocab not in shape}
+    return ModelShape(sum(map(math.prod, shapes.values())), tuple(linears.values()), vocab, hidden, layers, heads,
                       config.get("num_key_value_heads") or heads, config.get("head_dim") or hidden // heads,
-                      intermediate)
+                      intermediate, tuple(module_name(name) for name in linears))
+
+
+def module_name(tensor: str) -> str:
+    """The module name a LoRA target lists for a stored weight: ``model.layers.0.self_attn.q_proj.weight``
+    → ``q_proj``."""
+    return tensor.removesuffix(".weight").rsplit(".", 1)[-1]

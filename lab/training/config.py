@@ -22,9 +22,11 @@ from typing import Any, Literal, Optional
 
 from lab.calibration.checks import BinEdges
 from lab.core.config import ConfigMixin, doc, redeclare
-from lab.core.limits import MAX_BATCH, MAX_BINS, MAX_EPOCHS, MAX_LORA_RANK, MAX_ROWS, MAX_TOKENS, SPLIT
+from lab.core.limits import (MAX_BATCH, MAX_BINS, MAX_EPOCHS, MAX_LORA_RANK, MAX_LORA_TARGETS, MAX_ROWS, MAX_TOKENS,
+                             MODULE_NAME, SPLIT)
 from lab.data.templates import default_template, get_template
 from lab.jobkit.sections import DataSection, EvalSection, ModelSection, PromptSection, RunSection
+from lab.models.weights import ALL_LINEAR
 
 Tuning = Literal["full", "lora", "qlora"]  # which weights train
 Loss = Literal["sft", "label_smoothing", "rcft"]  # what they train on: picks the trainer
@@ -51,6 +53,13 @@ def check_tracker(report_to: str) -> None:
                          f"(pip install {TRACKER_PACKAGES[report_to][0]}), or pick none")
 
 
+def check_lora_targets(targets: list[str]) -> None:
+    """``all-linear`` means every layer: listed beside module names it would make one of them meaningless."""
+    if ALL_LINEAR in targets and len(targets) > 1:
+        raise ValueError(f"lora_targets: {ALL_LINEAR} already adapts every linear layer; list it alone, or "
+                         f"list module names without it, got {targets}")
+
+
 @dataclass
 class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSection):
     model: str = redeclare(ModelSection, "model", trained_by="method")
@@ -63,6 +72,10 @@ class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSect
     lora_r: int = field(default=16, metadata=doc("LoRA rank", ge=1, le=MAX_LORA_RANK))
     lora_alpha: int = field(default=32, metadata=doc("LoRA scaling numerator", ge=1, le=16 * MAX_LORA_RANK))
     lora_dropout: float = field(default=0.05, metadata=doc("dropout on the LoRA path", ge=0, lt=1))
+    lora_targets: list[str] = field(default_factory=lambda: [ALL_LINEAR], metadata=doc(
+        f"the linear layers LoRA adapts: {ALL_LINEAR} (every one but the output layer), or module names "
+        "(q_proj, v_proj: the alignment-calibration paper's)", role="name", pattern=MODULE_NAME, min_items=1,
+        max_items=MAX_LORA_TARGETS))
     val_split: Optional[str] = field(default="validation", metadata=doc(
         "split for per-epoch ECE/accuracy (None: skip)", **SPLIT))
     val_data_files: list[str] = field(default_factory=list, metadata=doc("files for the validation split",
@@ -113,6 +126,7 @@ class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSect
 
     def __post_init__(self) -> None:
         check_tracker(self.report_to)
+        check_lora_targets(self.lora_targets)
         if self.template is None:
             self.template = default_template(self.dataset, "letter")
         if self.lambda_scale == "released" and self.ece_lambda > 1:

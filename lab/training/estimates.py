@@ -59,9 +59,9 @@ kind did there with padded batches (docs/jobs.md, "Memory and disk").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, Sequence
 
-from lab.models.weights import ModelShape, size_text
+from lab.models.weights import ALL_LINEAR, ModelShape, size_text
 
 Method = Literal["full", "lora", "qlora"]
 TrainerKind = Literal["transformers", "sft", "dpo"]  # transformers' Trainer (the lab's), TRL's SFT or DPO trainer
@@ -151,14 +151,27 @@ def describe(memory: TrainingMemory) -> str:
     return ", ".join(f"{name} {size_text(value)}" for value, name in parts)
 
 
-def _in_widths(shape: ModelShape) -> int:
+# Which input a Llama layer's linears share: q, k and v take the attention norm's output, gate and up the
+# MLP norm's; o takes SDPA's output, which attention keeps anyway (None). Another name has an input of its own.
+SHARED_INPUT = {"q_proj": "attention", "k_proj": "attention", "v_proj": "attention", "gate_proj": "mlp",
+                "up_proj": "mlp", "o_proj": None}
+
+
+def _in_widths(shape: ModelShape, targets: Sequence[str] = (ALL_LINEAR,)) -> int:
     """Σ of the input widths of one layer's linear weights (q, k, v, gate, up take the hidden
-    state, o the attention output, down the MLP's intermediate)."""
-    return sum(inp for _, inp in shape.linears) // shape.layers
+    state, o the attention output, down the MLP's intermediate), or of those LoRA adapts on ``targets``."""
+    return sum(inp for _, _, inp in shape.adapted(targets)) // shape.layers
+
+
+def _own_inputs(shape: ModelShape, targets: Sequence[str], group: Optional[str] = None) -> int:
+    """Σ of the widths of the distinct inputs one layer's adapted linears take (a shared input counted
+    once; o's not at all), or of those in ``group`` only."""
+    inputs = {SHARED_INPUT.get(name, name): inp for name, _, inp in shape.adapted(targets)}
+    return sum(inp for key, inp in inputs.items() if key is not None and group in (None, key))
 
 
 def layer_activations(shape: ModelShape, method: Method, p: Precision, lora_r: int = 16,
-                      lora_dropout: float = 0.05) -> float:
+                      lora_dropout: float = 0.05, lora_targets: Sequence[str] = (ALL_LINEAR,)) -> float:
     """Bytes one Llama-type decoder layer keeps for backward, per token (all of it; with gradient
     checkpointing only while it is recomputed).
 
@@ -172,13 +185,14 @@ def layer_activations(shape: ModelShape, method: Method, p: Precision, lora_r: i
       the linear layers' inputs: under autocast q, k, v, gate and up each cast theirs to bf16
       (5·c·h), in fp32 they share two (2·4h); down's is the MLP product (c·i);
     - LoRA: an RMSNorm with a frozen weight keeps only its fp32 input, 2·(4h + 4); each adapted
-      linear keeps its dropout mask (mask·in), the adapter's input (c·in: autocast's bf16 cast, or
-      the fp32 dropout output) and A's output (c·r); the frozen weights need no input. Without
-      dropout (DPO turns it off) and without autocast, LoRA's adapters keep their linear's own input:
-      one tensor for q, k, v, one for gate and up, o's the attention output (kept already) and down's
-      the MLP product, c·(2h + i); under autocast peft casts each adapter's input to fp32 and autocast
-      back to bf16, a copy per adapter, c·in (as an H200 measured);
-    - QLoRA adds bitsandbytes' 4-bit matmul, which keeps its bf16 input (2·in) for every linear.
+      linear (every one, or those ``lora_targets`` names) keeps its dropout mask (mask·in), the adapter's
+      input (c·in: autocast's bf16 cast, or the fp32 dropout output) and A's output (c·r); the frozen
+      weights need no input. Without dropout (DPO turns it off) and without autocast, LoRA's adapters
+      keep their linear's own input: one tensor for q, k, v, one for gate and up, o's the attention output
+      (kept already) and down's the MLP product, c·(2h + i) when all are adapted; under autocast peft casts
+      each adapter's input to fp32 and autocast back to bf16, a copy per adapter, c·in (as an H200 measured);
+    - QLoRA adds bitsandbytes' 4-bit matmul, which keeps its bf16 input (2·in) for every linear, adapted
+      or not.
     """
     h, i, a, c = shape.hidden, shape.intermediate, shape.heads, p.compute
     q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
@@ -186,12 +200,14 @@ def layer_activations(shape: ModelShape, method: Method, p: Precision, lora_r: i
     if method == "full":
         inputs = 5 * c * h + c * i if p.autocast else 2 * FP32 * h + FP32 * i
         return 2 * (8 * h + 4) + inputs + shared
-    per_linear = len(shape.linears) // shape.layers
+    adapted = len(shape.adapted(lora_targets)) // shape.layers
     if lora_dropout > 0:
-        adapters = (p.mask + c) * _in_widths(shape)
+        adapters = (p.mask + c) * _in_widths(shape, lora_targets)
+    elif method == "lora" and not p.autocast:
+        adapters = c * _own_inputs(shape, lora_targets)
     else:
-        adapters = c * (2 * h + i) if method == "lora" and not p.autocast else c * _in_widths(shape)
-    adapters += per_linear * c * lora_r
+        adapters = c * _in_widths(shape, lora_targets)
+    adapters += adapted * c * lora_r
     quantised = 2 * _in_widths(shape) if method == "qlora" else 0
     return 2 * (4 * h + 4) + adapters + quantised + shared
 
@@ -256,19 +272,19 @@ def reference_pass(shape: ModelShape, method: Method, p: Precision, tokens: int,
 def training_memory(shape: ModelShape, method: Method, batch: int, seq_len: int, p: Precision = GPU,
                     base_dtype_bytes: int = 2, lora_r: int = 16, lora_dropout: float = 0.05,
                     checkpointing: Optional[bool] = None, trainer: TrainerKind = "transformers",
-                    precompute_ref: bool = False) -> TrainingMemory:
+                    precompute_ref: bool = False, lora_targets: Sequence[str] = (ALL_LINEAR,)) -> TrainingMemory:
     """Peak memory of one training process (one GPU) for micro-batches of ``batch`` × ``seq_len``
     tokens (DPO: ``batch`` pairs, 2·``batch`` sequences). ``base_dtype_bytes``: LoRA's frozen weights (the
     job's dtype on a GPU; fp32 on a CPU). ``checkpointing`` (gradient checkpointing) is on for QLoRA, as
     ``prepare_model_for_kbit_training`` sets it, and off otherwise unless given. ``trainer``: whose
     training loop (the module docstring says what TRL's change); ``precompute_ref``: DPO's
-    ``precompute_ref_log_probs``."""
+    ``precompute_ref_log_probs``; ``lora_targets``: the linear layers LoRA adapts."""
     fused = trainer != "transformers"
     if trainer == "dpo":
         batch, lora_dropout = 2 * batch, 0.0  # chosen and rejected in one batch; DPOConfig.disable_dropout
     tokens = batch * seq_len
     h, v, layers = shape.hidden, shape.vocab, shape.layers
-    adapter = 0 if method == "full" else shape.lora_params(lora_r)
+    adapter = 0 if method == "full" else shape.lora_params(lora_r, lora_targets)
     trainable = shape.n_params if method == "full" else adapter
     if method == "full":
         weights = FP32 * shape.n_params
@@ -277,15 +293,17 @@ def training_memory(shape: ModelShape, method: Method, batch: int, seq_len: int,
     else:
         weights = NF4_BYTES * shape.n_linear + FP32 * (shape.n_params - shape.n_linear) + FP32 * adapter
     checkpointing = method == "qlora" if checkpointing is None else checkpointing
-    layer = layer_activations(shape, method, p, lora_r, lora_dropout)
+    layer = layer_activations(shape, method, p, lora_r, lora_dropout, lora_targets)
     # With checkpointing a layer keeps only its input, the residual stream: fp32 but for LoRA's
     # frozen base (its dtype; QLoRA's embedding is upcast to fp32).
     residual = base_dtype_bytes if method == "lora" else FP32
     kept_per_layer = residual * h if checkpointing else layer
     # LoRA's frozen embedding gives the first layer an input without a gradient: its first norm and
-    # the q, k, v dropouts keep nothing (checkpointing makes the input require one).
+    # the dropouts of the adapted q, k, v keep nothing (checkpointing makes the input require one).
     mask = p.mask if lora_dropout > 0 else 0
-    first_layer_saves = 0 if method == "full" or checkpointing else 4 * h + 4 + 3 * mask * h
+    attention_inputs = sum(inp for name, _, inp in shape.adapted(lora_targets)
+                           if SHARED_INPUT.get(name) == "attention") // layers
+    first_layer_saves = 0 if method == "full" or checkpointing else 4 * h + 4 + mask * attention_inputs
     head = head_activations(shape, method, p, fused, residual)
     activations = tokens * (layers * kept_per_layer - first_layer_saves + head)
     # TRL's fused head casts the output layer's weight chunk by chunk: autocast keeps no copy of it.
@@ -317,7 +335,8 @@ def memory_advice(settings: Mapping[str, Any], shape: Optional[ModelShape] = Non
                   p: Precision = GPU, base_dtype_bytes: int = 2, trainer: TrainerKind = "transformers",
                   precompute_ref: bool = False) -> str:
     """What to lower when a training run ran out of memory: each change alone, from ``settings`` (the
-    job's ``TrainConfig`` values: batch_size, grad_accum, max_length, method, lora_r, lora_dropout), with
+    job's ``TrainConfig`` values: batch_size, grad_accum, max_length, method, lora_r, lora_dropout,
+    lora_targets), with
     the estimated peak before and after when the model's ``shape`` is known (at ``seq_len`` tokens, the
     longest example, else ``max_length``; ``p``, ``base_dtype_bytes``, ``trainer`` and ``precompute_ref``
     as :func:`training_memory` takes them), the largest saving first; without a shape in the order they
@@ -356,7 +375,7 @@ def memory_advice(settings: Mapping[str, Any], shape: Optional[ModelShape] = Non
         at = {**current, **change}
         return training_memory(shape, at["method"], at["batch"], at["seq_len"], p, base_dtype_bytes,
                                settings["lora_r"], settings["lora_dropout"], trainer=trainer,
-                               precompute_ref=at["precompute_ref"]).peak
+                               precompute_ref=at["precompute_ref"], lora_targets=settings["lora_targets"]).peak
 
     now = peak({})
     saved = sorted((peak(change), text) for text, change in changes)
@@ -371,10 +390,11 @@ def checkpoint_bytes(saved_weights: float, trainable: int, save_optimizer: bool)
     return saved_weights + (ADAMW_MOMENTS * trainable if save_optimizer else 0) + CHECKPOINT_EXTRA
 
 
-def run_checkpoint_bytes(shape: ModelShape, method: Method, lora_r: int, save_optimizer: bool) -> tuple[float, float]:
+def run_checkpoint_bytes(shape: ModelShape, method: Method, lora_r: int, save_optimizer: bool,
+                         lora_targets: Sequence[str] = (ALL_LINEAR,)) -> tuple[float, float]:
     """(one checkpoint, the final weights) of a training run of ``shape``: the trainer saves fp32
     weights for full training (it loads them so) and fp32 adapters for LoRA/QLoRA."""
-    trainable = shape.n_params if method == "full" else shape.lora_params(lora_r)
+    trainable = shape.n_params if method == "full" else shape.lora_params(lora_r, lora_targets)
     final = FP32 * trainable
     return checkpoint_bytes(final, trainable, save_optimizer), final
 

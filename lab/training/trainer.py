@@ -37,7 +37,7 @@ from lab.data.templates import get_template
 from lab.models import distributed
 from lab.models.loading import load_model, peft_quietly, select_device
 from lab.models.scoring import score_letter
-from lab.models.weights import local_model_dir, model_shape, size_text
+from lab.models.weights import ALL_LINEAR, local_model_dir, model_shape, size_text, unknown_targets
 from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
 from lab.training.data import build_examples, pad_batch, pad_option_batch
@@ -280,11 +280,24 @@ def prepare_model(cfg: TrainConfig):
         if cfg.method == "qlora":
             model = prepare_model_for_kbit_training(model)
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules="all-linear", task_type="CAUSAL_LM")
+                          target_modules=lora_target_modules(model, cfg.lora_targets), task_type="CAUSAL_LM")
         with peft_quietly():
             model = get_peft_model(model, lora)
     model.train()
     return model, loaded.tokenizer, device
+
+
+def lora_target_modules(model, targets: list[str]) -> str | list[str]:
+    """peft's ``target_modules`` for ``targets``, each module name checked against ``model``'s linear
+    layers first (:func:`lab.models.weights.unknown_targets`)."""
+    if targets == [ALL_LINEAR]:
+        return ALL_LINEAR
+    output = model.get_output_embeddings()
+    problem = unknown_targets((name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                               if isinstance(module, torch.nn.Linear) and module is not output), targets)
+    if problem:
+        raise DataError(f"lora_targets: the model has {problem}")
+    return list(targets)
 
 
 def saved_sizes(model, lora: bool) -> tuple[int, int]:
@@ -306,7 +319,8 @@ def memory_estimate(cfg: TrainConfig, model, longest: int, args: TrainingArgumen
         return None
     frozen = [p.element_size() for p in model.parameters() if not p.requires_grad]
     return training_memory(shape, cfg.method, cfg.batch_size, longest, run_precision(args, device),
-                           frozen[0] if frozen else 4, cfg.lora_r, cfg.lora_dropout, **terms)
+                           frozen[0] if frozen else 4, cfg.lora_r, cfg.lora_dropout, lora_targets=cfg.lora_targets,
+                           **terms)
 
 
 def run_precision(args: TrainingArguments, device: torch.device) -> Precision:
@@ -323,7 +337,7 @@ def out_of_memory_advice(cfg: TrainConfig, args: TrainingArguments, device: torc
     weights' dtype is the job's (bf16 under autocast on a GPU, fp32 on a CPU), as LoRA would load them."""
     folder = local_model_dir(cfg.model)
     settings = {name: getattr(cfg, name) for name in ("batch_size", "grad_accum", "max_length", "method", "lora_r",
-                                                      "lora_dropout")}
+                                                      "lora_dropout", "lora_targets")}
     return memory_advice(settings, model_shape(folder) if folder else None, longest or None,
                          run_precision(args, device), 2 if args.bf16 else 4, **terms)
 

@@ -23,7 +23,6 @@ from lab.core.limits import MAX_ROWS
 from lab.jobkit.kinds import JobKind, register
 from lab.jobkit.sections import BUNDLED, EvalSection, ModelSection, RunSection
 from lab.kinds.sft.config import CALIBRATION_DIR, AlignmentSection
-from lab.training.config import check_tracker
 
 # A CPU runs DPO at about half SFT's pace (two sequences a pair, and the reference's forward too).
 CPU_LIMIT = 64
@@ -55,8 +54,7 @@ class DpoConfig(ConfigMixin, AlignmentSection, RunSection, EvalSection, ModelSec
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed pairs"))
 
     def __post_init__(self) -> None:
-        check_tracker(self.report_to)
-        self.check_calibration()
+        self.check_section()
 
 
 register(JobKind(

@@ -24,7 +24,7 @@ from lab.data.loaders import dataset_names
 from lab.jobkit.kinds import JobKind, register
 from lab.jobkit.sections import DataSection, EvalSection, ModelSection, RunSection
 from lab.kinds.evaluate.config import EvalConfig
-from lab.training.config import Scheduler, Tracker, TrainConfig, Tuning, check_tracker
+from lab.training.config import Scheduler, Tracker, TrainConfig, Tuning, check_lora_targets, check_tracker
 
 CALIBRATION_DIR = "calibration"  # calibration/step-<n>/<task>/: the evaluations made during training
 MAX_TASKS = 8
@@ -57,6 +57,7 @@ class AlignmentSection:
     lora_r: int = _train("lora_r")
     lora_alpha: int = _train("lora_alpha")
     lora_dropout: float = _train("lora_dropout")
+    lora_targets: list[str] = _train("lora_targets")
     max_length: int = _train("max_length", default=1024, help="tokens of prompt + response; longer are cut")
     epochs: float = _train("epochs")
     learning_rate: float = _train("learning_rate")
@@ -77,8 +78,11 @@ class AlignmentSection:
     bootstrap: int = redeclare(EvalSection, "bootstrap", default=200, help=(
         "bootstrap replicates of each calibration evaluation's ECE interval (0: none)"))
 
-    def check_calibration(self) -> None:
-        """Each calibration task must be a valid evaluation (checked at submit, on the bundled model)."""
+    def check_section(self) -> None:
+        """The tracker must be installed, the LoRA targets consistent, and each calibration task a valid
+        evaluation (checked at submit, on the bundled model)."""
+        check_tracker(self.report_to)
+        check_lora_targets(self.lora_targets)
         for j in range(len(self.calibration)):
             try:
                 self.task_config(j, "bundled", None)
@@ -105,11 +109,10 @@ class SftConfig(ConfigMixin, AlignmentSection, RunSection, EvalSection, DataSect
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
 
     def __post_init__(self) -> None:
-        check_tracker(self.report_to)
         if "sft" not in DATASETS.get(self.dataset).tasks:
             raise ValueError(f"dataset: {self.dataset!r} holds no instruction-response pairs; use one of: "
                              f"{', '.join(dataset_names('sft'))}")
-        self.check_calibration()
+        self.check_section()
 
 
 register(JobKind(
