@@ -99,14 +99,26 @@ def _is_training_run(kind: str) -> bool:
     return issubclass(kinds.get(kind).config, TrainConfig)
 
 
+def _training_section(kind: str) -> Optional[str]:
+    """The field holding a pipeline's training settings (``training``), or None where they are the config's
+    own fields (a finetune job, or sft and dpo, which re-declare them)."""
+    return None if _is_training_run(kind) else next(
+        (f.name for f in dataclasses.fields(kinds.get(kind).config) if spec_of(f).entries is TrainConfig), None)
+
+
+def _setting_path(kind: str, name: str) -> str:
+    """Where a refusal of training setting ``name`` points: ``training.name`` in a pipeline, else ``name``."""
+    section = _training_section(kind)
+    return f"{section}.{name}" if section else name
+
+
 def training_settings(kind: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """The ``TrainConfig`` values a kind trains its models with, defaults filled: a finetune job's own
     fields, a pipeline's ``training:`` section (the field declared with ``entries=TrainConfig``), or the
     fields a kind re-declares at its top (sft, dpo: ``batch_size``, ``max_length`` … with their own
     defaults); TrainConfig's defaults for any it does not declare."""
     cls = kinds.get(kind).config
-    section = None if _is_training_run(kind) else next(
-        (f.name for f in dataclasses.fields(cls) if spec_of(f).entries is TrainConfig), None)
+    section = _training_section(kind)
     given: Mapping[str, Any] = (config.get(section) or {}) if section else config
     declaring = TrainConfig if section else cls
     return {f.name: given.get(f.name, _setting(declaring if f.name in declaring.__dataclass_fields__ else TrainConfig,
@@ -253,7 +265,7 @@ def check_lora_targets(kind: str, config: Mapping[str, Any]) -> None:
     """Refuse a LoRA target that a model this job trains lacks, when the model is on this machine: the
     worker would refuse it only after the job waited its turn in the queue and loaded the model."""
     targets = training_settings(kind, config)["lora_targets"]
-    field = "lora_targets" if _is_training_run(kind) else "training.lora_targets"
+    field = _setting_path(kind, "lora_targets")
     for path, model, method in models(kind, dict(config)):
         folder = local_model_dir(model) if method in ("lora", "qlora") else None
         shape = model_shape(folder) if folder else None
@@ -277,7 +289,7 @@ def check_disk(kind: str, config: Mapping[str, Any], root: Path) -> None:
     need, free = disk_need(plans), shutil.disk_usage(root).free
     if need <= free:
         return
-    field = "save_optimizer" if _is_training_run(kind) else "training"
+    field = _setting_path(kind, "save_optimizer")
     smaller = (f"; save_optimizer: false (weights only) needs {size_text(disk_need(plans, weights_only=True))}"
                if training_settings(kind, config)["save_optimizer"] else "")
     raise ConfigError(f"{field}: the checkpoints need {size_text(need)} of disk at once ({KEPT_CHECKPOINTS} kept, "

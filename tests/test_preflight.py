@@ -90,6 +90,11 @@ def test_submit_refuses_checkpoints_that_will_not_fit_naming_needed_and_free(tin
         f"save_optimizer: the checkpoints need {size_text(need)} of disk at once (1 kept, a new one written "
         f"beside it, and the trained weights), but {store.root} has {size_text(need - 1)} free: free space; "
         f"save_optimizer: false (weights only) needs {size_text(weights_only)}")
+    # The field it names is where each kind keeps it: sft's own (the form marks it), a pipeline's training section.
+    for config, field in (({"kind": "sft", "model": str(tiny_model_dir)}, "save_optimizer"),
+                          ({"kind": "cft", "model": str(tiny_model_dir)}, "training.save_optimizer")):
+        with pytest.raises(ConfigError, match=f"^{field}: the checkpoints need "):
+            store.submit(config)
     assert store.list() == []
     assert store.submit(_finetune(tiny_model_dir, csqa_files, save_optimizer=False)).status == "queued"
     low_disk[0] = need
@@ -134,3 +139,25 @@ def test_the_job_page_shows_the_estimate_the_worker_made(tiny_model_dir, csqa_fi
              EventWriter(run_dir / "events.jsonl"))
     text = job_view(ctx, job.id).text
     assert "Memory (estimate): train: about " in text and " of RAM at the peak, batches of 4 × " in text
+
+
+def test_lora_targets_typed_one_a_line_on_the_form_reach_the_job_and_a_misspelt_one_is_marked(tiny_model_dir,
+                                                                                              tmp_path):
+    """The form's lora_targets box: a name a line is the job's list; a name the model lacks is refused at submit,
+    the box marked with the message and "More options" opened."""
+    ctx = LabContext(tmp_path / "runs", allowed=(tiny_model_dir.parent,))
+    names = [f.name for f in forms.fields("sft")]
+
+    def submit(targets: str):
+        values = forms.preset_values("sft", None)
+        for name, text in {"model": str(tiny_model_dir), "method": "lora", "calibration": "",
+                           "lora_targets": targets}.items():
+            values[names.index(name)] = text
+        return launch_page.submit_and_mark(ctx, "sft", "0", "1", "local", "", "1", "0", "30", "", "", *values)
+
+    message, *marks, more = submit("q_proj\nv_prj")
+    assert "lora_targets: model" in message and "has no linear layer named v_prj" in message, message
+    assert marks[names.index("lora_targets")]["elem_classes"] == [launch_page.REFUSED] and more["open"] is True, message
+    assert ctx.store.list() == []
+    message, *_ = submit(" q_proj\n\nv_proj ")
+    assert "queued" in message and ctx.store.list()[0].config_dict["lora_targets"] == ["q_proj", "v_proj"]
