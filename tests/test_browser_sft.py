@@ -14,9 +14,9 @@ from tests.browser_helpers import box, fill, shot
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 JOB_TIMEOUT_MS = 600_000
-CALIBRATION = "- {task: mcq, dataset: arc_easy, data_files: [bundled], split: validation, limit: 20}"
-TYPED = (("limit", "8"), ("epochs", "2"), ("calibration", CALIBRATION), ("batch_size", "4"), ("max_length", "256"),
-         ("bootstrap", "50"))  # the last three are under "More options"
+CALIBRATION = "- {task: mcq, dataset: arc_easy, data_files: [bundled], split: validation, limit: 10}"
+TYPED = (("limit", "4"), ("epochs", "2"), ("calibration", CALIBRATION), ("batch_size", "2"), ("max_length", "256"),
+         ("bootstrap", "20"))  # the last three are under "More options"
 LABEL = "mcq · arc_easy/validation"  # the task's label on the job page, as the sft kind names it
 TRACES_JS = """() => {
     const plot = document.querySelector('#job-training .js-plotly-plot');
@@ -41,7 +41,7 @@ def test_sft_from_the_form_shows_ece_per_epoch_on_its_job_page(newcomer):
     page.locator("#launch-message-sft").get_by_text(re.compile("Job 1 queued")).wait_for()
     config = yaml.safe_load((ctx.runs / "00001-sft" / "config.yaml").read_text())
     assert (config["limit"], config["epochs"], config["batch_size"], config["max_length"], config["bootstrap"]) == (
-        8, 2, 4, 256, 50), "the job was not queued with the values typed"
+        4, 2, 2, 256, 20), "the job was not queued with the values typed"
     page.get_by_role("tab", name="Jobs").click()
     page.locator("#job-status").get_by_text(re.compile("Job 1 · sft")).wait_for()
     page.locator("#job-status").get_by_text("succeeded").wait_for(timeout=JOB_TIMEOUT_MS)
