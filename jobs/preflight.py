@@ -95,13 +95,14 @@ def inference_bytes(n_params: int, dtype: str) -> float:
 
 
 def _is_training_run(kind: str) -> bool:
-    """The kind's config is a ``TrainConfig`` (one training run), not a pipeline with a ``training:`` section."""
-    return issubclass(kinds.get(kind).config, TrainConfig)
+    """The kind trains one model, with settings that are its config's own fields: a ``TrainConfig`` (finetune),
+    or sft and dpo, which re-declare them; not a pipeline (a ``training:`` section, a series' ``train`` entries)."""
+    cls = kinds.get(kind).config
+    return issubclass(cls, TrainConfig) or "save_optimizer" in cls.__dataclass_fields__
 
 
 def _training_section(kind: str) -> Optional[str]:
-    """The field holding a pipeline's training settings (``training``), or None where they are the config's
-    own fields (a finetune job, or sft and dpo, which re-declare them)."""
+    """The field holding a pipeline's training settings (``training``), or None: a training run's own fields."""
     return None if _is_training_run(kind) else next(
         (f.name for f in dataclasses.fields(kinds.get(kind).config) if spec_of(f).entries is TrainConfig), None)
 

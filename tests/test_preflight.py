@@ -161,3 +161,10 @@ def test_lora_targets_typed_one_a_line_on_the_form_reach_the_job_and_a_misspelt_
     assert ctx.store.list() == []
     message, *_ = submit(" q_proj\n\nv_proj ")
     assert "queued" in message and ctx.store.list()[0].config_dict["lora_targets"] == ["q_proj", "v_proj"]
+
+
+@pytest.mark.parametrize("kind, once", [("finetune", True), ("sft", True), ("dpo", True), ("cft", False)])
+def test_only_a_pipeline_is_said_to_need_at_least_the_disk_counted(kind, once, tiny_model_dir):
+    """A pipeline trains a model more than once: its disk is a lower bound. An sft or dpo job trains one."""
+    (line,) = [n for n in preflight.submit_notes(kind, {"model": str(tiny_model_dir)}, 0) if n.startswith("checkpoints")]
+    assert line.endswith("with the trained weights" if once else "(at least: a pipeline trains a model more than once)")
