@@ -41,7 +41,8 @@ from typing import Any, Iterator, Mapping, Optional
 from jobs.launch import visible_gpus
 from lab.core.config import ConfigError, spec_of, walk
 from lab.jobkit import kinds
-from lab.models.weights import BYTES, count_parameters, local_model_dir, model_shape, size_text, unknown_targets
+from lab.models.weights import (BYTES, count_parameters, local_model_dir, local_model_shape, model_shape, size_text,
+                                unknown_targets)
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
 from lab.training.estimates import (GPU, NF4_BYTES, checkpoint_bytes, describe, disk_peak, run_checkpoint_bytes,
                                     training_memory)
@@ -268,8 +269,7 @@ def check_lora_targets(kind: str, config: Mapping[str, Any]) -> None:
     targets = training_settings(kind, config)["lora_targets"]
     field = _setting_path(kind, "lora_targets")
     for path, model, method in models(kind, dict(config)):
-        folder = local_model_dir(model) if method in ("lora", "qlora") else None
-        shape = model_shape(folder) if folder else None
+        shape = local_model_shape(model) if method in ("lora", "qlora") else None
         problem = shape and unknown_targets(shape.linear_names, targets)
         if problem:
             raise ConfigError(f"{field}: {path} ({model}) has {problem}")

@@ -100,7 +100,7 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     intermediate: int
-    linear_names: tuple[str, ...] = ()
+    linear_names: tuple[str, ...]
 
     @property
     def n_linear(self) -> int:
@@ -110,8 +110,7 @@ class ModelShape:
     def adapted(self, targets: Sequence[str] = (ALL_LINEAR,)) -> tuple[tuple[str, int, int], ...]:
         """(name, out, in) of every linear a LoRA on ``targets`` adapts: all of them for ``all-linear``,
         else those whose module name is listed (peft matches a module by the last part of its name)."""
-        names = self.linear_names or ("",) * len(self.linears)
-        every = tuple((name, out, inp) for name, (out, inp) in zip(names, self.linears))
+        every = tuple((name, out, inp) for name, (out, inp) in zip(self.linear_names, self.linears))
         return every if list(targets) == [ALL_LINEAR] else tuple(t for t in every if t[0] in targets)
 
     def lora_params(self, r: int, targets: Sequence[str] = (ALL_LINEAR,)) -> int:
@@ -147,6 +146,12 @@ def model_shape(model_dir: Path) -> Optional[ModelShape]:
     return ModelShape(sum(map(math.prod, shapes.values())), tuple(linears.values()), vocab, hidden, layers, heads,
                       config.get("num_key_value_heads") or heads, config.get("head_dim") or hidden // heads,
                       intermediate, tuple(module_name(name) for name in linears))
+
+
+def local_model_shape(model: str) -> Optional[ModelShape]:
+    """The shape of ``model`` (a model field's value) when it is on this machine, else None."""
+    folder = local_model_dir(model)
+    return model_shape(folder) if folder else None
 
 
 def module_name(tensor: str) -> str:

@@ -74,8 +74,8 @@ class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSect
     lora_dropout: float = field(default=0.05, metadata=doc("dropout on the LoRA path", ge=0, lt=1))
     lora_targets: list[str] = field(default_factory=lambda: [ALL_LINEAR], metadata=doc(
         f"the linear layers LoRA adapts: {ALL_LINEAR} (every one but the output layer), or module names, one a "
-        "line on the form (q_proj and v_proj: the alignment-calibration paper's)", role="name", pattern=MODULE_NAME, min_items=1,
-        max_items=MAX_LORA_TARGETS))
+        "line on the form (q_proj and v_proj: the alignment-calibration paper's)", role="name", pattern=MODULE_NAME,
+        min_items=1, max_items=MAX_LORA_TARGETS))
     val_split: Optional[str] = field(default="validation", metadata=doc(
         "split for per-epoch ECE/accuracy (None: skip)", **SPLIT))
     val_data_files: list[str] = field(default_factory=list, metadata=doc("files for the validation split",

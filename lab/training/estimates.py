@@ -163,11 +163,11 @@ def _in_widths(shape: ModelShape, targets: Sequence[str] = (ALL_LINEAR,)) -> int
     return sum(inp for _, _, inp in shape.adapted(targets)) // shape.layers
 
 
-def _own_inputs(shape: ModelShape, targets: Sequence[str], group: Optional[str] = None) -> int:
+def _own_inputs(shape: ModelShape, targets: Sequence[str]) -> int:
     """Σ of the widths of the distinct inputs one layer's adapted linears take (a shared input counted
-    once; o's not at all), or of those in ``group`` only."""
+    once; o's not at all)."""
     inputs = {SHARED_INPUT.get(name, name): inp for name, _, inp in shape.adapted(targets)}
-    return sum(inp for key, inp in inputs.items() if key is not None and group in (None, key))
+    return sum(inp for key, inp in inputs.items() if key is not None)
 
 
 def layer_activations(shape: ModelShape, method: Method, p: Precision, lora_r: int = 16,
@@ -336,11 +336,10 @@ def memory_advice(settings: Mapping[str, Any], shape: Optional[ModelShape] = Non
                   precompute_ref: bool = False) -> str:
     """What to lower when a training run ran out of memory: each change alone, from ``settings`` (the
     job's ``TrainConfig`` values: batch_size, grad_accum, max_length, method, lora_r, lora_dropout,
-    lora_targets), with
-    the estimated peak before and after when the model's ``shape`` is known (at ``seq_len`` tokens, the
-    longest example, else ``max_length``; ``p``, ``base_dtype_bytes``, ``trainer`` and ``precompute_ref``
-    as :func:`training_memory` takes them), the largest saving first; without a shape in the order they
-    usually save. Lowering:
+    lora_targets), with the estimated peak before and after when the model's ``shape`` is known (at
+    ``seq_len`` tokens, the longest example, else ``max_length``; ``p``, ``base_dtype_bytes``, ``trainer``
+    and ``precompute_ref`` as :func:`training_memory` takes them), the largest saving first; without a
+    shape in the order they usually save. Lowering:
 
     - batch_size to its largest divisor ≤ half, grad_accum up by as much: the same examples a step;
     - max_length by half, when the examples are longer than that (longer ones are dropped or cut);

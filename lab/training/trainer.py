@@ -37,7 +37,7 @@ from lab.data.templates import get_template
 from lab.models import distributed
 from lab.models.loading import load_model, peft_quietly, select_device
 from lab.models.scoring import score_letter
-from lab.models.weights import ALL_LINEAR, local_model_dir, model_shape, size_text, unknown_targets
+from lab.models.weights import ALL_LINEAR, local_model_shape, size_text, unknown_targets
 from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
 from lab.training.data import build_examples, pad_batch, pad_option_batch
@@ -313,8 +313,7 @@ def memory_estimate(cfg: TrainConfig, model, longest: int, args: TrainingArgumen
     """:func:`lab.training.estimates.training_memory` of this run at its ``longest`` example (a batch
     pads to its longest), or None for a model without a local folder and Llama-type config. ``terms``:
     the trainer's own (TRL's: ``trainer``, ``precompute_ref``)."""
-    folder = local_model_dir(cfg.model)
-    shape = model_shape(folder) if folder else None
+    shape = local_model_shape(cfg.model)
     if shape is None or not longest:
         return None
     frozen = [p.element_size() for p in model.parameters() if not p.requires_grad]
@@ -335,11 +334,8 @@ def out_of_memory_advice(cfg: TrainConfig, args: TrainingArguments, device: torc
     """What to lower for a run that ran out of memory (:func:`lab.training.estimates.memory_advice`),
     with the estimated peak before and after each change when the model's shape can be read; the
     weights' dtype is the job's (bf16 under autocast on a GPU, fp32 on a CPU), as LoRA would load them."""
-    folder = local_model_dir(cfg.model)
-    settings = {name: getattr(cfg, name) for name in ("batch_size", "grad_accum", "max_length", "method", "lora_r",
-                                                      "lora_dropout", "lora_targets")}
-    return memory_advice(settings, model_shape(folder) if folder else None, longest or None,
-                         run_precision(args, device), 2 if args.bf16 else 4, **terms)
+    return memory_advice(vars(cfg), local_model_shape(cfg.model), longest or None, run_precision(args, device),
+                         2 if args.bf16 else 4, **terms)
 
 
 def load_split_records(cfg: TrainConfig, split: str, files: list[str], limit: Optional[int]) -> list[MCQRecord]:
