@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 from jobs.launch import visible_gpus
-from lab.core.config import ConfigError, spec_of, walk
+from lab.core.config import ConfigError, model_fields, spec_of, walk
 from lab.jobkit import kinds
 from lab.models.weights import (BYTES, count_parameters, local_model_dir, local_model_shape, model_shape, size_text,
                                 unknown_targets)
@@ -228,9 +228,8 @@ def _setting(cls: type, values: dict[str, Any], dotted: str) -> Any:
 def models(kind: str, config: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
     """(field path, model, what the job does with it: inference or a training method) per model field."""
     cls = kinds.get(kind).config
-    for path, spec, holder, key, declaring in walk(cls, config):
-        if spec.role == "model" and isinstance(holder[key], str):
-            yield path, holder[key], _method(cls, config, declaring, holder, spec.trained_by)
+    for path, spec, holder, key, declaring in model_fields(cls, config):
+        yield path, holder[key], _method(cls, config, declaring, holder, spec.trained_by)
 
 
 def _method(cls: type, config: dict[str, Any], declaring: type, holder: dict[str, Any], trained_by: Optional[str]) -> str:

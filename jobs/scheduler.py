@@ -20,7 +20,6 @@ the Jobs page can say when no scheduler is running.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sqlite3
@@ -32,7 +31,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import psutil
 
@@ -42,6 +41,7 @@ from jobs.process import job_process, reap, terminate_tree
 from jobs.store import Job, JobStore
 from lab.core.events import EVENTS_FILE, EventWriter
 from lab.core.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
+from lab.jobkit.chain import ended_as
 
 Launcher = Callable[[Job, Launch], list[str]]
 STARTUP_TIMEOUT_S = 60.0  # a claimed job with no pid after this long lost its scheduler mid-start
@@ -87,14 +87,6 @@ def _write_problem(run_dir: Path) -> Optional[str]:
     return None
 
 
-def _read_result(run_dir: Path) -> Optional[dict[str, Any]]:
-    """``result.json``; None when absent, torn or unreadable (``_write_problem`` then says why)."""
-    try:
-        return json.loads((run_dir / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _emit_ended(run_dir: Path, status: str, error: Optional[str]) -> None:
     """Best effort: the store row is the record, and the run directory may be what went wrong."""
     try:
@@ -112,7 +104,7 @@ def _log_error(what: str) -> None:
 def finish(store: JobStore, job: Job, returncode: Optional[int] = None) -> Optional[Job]:
     """Record how a job whose process is gone ended; None if someone else recorded it first."""
     run_dir = Path(job.run_dir)
-    result = _read_result(run_dir)
+    result = ended_as(run_dir)
     if result is not None:
         status, error = result["status"], result.get("error")
     elif job.cancel_requested:
@@ -352,7 +344,7 @@ class Scheduler:
         if not slurm.over(now):
             return
         run_dir = Path(job.run_dir)
-        result = _read_result(run_dir)
+        result = ended_as(run_dir)
         if now is None and result is None:
             return  # Slurm cannot be asked just now, and the job has not said how it ended: ask again
         if now is None or result is not None or job.cancel_requested:

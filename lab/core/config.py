@@ -274,6 +274,12 @@ def walk(cls: type, values: Mapping[str, Any], where: str = "") -> Iterator[tupl
                 yield from walk(spec.entries, value, path)
 
 
+def model_fields(cls: type, values: Mapping[str, Any]) -> list[tuple[str, Spec, Any, str, type]]:
+    """:func:`walk`'s tuples of the set model fields (``role="model"``) that name a model, nested entries
+    too; listed whole before the caller sees one, so that it may replace the values as it goes."""
+    return [t for t in walk(cls, values) if t[1].role == "model" and isinstance(t[2][t[3]], str)]
+
+
 def with_defaults(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` completed with ``cls``'s declared defaults, so that an entry of a list field (a CFT
     source) means what its declaration says to every reader, not what each reader assumes."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from lab.core.config import ConfigError, walk
+from lab.core.config import ConfigError, model_fields
 from lab.core.events import EventWriter
 from lab.core.files import write_atomic
 from lab.core.layout import ADAPTER_DIR, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE
@@ -123,8 +123,8 @@ class Runs:
 def _referring(cls: type, values: dict[str, Any]) -> Iterator[tuple[str, Any, dict[str, Any], str, int]]:
     """Each model field of a config whose value is ``run:<id>``: (field path, spec, holder, key, job). The
     fields are listed before the first is given, so a caller may replace the values as it goes."""
-    for field, spec, holder, key, _ in list(walk(cls, values)):
-        job = job_of(field, holder[key]) if spec.role == "model" and isinstance(holder[key], str) else None
+    for field, spec, holder, key, _ in model_fields(cls, values):
+        job = job_of(field, holder[key])
         if job is not None:
             yield field, spec, holder, key, job
 

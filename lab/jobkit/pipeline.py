@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from lab.core.config import ConfigError, validate, walk
+from lab.core.config import ConfigError, model_fields, validate
 from lab.core.layout import CONFIG_FILE
 from lab.jobkit import kinds
 from lab.jobkit.chain import a_kind, ended_as
@@ -58,8 +58,8 @@ def is_pipeline(data: Any) -> bool:
 
 def _stage_refs(kind: str, values: dict[str, Any]) -> Iterable[tuple[str, dict[str, Any], str]]:
     """(field, holder, key) of every ``stage:<name>`` in a validated config's model fields."""
-    for field, spec, holder, key, _ in list(walk(kinds.get(kind).config, values)):
-        if spec.role == "model" and isinstance(holder[key], str) and holder[key].startswith(PREFIX):
+    for field, _, holder, key, _ in model_fields(kinds.get(kind).config, values):
+        if holder[key].startswith(PREFIX):
             yield field, holder, key
 
 
