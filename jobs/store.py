@@ -38,7 +38,7 @@ from jobs.preflight import check_devices, check_disk, check_gpu_request, check_l
 from jobs.slurm import parse_options
 from lab.core.config import ConfigError, check_int
 from lab.core.events import START, read_events
-from lab.core.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE
+from lab.core.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE, run_dir_name
 from lab.core.yamlio import load_yaml
 from lab.jobkit.chain import references
 from lab.jobkit.kinds import JobKind, parse_config, write_config
@@ -281,7 +281,7 @@ class JobStore:
                     raise ConfigError(f"after: there is no job {earlier} in {self.path}")
             last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             job_id = self._next_id(db)
-            run_dir = self.root / f"{job_id:05d}-{kind.name}"
+            run_dir = self.root / run_dir_name(job_id, kind.name)
             run_dir.mkdir(parents=True)  # new, never an old job's: _next_id is past every directory
             text = write_config(run_dir, kind, parsed)
             job_file = {"gpus": gpus, "processes": processes, "executor": executor,

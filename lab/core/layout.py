@@ -63,3 +63,8 @@ EVAL_DIR = "eval"
 START_FILE = "start.json"
 START_DIR = "start"
 RUN_DIR_NAME = re.compile(r"(\d{5,})-([a-z_]+)")  # 00042-evaluate: job 42's run directory
+
+
+def run_dir_name(job_id: int, kind: str) -> str:
+    """Job ``job_id``'s run directory name (:data:`RUN_DIR_NAME`), as the store and ``run:<id>`` know it."""
+    return f"{job_id:05d}-{kind}"

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Optional
 from lab.core.config import ConfigError, model_fields
 from lab.core.events import EventWriter
 from lab.core.files import write_atomic
-from lab.core.layout import ADAPTER_DIR, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE
+from lab.core.layout import ADAPTER_DIR, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE, run_dir_name
 from lab.core.trained import base_model, saved_weights
 from lab.jobkit.stages import stage
 from lab.models import distributed
@@ -76,7 +76,7 @@ class Runs:
     def find(self, field: str, job: int) -> tuple[Path, str]:
         """Job ``job``'s run directory in the store's folder, and its kind."""
         folder = Path(os.path.realpath(self.folder))
-        found = [p for p in folder.glob(f"{job:05d}-*") if RUN_DIR_NAME.fullmatch(p.name)]
+        found = [p for p in folder.glob(run_dir_name(job, "*")) if RUN_DIR_NAME.fullmatch(p.name)]
         if not found:
             raise ConfigError(f"{field}: there is no job {job} in {self.folder} (python -m jobs list shows the jobs)")
         if len(found) > 1:

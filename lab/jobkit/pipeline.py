@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from lab.core.config import ConfigError, model_fields, validate
-from lab.core.layout import CONFIG_FILE
+from lab.core.layout import CONFIG_FILE, run_dir_name
 from lab.jobkit import kinds
 from lab.jobkit.chain import a_kind, ended_as
 from lab.jobkit.sections import DEFAULT_MODEL
@@ -134,7 +134,7 @@ def run_here(stages: list[Stage], out: Path) -> int:
     that fails stops the rest. Returns the worker's exit code (0: every stage succeeded)."""
     ids: dict[str, int] = {}
     for n, stage in enumerate(stages, 1):
-        run_dir, ids[stage.name] = out / f"{n:05d}-{stage.kind}", n
+        run_dir, ids[stage.name] = out / run_dir_name(n, stage.kind), n
         if (ended_as(run_dir) or {}).get("status") == "succeeded":
             print(f"stage {n}/{len(stages)} {stage.name}: succeeded before, in {run_dir}", file=sys.stderr)
             continue
