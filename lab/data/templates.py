@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
-from typing import Callable, Literal, Mapping, Optional, Sequence
+from typing import Any, Callable, Literal, Mapping, Optional, Sequence
 
 from lab.core.errors import DataError
 from lab.core.registry import Registry
@@ -156,12 +156,17 @@ def _cft_user(record: MCQRecord) -> tuple[str, list[str]]:
 @register("cft_chat", "letter", "CFT/RCFT chat format: system prompt + 'Answer with only a single letter:' (model's chat template)")
 def cft_chat(record: MCQRecord, tokenizer=None) -> Prompt:
     user, letters = _cft_user(record)
-    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+    if has_chat_template(tokenizer):
         messages = [{"role": "system", "content": CFT_SYSTEM}, {"role": "user", "content": user}]
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return Prompt(text, tuple(letters), chat=True)
     # A base model without a chat template: the same words as plain text.
     return Prompt(f"{CFT_SYSTEM}\n\n{user}", tuple(f" {l}" for l in letters))
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether a tokenizer (or None) has a chat template: an instruction-tuned model's, not a base model's."""
+    return bool(tokenizer is not None and getattr(tokenizer, "chat_template", None))
 
 
 def alpaca_prompt(messages: Sequence[Mapping[str, str]]) -> str:
@@ -183,7 +188,7 @@ def alpaca_prompt(messages: Sequence[Mapping[str, str]]) -> str:
 def user_turn(tokenizer, message: str, plain: str) -> tuple[str, bool]:
     """``message`` as the user's turn of the model's chat template, ready for the reply; for a
     model without a chat template, the ``plain`` text. Returns (text, whether it is chat-rendered)."""
-    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+    if has_chat_template(tokenizer):
         return tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
                                              add_generation_prompt=True), True
     return plain, False

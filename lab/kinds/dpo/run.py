@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 from lab.core.errors import DataError
 from lab.data.loaders import log_skipped
 from lab.data.preferences import PreferencePair, load_pairs
-from lab.data.templates import alpaca_prompt
+from lab.data.templates import alpaca_prompt, has_chat_template
 from lab.jobkit.worker import JobContext
 from lab.kinds.dpo.config import DpoConfig
 from lab.kinds.sft.run import calibration_check
@@ -85,7 +85,7 @@ def run_job(cfg: DpoConfig, ctx: JobContext) -> dict[str, Any]:
     if not examples:
         raise DataError(f"No usable preference pairs in {where}: all {len(pairs)} refused. First: {refused[0]}")
     model, tokenizer, device = prepare_model(cfg)
-    if not getattr(tokenizer, "chat_template", None):  # a base model: Stanford Alpaca's prompt, plain responses
+    if not has_chat_template(tokenizer):  # a base model: Stanford Alpaca's prompt, plain responses
         examples = [plain_preference(e) for e in examples]
     skipped = len(problems) + len(refused)
     reference = ("the adapter-disabled base" if cfg.method != "full" else

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from lab.data.instructions import load_instructions
 from lab.data.loaders import log_skipped
+from lab.data.templates import has_chat_template
 from lab.jobkit.worker import JobContext
 from lab.kinds.evaluate.run import evaluate
 from lab.kinds.sft.config import CALIBRATION_DIR, SftConfig
@@ -70,7 +71,7 @@ def run_job(cfg: SftConfig, ctx: JobContext) -> dict[str, Any]:
                              seed=cfg.seed, limit=cfg.limit)
     log_skipped(data.problems, ctx.log)
     model, tokenizer, device = prepare_model(cfg)
-    chat = bool(getattr(tokenizer, "chat_template", None))  # a base model has none: Alpaca's prompt instead
+    chat = has_chat_template(tokenizer)  # a base model has none: Alpaca's prompt instead
     examples = [record.example() if chat else record.plain_example() for record in data.records]
     rendered = "in the model's chat template" if chat else "as Stanford Alpaca prompts (the model has no chat template)"
     ctx.events.emit("log", message=f"{STAGE}: {len(examples)} instruction–response pairs from {data.source}, "
