@@ -34,6 +34,7 @@ from lab.kinds.compare.config import MAX_MODELS
 from lab.kinds.compare.run import format_questions, history_dir, parse_questions, read_result
 from lab.models.weights import NAMED_MODELS, size_text
 from lab.results import runs
+from lab.results.reports import csv_text
 from ui.components import NO_CALIBRATOR, calibrator_choices, export, picked_calibrator, run_picker
 from ui.context import LabContext
 from ui.job_results import compare_answers, compare_figure
@@ -103,7 +104,8 @@ def question_choices(result: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 def _export_table(ctx: LabContext, table: pd.DataFrame, name: str) -> dict[str, Any]:
-    return export(ctx, f"compare-{Path(name).name}.csv", lambda path: table.to_csv(path, index=False))
+    text = csv_text(table)
+    return export(ctx, f"compare-{Path(name).name}.csv", lambda path: path.write_text(text, encoding="utf-8"))
 
 
 def answers_table(table: pd.DataFrame) -> dict[str, Any]:

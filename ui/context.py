@@ -37,18 +37,20 @@ class ResultCache:
         self._size = size
 
     @staticmethod
-    def _read(path: Path, version: tuple[int, int]) -> Predictions:
-        return load_predictions(path)
+    def _read(path: Path, name: str, version: tuple[int, int]) -> Predictions:
+        return load_predictions(path, name)
 
-    def _compute_sweep(self, path: Path, version: tuple[int, int], form: str, n_bins: int, edges: str) -> Sweep:
-        return temperature_sweep(self._load(path, version), form=form, n_bins=n_bins, edges=edges)
+    def _compute_sweep(self, path: Path, name: str, version: tuple[int, int], form: str, n_bins: int,
+                       edges: str) -> Sweep:
+        return temperature_sweep(self._load(path, name, version), form=form, n_bins=n_bins, edges=edges)
 
     def predictions(self, run: EvalRun) -> Predictions:
-        """Raises OSError or ValueError (naming file and line) as :func:`lab.results.analysis.load_predictions`."""
-        return self._load(run.path, _version(run))
+        """Raises OSError or ValueError (naming the run's file and line, never its absolute path) as
+        :func:`lab.results.analysis.load_predictions`."""
+        return self._load(run.path, run.name, _version(run))
 
     def sweep(self, run: EvalRun, form: str, n_bins: int, edges: str) -> Sweep:
-        return self._sweep(run.path, _version(run), form, n_bins, edges)
+        return self._sweep(run.path, run.name, _version(run), form, n_bins, edges)
 
     def selective_summary(self, run: EvalRun, signal: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """``compute()`` (the run's selective summary under ``signal``), once per version of its predictions."""

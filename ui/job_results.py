@@ -3,26 +3,34 @@
 Each kind shows what it produced, read from its run directory (never from this session):
 an evaluation its headline numbers and reliability diagram, a pipeline (FIRST, CFT) its report
 table, a comparison its answers, an extraction its coverage curve, a series its life-cycle figure
-(the Life cycle page adds its tables). Kinds with nothing to draw draw nothing: no empty plot frame.
+(the Life cycle page adds its tables), an alignment stage (sft, dpo) each calibration task before → after
+training with the evaluations between and, for DPO, the rewards TRL logged. Kinds with nothing to draw draw
+nothing: no empty plot frame.
 """
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 import pandas as pd
 
-from lab.core.layout import MANIFEST_FILE, REPORT_MD, TOPK_DIR
+from lab.core import stored
+from lab.core.events import read_events
+from lab.core.layout import EVENTS_FILE, MANIFEST_FILE, REPORT_MD, TOPK_DIR
 from lab.data.templates import option_letter
 from lab.kinds.compare.run import COLUMNS as COMPARE_COLUMNS
 from lab.kinds.compare.run import read_result
 from lab.kinds.compare.run import rows as compare_rows
+from lab.kinds.dpo.run import REWARDS_EVENT
+from lab.kinds.sft.config import CALIBRATION_DIR
 from lab.results import runs, series
+from lab.training.snapshots import STEP
 from ui.plots import coverage_figure, lifecycle_figure, option_bars, plain, reliability_figure
 
 MAX_REPORT_CHARS = 20_000  # a report longer than this is cut (the file holds it all)
+ALIGNMENT_KINDS = ("sft", "dpo")  # training runs that evaluate calibration/step-<n>/t<j>-<task>/ as they go
+REWARDS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")  # TRL's DPO logs
 
 
 class JobResults(NamedTuple):
@@ -61,11 +69,12 @@ def _evaluation(ctx_runs: Path, run_dir: str) -> JobResults:
 
 def _report(run_dir: str) -> JobResults:
     try:
-        text = (Path(run_dir) / REPORT_MD).read_text(encoding="utf-8", errors="replace")
+        with open(Path(run_dir) / REPORT_MD, encoding="utf-8", errors="replace") as f:
+            text = f.read(MAX_REPORT_CHARS + 1)  # no more than is shown: the file may be any size
     except OSError:
         return NOTHING
     if len(text) > MAX_REPORT_CHARS:
-        text = text[:MAX_REPORT_CHARS] + f"\n\n… (cut; the whole report is `{Path(run_dir) / REPORT_MD}`)"
+        text = text[:MAX_REPORT_CHARS] + f"\n\n… (cut; the whole report is `{Path(run_dir).name}/{REPORT_MD}`)"
     return JobResults(text, None, None, None)
 
 
@@ -104,13 +113,11 @@ def _compare(run_dir: str) -> JobResults:
 def _extract(run_dir: str) -> JobResults:
     path = Path(run_dir) / TOPK_DIR / MANIFEST_FILE
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = stored.read_object(path)
     except (OSError, ValueError):
         return NOTHING
-    if not isinstance(manifest, dict):
-        return NOTHING
-    return JobResults(f"Top-k store: `{path.parent}` (k = {manifest.get('k', '?')})", coverage_figure(manifest), None,
-                      None)
+    return JobResults(f"Top-k store: `{Path(run_dir).name}/{TOPK_DIR}` (k = {str(manifest.get('k', '?'))[:20]})",
+                      coverage_figure(manifest), None, None)
 
 
 def _series(run_dir: str) -> JobResults:
@@ -127,6 +134,122 @@ def _series(run_dir: str) -> JobResults:
                       "Life cycle: ECE (top) and accuracy (bottom) along the series, one column per task")
 
 
+class Cell(NamedTuple):
+    """One calibration evaluation of an alignment run: task ``key`` (``t0-mcq``) at optimiser ``step``."""
+
+    step: int
+    key: str
+    run: runs.EvalRun
+
+
+def calibration_cells(ctx_runs: Path, run_dir: str) -> list[Cell]:
+    """The evaluations under ``run_dir/calibration/step-<n>/<key>/``, by step, then task."""
+    base, cells = Path(os.path.realpath(run_dir)), []
+    for run in runs.job_evaluations(ctx_runs, run_dir):
+        path = Path(os.path.realpath(run.path))
+        parts = path.relative_to(base).parts if path.is_relative_to(base) else ()
+        step = STEP.fullmatch(parts[1]) if len(parts) == 3 and parts[0] == CALIBRATION_DIR else None
+        if step:
+            cells.append(Cell(int(step[1]), parts[2], run))
+    return sorted(cells, key=lambda c: (c.step, c.key))
+
+
+def _md(text: Any) -> str:
+    """Text from a run's files as a markdown table cell: shown as written, never as markup."""
+    return html.escape(str(text)).replace("|", "&#124;")
+
+
+def _ece(run: runs.EvalRun) -> str:
+    interval = f" ({_pct(run.ece_ci[0])}–{_pct(run.ece_ci[1])})" if run.ece_ci else ""
+    return _pct(run.ece) + interval
+
+
+def _task(cell: Cell) -> str:
+    return _md(" · ".join(p for p in (cell.key, "/".join(x for x in (cell.run.dataset, cell.run.split) if x)) if p))
+
+
+def _before_after(cells: list[Cell]) -> str:
+    """Each task's first evaluation (before training) → its last, as one table row each."""
+    last = max(c.step for c in cells)
+    first = min(c.step for c in cells)
+    head = (f"**Calibration before → after training** (step {first} → step {last}, the last evaluated)\n\n"
+            "| task | n | accuracy | ECE (95% interval) |\n|---|---|---|---|")
+    rows = []
+    for key in sorted({c.key for c in cells}):
+        own = [c for c in cells if c.key == key]
+        a, b = own[0], own[-1]
+        if a is b:
+            rows.append(f"| {_task(a)} | {a.run.n} | {_pct(a.run.accuracy)} → … | {_ece(a.run)} → … |")
+            continue
+        n = str(a.run.n) if a.run.n == b.run.n else f"{a.run.n} → {b.run.n}"
+        rows.append(f"| {_task(a)} | {n} | {_pct(a.run.accuracy)} → **{_pct(b.run.accuracy)}** | "
+                    f"{_ece(a.run)} → **{_ece(b.run)}** |")
+    return "\n".join([head, *rows])
+
+
+def _per_evaluation(cells: list[Cell], epochs: dict[int, float]) -> str:
+    """Every evaluation, in step order: the curve of the plots below, with each point's interval."""
+    rows = [f"| {c.step} | {epochs.get(c.step, '–') if c.step else 0} | {_task(c)} | {_pct(c.run.accuracy)} | "
+            f"{_ece(c.run)} | {'–' if c.run.nll is None else f'{c.run.nll:.3f}'} | {c.run.n} |" for c in cells]
+    return "\n".join(["**Each evaluation** (before training, then after every epoch or eval_steps)", "",
+                      "| step | epoch | task | accuracy | ECE (95% interval) | NLL | n |",
+                      "|---|---|---|---|---|---|---|", *rows])
+
+
+def _finite(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
+        value) else None
+
+
+def reward_table(events: list[dict[str, Any]]) -> str:
+    """DPO's reward figures as TRL logged them: the mean of each epoch's logs, then the last log.
+    A step logged twice (a run resumed from a checkpoint before it) counts once, as last logged."""
+    by_step = {e["step"]: e for e in events if e.get("stage") == REWARDS_EVENT and isinstance(e.get("step"), int)}
+    logged = [by_step[s] for s in sorted(by_step)]
+    if not logged:
+        return ""
+    epochs: dict[int, list[dict[str, Any]]] = {}
+    for e in logged:
+        epoch = _finite(e.get("epoch")) or 0.0
+        epochs.setdefault(max(1, math.ceil(epoch - 1e-9)), []).append(e)
+
+    def figures(group: list[dict[str, Any]]) -> str:
+        means = []
+        for key in REWARDS:
+            values = [v for v in (_finite(e.get(key)) for e in group) if v is not None]
+            mean = sum(values) / len(values) if values else None
+            means.append("–" if mean is None else _pct(mean) if key.endswith("accuracies") else f"{mean:+.3f}")
+        return " | ".join(means)
+
+    rows = [f"| epoch {epoch} | {group[0]['step']}–{group[-1]['step']} | {figures(group)} |"
+            for epoch, group in sorted(epochs.items())]
+    rows.append(f"| final (last log) | {logged[-1]['step']} | {figures(logged[-1:])} |")
+    return "\n".join(["**DPO rewards** (β-scaled log-ratios to the reference, as TRL logs them; each epoch's "
+                      "the mean of its logs)", "", f"| | steps | {' | '.join(REWARDS)} |", "|---|---|---|---|---|---|",
+                      *rows])
+
+
+def _alignment(ctx_runs: Path, kind: str, run_dir: str) -> JobResults:
+    """An sft or dpo run: each calibration task before → after training, every evaluation with its
+    interval, DPO's rewards; the diagram of the first task's last evaluation."""
+    events, _ = read_events(Path(run_dir) / EVENTS_FILE)
+    epochs = {e["step"]: e["epoch"] for e in events if e.get("stage") == "train_eval"
+              and isinstance(e.get("step"), int) and _finite(e.get("epoch")) is not None}
+    cells = calibration_cells(ctx_runs, run_dir)
+    parts = [_before_after(cells), _per_evaluation(cells, epochs)] if cells else []
+    if kind == "dpo":
+        parts.append(reward_table(events))
+    text = "\n\n".join(p for p in parts if p)
+    if not cells:
+        return JobResults(text, None, None, None)
+    shown = [c for c in cells if c.key == cells[0].key][-1]
+    metrics = runs.read_metrics(shown.run.path) or {}
+    when = "before training" if shown.step == 0 else f"at step {shown.step}"
+    return JobResults(text + f"\n\nRun drawn: **{html.escape(shown.run.label)}** (`{shown.run.name}`)",
+                      reliability_figure(metrics, shown.run.label), None, shown.run.name,
+                      f"Reliability: {shown.key} {when}, the latest evaluation")
+
+
 def job_results(ctx_runs: Path, kind: str, run_dir: Optional[str]) -> JobResults:
     """What the job's page shows of its outputs; :data:`NOTHING` before it wrote any."""
     if not run_dir:
@@ -139,6 +262,8 @@ def job_results(ctx_runs: Path, kind: str, run_dir: Optional[str]) -> JobResults
         return _extract(run_dir)
     if kind == "series":
         return _series(run_dir)
+    if kind in ALIGNMENT_KINDS:
+        return _alignment(ctx_runs, kind, run_dir)
     report = _report(run_dir)
     if report.text:
         return report

@@ -14,9 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from lab.calibration.metrics import finite_or_none
 from lab.core.events import EVENTS_FILE, STAGE, START, read_events
 
 PROGRESS_KEYS = ("step", "total")
+# Fields the pages do arithmetic on or draw (counts, the ETA, the training curves): an event holding one
+# that is no finite number (``"step": "x"``, ``"loss": [1]``; lab.core.events checks ``time`` and ``stage``)
+# is left out of every page rather than stop the poll that reads it.
+NUMBER_KEYS = ("step", "total", "tokens", "tokens_total", "loss", "lr", "epoch")
 MARKERS = (START, STAGE)  # events that say a stage (with no count yet) began
 STARTING = "starting"  # what a worker does between its start event and its first stage
 
@@ -41,8 +46,14 @@ class EventCache:
         with self._lock:
             entry = self._entries.setdefault(path, _Entry())
             new, entry.offset = read_events(path, entry.offset)
-            entry.events.extend(new)
+            entry.events.extend(event for event in new if usable(event))
             return entry.events
+
+
+def usable(event: dict[str, Any]) -> bool:
+    """Whether every :data:`NUMBER_KEYS` field ``event`` has is a finite number, and its ``name`` text."""
+    numbers = all(finite_or_none(event[key]) is not None for key in NUMBER_KEYS if key in event)
+    return numbers and isinstance(event.get("name", ""), str)
 
 
 @dataclass(frozen=True)

@@ -322,7 +322,11 @@ def finite_or_none(x: Any) -> float | None:
     None): what a JSON file may hold, and what a table read from another version's file may show."""
     if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
         return None
-    return float(x) if math.isfinite(x) else None
+    try:
+        value = float(x)
+    except OverflowError:  # an integer past a float's range (10**400 in a stored file)
+        return None
+    return value if math.isfinite(value) else None
 
 
 def reliability_rows(conf: Any, correct: Any, n_bins: int = 10, strategy: Strategy = "width",

@@ -9,7 +9,6 @@ Which evaluations there are is :mod:`lab.results.runs`'s business; case studies 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
@@ -20,12 +19,14 @@ import pandas as pd
 from lab.calibration import metrics
 from lab.calibration.checks import BinEdges, check_edges
 from lab.calibration.metrics import finite_or_none
-from lab.calibration.summary import token_arrays, token_scores
+from lab.calibration.summary import row_sum_sq, token_arrays, token_scores
 from lab.calibration.temperature import (FORMS, LAB_SWEEP_BOUNDS, LAB_SWEEP_GRIDS, Form, TokenLogits, scale,
-                                         scaled_token_probs, temperature_paper, widened_search)
+                                         scaled_token_probs, temperature_paper, token_sum_sq, widened_search)
+from lab.core import stored
 from lab.core.layout import PREDICTIONS_FILE
 from lab.data.synthetic import true_distributions
 from lab.data.templates import option_letter
+from lab.results.reports import csv_text
 from lab.results.runs import find_evaluations, read_metrics
 
 LEGACY_BIN_EDGES = "left"  # what a metrics.json without "bin_edges" was binned with (before the choice existed)
@@ -79,6 +80,7 @@ class Predictions:
     bin_edges: BinEdges = "right"
     task: str = MCQ
     logits: Optional[TokenLogits] = None
+    name: str = "this run"  # what messages call the run (its name under the runs folder), never its absolute path
 
 
 def _vector(row: dict[str, Any], key: str, where: str) -> list[float]:
@@ -106,53 +108,51 @@ def _row_probs(row: Any, where: str) -> list[float]:
     return probs
 
 
-def _read_rows(file: Path) -> list[tuple[int, Any]]:
-    """(line number, parsed object) for every non-blank line; a malformed line names itself."""
+def _read_rows(file: Path, where: str) -> list[tuple[int, Any]]:
+    """(line number, parsed object) for every non-blank line, read through :mod:`lab.core.stored` (size
+    and depth bounded); ``where`` names the file. A bad line names itself: metrics computed without
+    it would not be the run's, so the run is refused, not shown short of a question."""
     try:
-        lines = file.read_text(encoding="utf-8").splitlines()
+        rows, problems = stored.read_lines(file, where, objects=False)
     except FileNotFoundError:
-        raise FileNotFoundError(f"No predictions at {file}") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{file}: not UTF-8 text ({e})") from None
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append((number, json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{file}:{number}: not valid JSON ({e.msg}); is the file still being written?") from None
+        raise FileNotFoundError(f"No predictions in {where.rpartition('/')[0] or 'this run'}") from None
+    if problems:
+        raise ValueError(f"{stored.summary(problems)}. Rerun the evaluation to rewrite its predictions.")
     if not rows:
-        raise ValueError(f"{file} holds no predictions (the file is empty)")
+        raise ValueError(f"{where} holds no predictions (the file is empty)")
     return rows
 
 
-def load_predictions(path: Path) -> Predictions:
+def load_predictions(path: Path, name: Optional[str] = None) -> Predictions:
     """``predictions.jsonl`` (the file or its directory) as :class:`Predictions`.
 
     Raises ValueError naming the file and line for an empty file or a malformed row, and naming
-    the run for a ``bin_edges`` in its ``metrics.json`` that is no convention.
+    the run for a ``bin_edges`` in its ``metrics.json`` that is no convention. ``name``: the run as
+    messages call it (its name under the runs folder; default its folder's own name), never the
+    absolute path, which a page would show.
     """
     path = Path(path)
     file = path / PREDICTIONS_FILE if path.is_dir() else path
-    numbered = _read_rows(file)
-    info = read_metrics(file.parent) or {}
+    name = name or file.parent.name
+    shown = Path(name) / file.name  # what messages name: the run, not where the server keeps it
+    numbered = _read_rows(file, shown.as_posix())
+    info = read_metrics(path if path.is_dir() else path.parent) or {}
     dataset, edges = info.get("dataset"), info.get("bin_edges", LEGACY_BIN_EDGES)
     try:
         check_edges(edges)
     except ValueError as e:
-        raise ValueError(f"{file.parent}: metrics.json: {e}") from None
+        raise ValueError(f"{name}: metrics.json: {e}") from None
     dataset = None if dataset is None else str(dataset)
     rows = [row for _, row in numbered]
     if isinstance(rows[0], dict) and "target_id" in rows[0]:
-        probs, labels = _token_arrays(file, numbered)
+        probs, labels = _token_arrays(shown, numbered)
         task = info.get("task") if info.get("task") in TOKEN_TASKS else TOKEN_TASKS[0]
         return Predictions(probs, np.ones(probs.shape, dtype=bool), labels, rows, file, dataset, edges, str(task),
-                           _token_logits(file, numbered, info.get("temperature_grid")))
-    vectors = [_row_probs(row, f"{file}:{number}") for number, row in numbered]
+                           _token_logits(shown, numbered, info.get("temperature_grid")), name)
+    vectors = [_row_probs(row, f"{shown}:{number}") for number, row in numbered]
     probs, mask = metrics.padded(vectors)
     labels = np.array([row["answer"] for row in rows], dtype=np.int64)
-    return Predictions(probs, mask, labels, rows, file, dataset, edges)
+    return Predictions(probs, mask, labels, rows, file, dataset, edges, name=name)
 
 
 def _token_arrays(file: Path, numbered: list[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -208,8 +208,7 @@ def require_options(pred: Predictions, what: str, instead: str = "") -> None:
     needs every option's probability, which a token run keeps only for its top tokens; ``instead``
     says what to do."""
     if is_token_run(pred):
-        where = pred.path.parent if pred.path is not None else "this run"
-        raise ValueError(f"{where} is a token-level run (task {pred.task}): {what} needs the probability of every "
+        raise ValueError(f"{pred.name} is a token-level run (task {pred.task}): {what} needs the probability of every "
                          f"option, and the run keeps only the top tokens of the vocabulary and the rest mass."
                          + (f" {instead}" if instead else ""))
 
@@ -235,21 +234,21 @@ def reported_summary(pred: Predictions, n_bins: int = 10, strategy: metrics.Stra
                      edges: Optional[BinEdges] = None, n_boot: int = 0) -> dict[str, Any]:
     """:func:`calibration_summary` of the run as it reported it (``edges`` default: the run's own).
     A token-level run gets the same keys as its ``metrics.json``: the binned figures from each
-    target's confidence and correctness, NLL from the target's probability (exact), Brier over the
-    top tokens and the rest, and no class-wise ECE (None)."""
+    target's confidence and correctness, NLL and Brier over the whole vocabulary (exact; Brier None for a
+    run that did not keep each target's Σ p²), and no class-wise ECE (None)."""
     edges = pred.bin_edges if edges is None else edges
     if not is_token_run(pred):
         return calibration_summary(reported_probs(pred), pred.mask, pred.labels, n_bins, strategy, edges, n_boot)
-    return _token_summary(pred, pred.probs, reported_confidence(pred), [float(row["target_prob"]) for row in pred.rows],
-                          n_bins, strategy, edges, n_boot)
+    return _token_summary(pred, reported_confidence(pred), [float(row["target_prob"]) for row in pred.rows],
+                          row_sum_sq(pred.rows), n_bins, strategy, edges, n_boot)
 
 
-def _token_summary(pred: Predictions, vectors: np.ndarray, conf: np.ndarray, target_probs: Any, n_bins: int,
+def _token_summary(pred: Predictions, conf: np.ndarray, target_probs: Any, sum_sq: Optional[np.ndarray], n_bins: int,
                    strategy: metrics.Strategy, edges: BinEdges, n_boot: int) -> dict[str, Any]:
-    """A token run's summary from its top tokens and rest (``vectors``, as :attr:`Predictions.probs`), each
-    target's confidence and probability: the keys of :func:`calibration_summary`, cw-ECE None."""
+    """A token run's summary from each target's confidence, probability and Σ p² over the vocabulary
+    (None: Brier unknown): the keys of :func:`calibration_summary`, cw-ECE None."""
     summary = confidence_summary(conf, reported_correct(pred), n_bins, strategy, edges, n_boot)
-    return {**summary, **token_scores(vectors, pred.labels, target_probs), "cw_ece": None,
+    return {**summary, **token_scores(target_probs, sum_sq), "cw_ece": None,
             "trust": metrics.trust(summary["accuracy"], summary["ece"])}
 
 
@@ -290,7 +289,7 @@ def token_logits(pred: Predictions) -> TokenLogits:
     """A token run's :attr:`Predictions.logits`; a ValueError naming the run when it was evaluated
     before the lab kept them."""
     if pred.logits is None:
-        raise ValueError(f"{pred.path.parent if pred.path is not None else 'This token run'} {EVALUATE_AGAIN}.")
+        raise ValueError(f"{pred.name} {EVALUATE_AGAIN}.")
     return pred.logits
 
 
@@ -298,7 +297,7 @@ def _token_probs(pred: Predictions, temperature: float, form: str = "logit") -> 
     """A token run at ``temperature`` over the whole vocabulary: its top tokens and the rest (n, k + 1),
     as :attr:`Predictions.probs` holds them, and each target's probability (n,)."""
     if form == "paper":
-        raise ValueError(f"{pred.path.parent if pred.path is not None else 'This'} is a token-level run (task "
+        raise ValueError(f"{pred.name} is a token-level run (task "
                          f"{pred.task}): {PAPER_ON_TOKENS}.")
     logits = token_logits(pred)
     top, target = scaled_token_probs(logits.top, logits.target, logits.log_z, logits.grid, temperature)
@@ -332,8 +331,14 @@ def temperature_summary(pred: Predictions, temperature: Optional[float], form: F
         probs = pred.probs if temperature is None else recalibrate(pred, temperature, form)
         return calibration_summary(probs, pred.mask, pred.labels, n_bins, strategy, edges, n_boot)
     _check_form(form)
-    vectors, target = _token_probs(pred, 1.0 if temperature is None else _check_temperature(temperature), form)
-    return _token_summary(pred, vectors, vectors[:, 0], target, n_bins, strategy, edges, n_boot)
+    t = 1.0 if temperature is None else _check_temperature(temperature)
+    vectors, target = _token_probs(pred, t, form)
+    summary = _token_summary(pred, vectors[:, 0], target, token_sum_sq(token_logits(pred), t), n_bins, strategy,
+                             edges, n_boot)
+    if summary["brier"] is None:  # T / 2 below the grid the log-partition was kept at
+        summary["brier_note"] = (f"Brier needs log Z at T / 2 = {t / 2:.3g}, below the temperatures this run kept "
+                                 "its log-partition at")
+    return summary
 
 
 def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
@@ -416,7 +421,7 @@ def _sweep_point(pred: Predictions, t: float, form: Form, n_bins: int, edges: Bi
         vectors, target = _token_probs(pred, t, form)
         correct = reported_correct(pred)
         return {"temperature": t, "ece": metrics.ece(vectors[:, 0], correct, n_bins, edges=edges),
-                "nll": token_scores(vectors, pred.labels, target)["nll"], "accuracy": float(np.mean(correct))}
+                "nll": token_scores(target, None)["nll"], "accuracy": float(np.mean(correct))}
     probs = recalibrate(pred, t, form)
     choice, conf = metrics.predictions(probs, pred.mask)
     correct = choice == pred.labels
@@ -493,14 +498,22 @@ def results_table(root: Path) -> pd.DataFrame:
 
 
 def results_csv(df: pd.DataFrame) -> str:
-    """The table as CSV text, for a download button."""
-    return df.to_csv(index=False)
+    """The table as CSV text, for a download button; a run's name that a spreadsheet would run as a
+    formula is written as text (:func:`lab.results.reports.csv_text`)."""
+    return csv_text(df)
 
 
 def _as_letter(token: Any) -> str:
     """A decoded token compared as a letter: it may carry a leading space, and some templates
     (``first_lower``) letter the options in lower case."""
     return str(token).strip().upper()
+
+
+def _top_tokens(tokens: Any) -> bool:
+    """Whether a row's ``top_tokens`` can be ranked: a non-empty list of ``{token, prob}`` with finite
+    probabilities (a row without them, or with a damaged list, adds nothing to the table)."""
+    return isinstance(tokens, list) and bool(tokens) and all(
+        isinstance(t, dict) and "token" in t and finite_or_none(t.get("prob")) is not None for t in tokens)
 
 
 def positionwise_topk(pred: Predictions) -> pd.DataFrame:
@@ -511,7 +524,7 @@ def positionwise_topk(pred: Predictions) -> pd.DataFrame:
     if is_token_run(pred):  # its top tokens are the vocabulary's at a target, not answer letters
         return pd.DataFrame(columns=TOPK_COLUMNS)
     tops = [(sorted(row["top_tokens"], key=lambda t: -t["prob"]), option_letter(row["answer"]))
-            for row in pred.rows if row.get("top_tokens")]
+            for row in pred.rows if _top_tokens(row.get("top_tokens"))]
     if not tops:
         return pd.DataFrame(columns=TOPK_COLUMNS)
     depth = max(len(tokens) for tokens, _ in tops)

@@ -36,7 +36,11 @@ TOKEN_CONTEXT_CHARS = 150  # of a token target's context, shown before it (the c
 TARGET_MARKS = ("⟦", "⟧")  # around a token target, after its context, in the question column
 
 
-def _options_text(choices: Sequence[Any]) -> str:
+def _options_text(choices: Any) -> str:
+    """The options lettered; a stored row's ``choices`` that is no list (``5``: a file edited by hand) is
+    shown as the text it holds, since the case table's other columns still stand without it."""
+    if not isinstance(choices, (list, tuple)):
+        return "" if choices is None else str(choices)
     return " · ".join(f"{option_letter(i)}. {choice}" for i, choice in enumerate(choices))
 
 
@@ -58,7 +62,9 @@ def top_tokens_text(row: dict[str, Any]) -> str:
     def digits(p: Any) -> float:
         return float(f"{float(p):.3g}")
 
-    tops = [f"{token_text(t)} {digits(p)}" for t, p in zip(row["top_tokens"], row["top_probs"])]
+    tokens = row.get("top_tokens")  # the decoded text; the checked ids and probabilities stand without it
+    tokens = tokens if isinstance(tokens, list) and len(tokens) == len(row["top_probs"]) else row["top_ids"]
+    tops = [f"{token_text(t)} {digits(p)}" for t, p in zip(tokens, row["top_probs"])]
     return " · ".join(tops + [f"rest {digits(row['rest'])}"])
 
 
@@ -114,7 +120,7 @@ def case_table(pred: Predictions, probs: Optional[np.ndarray] = None) -> pd.Data
         "id": [str(row.get("id", i)) for i, row in enumerate(pred.rows)],
         "dataset": [_row_dataset(row, pred.dataset) for row in pred.rows],
         "question": [str(row.get("question", "")) for row in pred.rows],
-        "options": [_options_text(row.get("choices") or []) for row in pred.rows],
+        "options": [_options_text(row.get("choices")) for row in pred.rows],
         "answer": [option_letter(int(a)) for a in pred.labels],
         "prediction": [option_letter(int(c)) for c in choice],
         "confidence": conf,

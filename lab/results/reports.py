@@ -1,15 +1,21 @@
-"""What the pipelines' ``report.json`` / ``report.md`` writers share."""
+"""What the pipelines' ``report.json`` / ``report.md`` writers share, and the one writer of every CSV the lab
+hands out (Results' export, a series' ``series.csv``, Compare's export)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from lab.core.files import write_atomic
 from lab.core.layout import REPORT_JSON, REPORT_MD
 
 ROW_KEYS = ("method", "dataset", "split", "in_domain", "n", "accuracy", "ece", "ece_ci_low", "ece_ci_high",
             "cw_ece", "nll", "trust", "temperature", "aurc", "auroc")
+# A spreadsheet runs a cell starting with one of these as a formula (=HYPERLINK(…), +cmd|…, @SUM…); a tab or a
+# carriage return first hides such a start from a check of the first character alone (OWASP, "CSV Injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 SELECTIVE_HEAD = ["AURC ↓", "AUROC ↑"]  # the columns of selective prediction every report table ends a set with
 
 
@@ -32,3 +38,17 @@ def write_files(out: Path, report: dict[str, Any], markdown: str) -> dict[str, A
     write_atomic(out / REPORT_JSON, json.dumps(report, indent=2) + "\n")
     write_atomic(out / REPORT_MD, markdown)
     return report
+
+
+def _inert(value: Any) -> Any:
+    """A text cell that a spreadsheet would run as a formula, with a single quote before it (shown as
+    text, the quote hidden); anything else, numbers included, as it is."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """``frame`` as CSV text (no index) whose text cells and headers (run names, questions, model
+    names: anything a user or a file could set) no spreadsheet runs as a formula."""
+    safe = frame.map(_inert)
+    safe.columns = [_inert(str(column)) for column in frame.columns]
+    return safe.to_csv(index=False)

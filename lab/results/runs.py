@@ -23,17 +23,17 @@ catalogue looks. No gradio here: the pages, the API and :mod:`lab.results.analys
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from lab.calibration import calibrators
 from lab.calibration.metrics import finite_or_none
 from lab.calibration.temperature import load_temperature
+from lab.core import stored
 from lab.core.layout import (ADAPTER_DIR, CALIBRATOR_FILE, CHECKPOINTS_DIR, COMPARE_FILE, CONFIG_FILE, EVAL_DIR,
                              FITTED_TEMPERATURE_DIR, LABEL_FILE, MANIFEST_FILE, METRICS_FILE, MODEL_DIR,
                              PREDICTIONS_FILE, REPORT_JSON, SERIES_FILE, SNAPSHOTS_DIR, TEMPERATURE_FILE, TOPK_DIR)
@@ -107,6 +107,7 @@ class Catalogue:
     comparisons: dict[str, Path]  # newest compare.json first
     calibrators: dict[str, Path]  # newest calibrator.json first
     series: dict[str, Path]  # newest series.json first
+    unreadable: dict[str, str] = field(default_factory=dict)  # evaluations left out: name → why (names the file)
 
 
 # ---------------------------------------------------------------- the walk
@@ -143,12 +144,23 @@ def _kind(entry: os.DirEntry) -> str:
 
 
 def read_metrics(directory: Path) -> Optional[dict[str, Any]]:
-    """``metrics.json`` of ``directory`` as a dict, or None when missing, half-written or not an object."""
+    """``metrics.json`` of ``directory`` as a dict, or None when missing, half-written, too large or deep,
+    or not an object (:mod:`lab.core.stored`; :func:`metrics_problem` says which)."""
     try:
-        data = json.loads((Path(directory) / METRICS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # ValueError covers JSONDecodeError and UnicodeDecodeError
+        return stored.read_object(Path(directory) / METRICS_FILE)
+    except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+
+
+def metrics_problem(directory: Path, name: str) -> Optional[str]:
+    """Why ``metrics.json`` of the run called ``name`` cannot be read (one sentence naming it), or None."""
+    try:
+        stored.read_object(Path(directory) / METRICS_FILE, f"{name}/{METRICS_FILE}")
+    except OSError as e:
+        return f"{name}/{METRICS_FILE}: cannot be read ({e.strerror or type(e).__name__})"
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def _text(value: Any) -> Optional[str]:
@@ -239,12 +251,16 @@ def _is_store(name: str) -> bool:
 
 def _scan(root: Path, start: Path, depth: int) -> Catalogue:
     """The catalogue of ``start`` (``root`` or a folder below it), walked ``depth`` levels down."""
-    evaluations, stores, models, temperatures, reports = [], {}, [], {}, {}
+    evaluations, stores, models, temperatures, reports, unreadable = [], {}, [], {}, {}, {}
     comparisons, calibrators, series = [], [], []
     for directory, files, folders in _walk(start, depth):
         name = directory.relative_to(root).as_posix()
-        if METRICS_FILE in files and PREDICTIONS_FILE in files and (found := _eval_run(directory, name)):
-            evaluations.append(found)
+        if METRICS_FILE in files and PREDICTIONS_FILE in files:
+            found = _eval_run(directory, name)
+            if found:
+                evaluations.append(found)
+            elif problem := metrics_problem(directory, name):
+                unreadable[name] = problem
         if MANIFEST_FILE in files and _is_store(name):
             stores[name] = directory
         if TEMPERATURE_FILE in files:
@@ -268,7 +284,7 @@ def _scan(root: Path, start: Path, depth: int) -> Catalogue:
     return Catalogue([run for _, run in evaluations], stores, models, temperatures, reports,
                      {name: directory for _, name, directory in comparisons},
                      {name: directory for _, name, directory in calibrators},
-                     {name: directory for _, name, directory in series})
+                     {name: directory for _, name, directory in series}, unreadable)
 
 
 def _mtime(path: Path) -> float:
@@ -306,10 +322,10 @@ def comparison_choices(root: Path) -> list[tuple[str, str]]:
         title = read_label(directory)
         if title is None:
             try:
-                report = json.loads((directory / COMPARE_FILE).read_text(encoding="utf-8"))
+                report = stored.read_object(directory / COMPARE_FILE)
                 questions = report.get("questions") or [{"question": report.get("question")}]
                 first = " ".join(str(questions[0].get("question") or "?").split())
-            except (OSError, ValueError, AttributeError, IndexError, TypeError):
+            except (OSError, ValueError, AttributeError, IndexError, TypeError, KeyError):
                 first, questions = "(unreadable)", []
             more = f" (+{len(questions) - 1} more)" if len(questions) > 1 else ""
             stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(_mtime(directory / COMPARE_FILE)))

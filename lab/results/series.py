@@ -21,12 +21,17 @@ import pandas as pd
 
 from lab.calibration.metrics import finite_or_none
 from lab.calibration.spread import mean_interval
+from lab.core import stored
 from lab.core.files import write_atomic
 from lab.core.layout import SERIES_CSV, SERIES_FILE
+from lab.results.reports import csv_text
 
 AXES = {"params": "parameters", "step": "training step", "stage": "stage", "seed": "training seed"}
 CELL_COLUMNS = ("task", "x", "entry", "point", "stage", "seed", "step", "params", "model", "adapter", "revision", "n",
                 "accuracy", "accuracy_low", "accuracy_high", "ece", "ece_low", "ece_high", "oracle_ece", "run")
+METRIC_KEYS = ("accuracy", "accuracy_low", "accuracy_high", "ece", "ece_low", "ece_high", "oracle_ece")
+# what pages group, list and name a cell by: each must be a number, a label or none
+SCALAR_KEYS = ("entry", "point", "stage", "seed", "step", "params", "model", "adapter", "revision", "n", "run")
 SUMMARY_COLUMNS = ("task", "entry", "x", "runs", "accuracy_mean", "accuracy_low", "accuracy_high", "ece_mean",
                    "ece_low", "ece_high")
 
@@ -36,18 +41,12 @@ def x_value(axis: str, cell: dict[str, Any]) -> Any:
     return cell.get({"params": "params", "step": "step", "stage": "stage", "seed": "seed"}[axis])
 
 
-def _unit_interval(estimate: tuple[float, Optional[float], Optional[float]]) -> tuple[float, Optional[float],
-                                                                                      Optional[float]]:
-    """A t-interval of a mean of rates, cut to [0, 1]: with three seeds and a wide spread it reaches
-    below 0 (ECE 20 % ± 19 %), where no rate can be."""
-    mean, low, high = estimate
-    return mean, None if low is None else max(low, 0.0), None if high is None else min(high, 1.0)
-
-
 def summarize(axis: str, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per task, model entry and x (per task and entry on the seed axis), the mean over replicates —
     the cells that differ only in their training seed — with a 95 % interval over them (none from a
-    single run; cut to [0, 1]), in the order the cells first reach each group. Two entries at one x
+    single run), in the order the cells first reach each group. The interval is kept as computed: over
+    three seeds with a wide spread it can pass 0 or 1 (ECE 20 % ± 25 %), which says how little those
+    seeds pin the mean down; cutting it to [0, 1] would hide that. Two entries at one x
     (two learning rates at step 200, two models of one size) stay apart."""
     groups: dict[tuple[str, Any, Any], list[dict[str, Any]]] = {}
     for cell in cells:
@@ -57,8 +56,8 @@ def summarize(axis: str, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((cell["task"], cell.get("entry"), x), []).append(cell)
     rows = []
     for (task, entry, x), members in groups.items():
-        acc, acc_low, acc_high = _unit_interval(mean_interval([c["accuracy"] for c in members]))
-        ece, ece_low, ece_high = _unit_interval(mean_interval([c["ece"] for c in members]))
+        acc, acc_low, acc_high = mean_interval([c["accuracy"] for c in members])
+        ece, ece_low, ece_high = mean_interval([c["ece"] for c in members])
         rows.append({"task": task, "entry": entry, "x": x, "runs": len(members), "accuracy_mean": acc,
                      "accuracy_low": acc_low,
                      "accuracy_high": acc_high, "ece_mean": ece, "ece_low": ece_low, "ece_high": ece_high})
@@ -75,25 +74,42 @@ def document(axis: str, tasks: list[dict[str, Any]], cells: list[dict[str, Any]]
 def write(out: Path, doc: dict[str, Any]) -> None:
     """``series.json`` and ``series.csv`` into ``out``, each replaced whole."""
     write_atomic(Path(out) / SERIES_FILE, json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    write_atomic(Path(out) / SERIES_CSV, cells_frame(doc).to_csv(index=False))
+    write_atomic(Path(out) / SERIES_CSV, csv_text(cells_frame(doc)))
 
 
-def read(directory: Path) -> Optional[dict[str, Any]]:
-    """A series' ``series.json``, or None when absent, half-written or not a series table."""
+def read(directory: Path, name: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """A series' ``series.json``, or None when absent, damaged (:mod:`lab.core.stored`) or not a series
+    table. Cells that cannot be drawn (no task, a list where a name or a number belongs) are left out
+    and named in ``problems``; ``name`` is what they call the series (default: the file's name)."""
+    where = f"{name}/{SERIES_FILE}" if name else SERIES_FILE
     try:
-        doc = json.loads((Path(directory) / SERIES_FILE).read_text(encoding="utf-8"))
+        doc = stored.read_object(Path(directory) / SERIES_FILE, where)
     except (OSError, ValueError):
         return None
-    if not (isinstance(doc, dict) and doc.get("axis") in AXES and isinstance(doc.get("cells"), list)
-            and isinstance(doc.get("tasks"), list)):
+    if not (doc.get("axis") in AXES and isinstance(doc.get("cells"), list) and isinstance(doc.get("tasks"), list)):
         return None
-    cells = [{**c, "x": x_value(doc["axis"], c)} for c in doc["cells"]
-             if isinstance(c, dict) and isinstance(c.get("task"), str)]
-    cells = [c for c in cells if _scalar(c["x"]) and _scalar(c.get("entry"))]
-    for cell in cells:
-        for key in ("accuracy", "accuracy_low", "accuracy_high", "ece", "ece_low", "ece_high", "oracle_ece"):
-            cell[key] = finite_or_none(cell.get(key))
-    return {**doc, "cells": cells, "summary": summarize(doc["axis"], cells)}
+    cells, problems = [], []
+    for number, cell in enumerate(doc["cells"], start=1):
+        problem = _cell_problem(doc["axis"], cell)
+        if problem:
+            problems.append(f"{where}: cell {number} left out: {problem}")
+            continue
+        cells.append({**cell, "x": x_value(doc["axis"], cell),
+                      **{key: finite_or_none(cell.get(key)) for key in METRIC_KEYS}})
+    return {**doc, "cells": cells, "summary": summarize(doc["axis"], cells), "problems": problems}
+
+
+def _cell_problem(axis: str, cell: Any) -> Optional[str]:
+    """Why a stored cell cannot be grouped, drawn or listed (one phrase), or None when it can."""
+    if not isinstance(cell, dict):
+        return f"expected an object, but got {type(cell).__name__}"
+    if not isinstance(cell.get("task"), str):
+        return f"expected 'task' to be a task's key, but got {type(cell.get('task')).__name__}"
+    for key in ("x", *SCALAR_KEYS):
+        value = x_value(axis, cell) if key == "x" else cell.get(key)
+        if not _scalar(value):
+            return f"expected {key!r} to be a name or a number, but got {type(value).__name__}"
+    return None
 
 
 def _scalar(value: Any) -> bool:

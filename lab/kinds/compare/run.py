@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from lab.calibration.temperature import load_temperature, scale
+from lab.core import stored
 from lab.core.files import write_atomic
 from lab.core.layout import COMPARE_FILE, COMPARISONS_DIR
 from lab.data.record import MCQRecord
@@ -258,8 +259,8 @@ def read_result(run_dir: Optional[str | Path]) -> Optional[dict[str, Any]]:
     """A comparison's ``compare.json`` in today's shape; None when absent or damaged."""
     path = Path(run_dir or "") / COMPARE_FILE
     try:
-        report = upgrade(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
+        report = upgrade(stored.read_object(path))  # bounded: the page reopens any compare.json under runs/
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return report if isinstance(report.get("questions"), list) and isinstance(report.get("results"), list) else None
 
