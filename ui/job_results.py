@@ -10,6 +10,8 @@ nothing: no empty plot frame.
 from __future__ import annotations
 
 import html
+import math
+import os
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
