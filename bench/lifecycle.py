@@ -36,8 +36,8 @@ and each seed's figure beside it. A seed is the seed of every job of its chain, 
 models' initialisation: the named scratch models (``model: scratch-s``) are all created with seed 0,
 so a series with a ``seeds`` list would vary only the data order; each seed's series therefore
 trains scratch models initialised with its seed (``seeds: [N]``, the seed axis of one point). The
-questions are the same for every seed. An effect is stated (the *claims* table) only where the two
-intervals over seeds do not overlap.
+questions are the same for every seed. An effect is stated (the *claims* table) only where the paired
+difference over seeds holds under Holm's adjustment over the table (bench/claims.py).
 
 Every job is a config written beside its run under ``out/seed-N/configs/`` and run by the lab's own
 worker (:func:`bench.controlled.job`), so a rerun skips what is finished and a killed run resumes where
@@ -57,7 +57,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/controlled.py, run as a plain script
 
-from controlled import REPO, arguments, job, mean_cell, pct, verdict  # noqa: E402
+from controlled import REPO, arguments, job, mean_cell, pct  # noqa: E402
+from bench.claims import ZERO, Claim, Row, claims_section  # noqa: E402
 from lab.core.events import read_events  # noqa: E402
 from lab.core.layout import EVENTS_FILE, METRICS_FILE, MODEL_DIR, SERIES_FILE  # noqa: E402
 from lab.data.synthetic import Task, write_splits  # noqa: E402
@@ -417,9 +418,11 @@ def cft_table(seeds: list[SeedRuns], where: str) -> list[str]:
     return table("model", [(label, [s.cft[method, where] for s in seeds]) for method, label in CFT_LABELS.items()])
 
 
-def claims(seeds: list[SeedRuns]) -> list[tuple[str, str, list[float], list[float]]]:
-    """(claim, metric, the values of the row said to be lower, those of the row said to be higher)."""
-    ece = lambda points: [p["ece"] for p in points]  # noqa: E731
+def claims(seeds: list[SeedRuns]) -> list[Claim]:
+    """Each claim: its text, its metric, the row said to be lower, the row said to be higher (ZERO: against 0),
+    every figure in percent (bench/claims.py tests it on the per-seed differences)."""
+    ece = lambda points: Row.of([100 * p["ece"] for p in points])  # noqa: E731
+    gap = lambda points: Row.of([100 * p["gap"] for p in points])  # noqa: E731
     final = {size: size_cells(seeds, size)[-1] for size in SCALE}
     steps = size_cells(seeds, BASE)
     base = last(seeds, "sft-narrow-full", 0)
@@ -436,6 +439,9 @@ def claims(seeds: list[SeedRuns]) -> list[tuple[str, str, list[float], list[floa
         rows.append((f"SFT worsens ECE ({label}, epoch {SFT_EPOCHS} above the base)", "ECE", ece(base),
                      ece(last(seeds, key))))
     rows += [
+        ("the diverse full SFT model is under-confident (confidence − accuracy below 0)", "confidence − accuracy",
+         gap(last(seeds, "sft-diverse-full")), ZERO),
+        ("… the diverse LoRA SFT model", "confidence − accuracy", gap(last(seeds, "sft-diverse-lora")), ZERO),
         ("narrow data worsens it more than diverse (full)", "ECE", ece(last(seeds, "sft-diverse-full")),
          ece(last(seeds, "sft-narrow-full"))),
         ("… (LoRA)", "ECE", ece(last(seeds, "sft-diverse-lora")), ece(last(seeds, "sft-narrow-lora"))),
@@ -452,8 +458,8 @@ def claims(seeds: list[SeedRuns]) -> list[tuple[str, str, list[float], list[floa
         after = last(seeds, f"dpo-{beta:g}")
         rows += [(f"DPO β = {beta:g} raises ECE (the CFT paper; the alignment paper: it stays)", "ECE", ece(before),
                   ece(after)),
-                 ("… makes the model over-confident (confidence − accuracy above the SFT model's)",
-                  "confidence − accuracy", [p["gap"] for p in before], [p["gap"] for p in after])]
+                 (f"… β = {beta:g} makes the model over-confident (confidence − accuracy above the SFT model's)",
+                  "confidence − accuracy", gap(before), gap(after))]
     strongest = last(seeds, f"dpo-{BETAS[-1]:g}")
     for beta in BETAS[:-1]:
         rows.append((f"a larger β keeps DPO calibrated better: β = {BETAS[-1]:g} below β = {beta:g}", "ECE",
@@ -462,14 +468,11 @@ def claims(seeds: list[SeedRuns]) -> list[tuple[str, str, list[float], list[floa
     for method in ("cft", "rcft_0.4", "ts"):
         rows.append((f"{CFT_LABELS[method]} brings the DPO model's ECE down", "ECE",
                      ece([s.cft[method, "test"] for s in seeds]), ece(dpo)))
-    return rows
+    return [Claim(text, f"{metric} %", low, high) for text, metric, low, high in rows]
 
 
 def claim_rows(seeds: list[SeedRuns]) -> list[str]:
-    lines = ["| claim | metric | lower row: mean [t] | higher row: mean [t] | over seeds |", "|---|---|---|---|---|"]
-    for text, metric, low, high in claims(seeds):
-        lines.append(f"| {text} | {metric} % | {mean_cell(low)} | {mean_cell(high)} | {verdict(low, high)} |")
-    return lines
+    return claims_section(claims(seeds), len(seeds))
 
 
 def render(seeds: list[SeedRuns], seconds: float, threads: int, out: Path) -> str:
@@ -494,9 +497,7 @@ def render(seeds: list[SeedRuns], seconds: float, threads: int, out: Path) -> st
         "percent but NLL: the mean over seeds with Student's t 95 % interval over seeds [t], seed 0's 95 % interval "
         "from 1,000 bootstrap resamples of its questions, each seed's figure; *confidence − accuracy* > 0 is "
         "over-confidence; *oracle* is the Bayes predictor's ECE on the same questions (the rule with confidence q: "
-        "what a perfect model still shows at this n).", "",
-        "## Claims, over seeds", "",
-        "A claim holds where the two rows' intervals over seeds do not overlap in its direction.", "",
+        "what a perfect model still shows at this n). Intervals are as computed, not clipped to [0, 100].", "",
         *claim_rows(seeds), "",
         "## (a) Pre-training: scale and steps", "",
         f"Scratch models trained {PRETRAIN_EPOCHS} epochs on the {SIZES['pretrain']} pretrain questions (learning "
