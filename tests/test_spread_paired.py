@@ -79,3 +79,81 @@ def test_holm_adjust_rejects_at_least_what_bonferroni_rejects():
 def test_holm_adjust_refuses_what_is_not_a_p_value(p):
     with pytest.raises(ValueError, match="p-values in"):
         holm_adjust(p)
+
+
+# ---------------------------------------------------------------- bench/claims.py: the claims tables built on them
+
+DOC = """# a bench
+
+## Claims, over seeds
+
+stale
+
+## 1. Runs
+
+| model | ECE % [t 95 %] | seed 0 bootstrap | per seed | accuracy % [t] |
+|---|---|---|---|---|
+| A | 5.0 [3.0, 7.0] | [1.0, 9.0] | 4.0 / 6.0 / 5.0 | 70.0 [60.0, 80.0] |
+| B | 8.0 [2.0, 14.0] | [4.0, 12.0] | 7.0 / 10.0 / 7.0 | 60.0 [58.0, 62.0] |
+"""
+
+
+def _claims_row(text: str, claim: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(f"| {claim} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_claims_rewrite_pairs_rows_by_seed_and_bounds_rows_without_per_seed_figures():
+    from bench.claims import Ref, rewrite
+
+    a, b = Ref("1. Runs", "A", "ECE % [t 95 %]"), Ref("1. Runs", "B", "ECE % [t 95 %]")
+    acc_a, acc_b = Ref("1. Runs", "A", "accuracy % [t]"), Ref("1. Runs", "B", "accuracy % [t]")
+    text = rewrite(DOC, [("B above A", "ECE %", a, b), ("A more accurate", "accuracy %", acc_b, acc_a),
+                         ("A above 0", "ECE %", None, a)])
+    assert "stale" not in text and text.endswith(DOC[DOC.index("## 1. Runs"):])
+    paired = paired_difference([7.0, 10.0, 7.0], [4.0, 6.0, 5.0])  # per seed 3 / 4 / 2
+    t = stats.t.ppf(0.975, 2)
+    sd = lambda half: half * math.sqrt(3) / t  # noqa: E731  (a row's sd from its t-interval's half-width)
+    bound = t_difference(10.0, sd(10.0) + sd(2.0), 3)
+    alone = paired_difference([4.0, 6.0, 5.0], [0.0, 0.0, 0.0])
+    holm = holm_adjust([paired.p, bound.p, alone.p])
+    row = _claims_row(text, "B above A")
+    assert row[4] == "3.0 / 4.0 / 2.0" and row[5] == f"{paired.mean:.1f} [{paired.low:.1f}, {paired.high:.1f}]"
+    assert row[6] == f"{paired.p:.3f}" and row[7] == f"{holm[0]:.3f}"
+    row = _claims_row(text, "A more accurate")
+    assert row[4] == "–" and row[5] == f"{bound.mean:.1f} [{bound.low:.1f}, {bound.high:.1f}] *bound*"
+    assert row[7] == f"{holm[1]:.3f}"
+    row = _claims_row(text, "A above 0")
+    assert row[2] == "0" and row[4] == "4.0 / 6.0 / 5.0" and "*bound*" not in row[5]
+    assert rewrite(text, [("B above A", "ECE %", a, b), ("A more accurate", "accuracy %", acc_b, acc_a),
+                          ("A above 0", "ECE %", None, a)]) == text  # read back: the same table
+
+
+def test_claims_verdicts_follow_holm_and_the_sign():
+    from bench.claims import Claim, Row, claims_section
+
+    up, down = Row.of([1.0, 2.0, 3.0, 4.0, 5.0]), Row.of([11.0, 12.2, 12.9, 14.1, 15.0])
+    flat = Row.of([2.0, 2.5, 1.0, 4.0, 5.5])
+    lines = claims_section([Claim("up", "ECE %", up, down), Claim("down", "ECE %", down, up),
+                            Claim("flat", "ECE %", up, flat)], 5)
+    verdicts = {claim: _claims_row("\n".join(lines), claim)[-1] for claim in ("up", "down", "flat")}
+    assert verdicts == {"up": "**holds**", "down": "**reversed**", "flat": "not shown"}
+
+
+def test_claims_refuses_a_claim_text_twice_and_a_row_it_cannot_find():
+    from bench.claims import Ref, rewrite
+
+    a = Ref("1. Runs", "A", "ECE % [t 95 %]")
+    with pytest.raises(ValueError, match="each claim's text once"):
+        rewrite(DOC, [("x", "ECE %", a, None), ("x", "ECE %", None, a)])
+    with pytest.raises(ValueError, match="a row 'C'"):
+        rewrite(DOC, [("x", "ECE %", Ref("1. Runs", "C", "ECE % [t 95 %]"), a)])
+
+
+def test_the_results_files_claims_tables_are_those_their_figures_give():
+    """The README quotes these tables: a figure edited without rerunning `python bench/claims.py` fails here."""
+    from bench.claims import FILES, RESULTS, rewrite
+
+    for name, specs in FILES.items():
+        text = (RESULTS / name).read_text()
+        assert rewrite(text, specs()) == text, f"{name}: run .venv/bin/python bench/claims.py"
