@@ -36,12 +36,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from lab.core.config import PATH_ROLES, ConfigError, spec_of, validate, walk
+from lab.core.errors import ModelLoadError
 from lab.core.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
 from lab.core.reads import PathNotAllowed, inside, resolved_entries
 from lab.data import DATASETS, DataError, samples, with_sample
 from lab.data.loaders import hub_copy_problem, list_folder, split_entry
 from lab.jobkit import chain
-from lab.models.weights import NAMED_MODELS
+from lab.models.tokenizers import check_folder_template
+from lab.models.weights import NAMED_MODELS, check_model_folder
 
 MAX_FILES = 10_000  # files one config may resolve to (a glob over a huge tree is refused, not walked)
 MAX_TREE = 10_000  # entries of a model or adapter folder checked for symlinks leading out
@@ -263,12 +265,25 @@ def _model(field: str, value: str, holder: dict[str, Any], owner: type, policy: 
     if value.startswith(chain.PREFIX):
         return _run_reference(field, value, holder, owner, policy)
     if looks_like_path(value, policy):
-        return _folder(field, value, policy, "a model folder")
+        folder = _folder(field, value, policy, "a model folder")
+        _check_model_folder(field, Path(folder))
+        return folder
     if not HUB_ID.fullmatch(value):
         raise ConfigError(f"{field}: {value!r} is neither {', '.join(map(repr, NAMED_MODELS))}, a model folder, nor a "
                           "Hugging Face hub id (org/name)")
     _check_hub_model(field, value)
     return value
+
+
+def _check_model_folder(field: str, folder: Path) -> None:
+    """A model folder's config.json, weights' headers and chat template, read as the job will read them, are
+    what they claim (:func:`lab.models.weights.check_model_folder`, :func:`lab.models.tokenizers.check_folder_template`):
+    refused now, naming the file inside the folder, instead of failing the job once it loads them."""
+    try:
+        check_model_folder(folder)
+        check_folder_template(folder)
+    except ModelLoadError as e:
+        raise ConfigError(f"{field}: in the model folder, {e}") from None
 
 
 def _run_reference(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:

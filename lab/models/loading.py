@@ -17,7 +17,7 @@ from lab.core.reads import check_folder
 from lab.models.bundled import bundled_converted, bundled_model_dir
 from lab.models.scratch import default_model
 from lab.models.tokenizers import load_tokenizer, offline_hint
-from lab.models.weights import BUNDLED, SCRATCH_SIZES
+from lab.models.weights import BUNDLED, SCRATCH_SIZES, ModelFolderError, check_model_folder
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -115,6 +115,11 @@ def load_model(
     if announce is not None and name == BUNDLED and not bundled_converted():
         announce("converting the bundled model (once; about 30 s)")
     path = resolve_model_path(name)
+    if Path(path).is_dir():  # checked at submit too; the folder may have changed since (a run's, re-trained)
+        try:
+            check_model_folder(Path(path))
+        except ModelFolderError as e:
+            raise ModelFolderError(f"model {Path(name).name!r}: {e}") from None
     torch_device = select_device(device)
     torch_dtype = select_dtype(dtype, torch_device)
     tokenizer = load_tokenizer(path, name)
@@ -125,6 +130,11 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=not hub_reachable(), **extra)
     except (OSError, ValueError) as e:
         raise ModelLoadError(offline_hint(name) if path == name else f"Cannot load model {name!r}: {e}") from e
+    except (TypeError, KeyError, AttributeError, ZeroDivisionError, IndexError, RecursionError) as e:
+        # A hub model's config.json is first read here: values transformers cannot build a model of are the
+        # model's fault, not the lab's (a local folder's were checked at submit, lab.models.weights)
+        raise ModelLoadError(f"Cannot build model {Path(name).name!r} from its config.json and weights "
+                             f"({type(e).__name__}: {str(e)[:200]}); mend its config.json or pick another model") from e
     if adapter is not None:
         model = _attach_adapter(model, adapter, merge_adapter)
     if not quantize_4bit:  # a quantised model is placed on the GPU as it loads and refuses .to()

@@ -6,6 +6,13 @@ safetensors headers: exact, and no weight is read. A training run's memory and c
 (:mod:`lab.training.estimates`) need its shape too: :func:`model_shape` adds the dimensions of
 ``config.json`` and the shape of every linear weight, so that a LoRA adapter's size is counted, not
 guessed.
+
+A model folder comes from a user, so what it says is checked before any of it is used
+(:func:`check_model_folder`): a header that claims more bytes than its file holds, nests past
+Python's recursion limit, or gives a shape that is not a list of counts, and a ``config.json`` whose
+sizes are text or zero, are refused with the file's name (relative to the folder) and what is wrong,
+at submit (:mod:`lab.jobkit.paths`) and again when the worker loads it (:mod:`lab.models.loading`).
+The size readers (:func:`count_parameters`, :func:`model_shape`) answer None for such a folder.
 """
 from __future__ import annotations
 
@@ -14,8 +21,9 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
+from lab.core.errors import ModelLoadError
 from lab.core.files import cache_dir
 
 BUNDLED = "bundled"
@@ -32,6 +40,21 @@ NAMED_MODELS = (BUNDLED, *SCRATCH_SIZES)  # the names a model field takes beside
 ALL_LINEAR = "all-linear"  # peft's target_modules for every linear layer but the output one
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024**3
+MAX_HEADER = 100_000_000  # safetensors' own limit on a header (MAX_HEADER_SIZE in its Rust loader)
+MAX_CONFIG = 16 * 1024**2  # a config.json is a few KiB; one with a large label map, far less than this
+# safetensors' dtypes and their bytes an element: a header's data_offsets must span shape × this.
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
+               "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+# config.json's sizes (Llama-type names, and GPT-2's): a positive integer wherever one is given. The first five
+# are the ones model_shape reads; the others may be null (transformers then derives them).
+SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+OPTIONAL_SIZE_KEYS = ("num_key_value_heads", "head_dim", "max_position_embeddings", "n_embd", "n_layer", "n_head",
+                      "n_positions", "n_inner")
+
+
+class ModelFolderError(ModelLoadError):
+    """A model folder whose config.json or weights' headers cannot be what they claim; the message starts
+    with the file's name relative to the folder (never the server's path to it)."""
 
 
 def size_text(n: float) -> str:
@@ -60,19 +83,104 @@ def local_model_dir(model: str) -> Optional[Path]:
     return path if path.is_dir() else None
 
 
+def _short(value: object) -> str:
+    """A value from a user's file, cut to what a message can show."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse_json(raw: bytes, where: str) -> object:
+    """``raw`` parsed as JSON, or :class:`ModelFolderError` naming ``where`` (a file, a header)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ModelFolderError(f"{where} nests its JSON too deeply to read") from None
+    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+        raise ModelFolderError(f"{where} is not JSON ({e})") from None
+
+
+def _tensor_shape(info: object, where: str, data_bytes: int) -> list[int]:
+    """One header entry's shape, checked against its dtype and data_offsets as safetensors' loader checks them."""
+    shape = info.get("shape") if isinstance(info, dict) else None
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise ModelFolderError(f"{where}: expected a shape that is a list of non-negative integers, got {_short(shape)}")
+    offsets = info.get("data_offsets")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+            and 0 <= offsets[0] <= offsets[1] <= data_bytes):
+        raise ModelFolderError(f"{where}: expected data_offsets [begin, end] within the file's {data_bytes:,} bytes "
+                               f"of data, got {_short(offsets)}")
+    width = DTYPE_BYTES.get(info.get("dtype"))
+    if width is not None and math.prod(shape) * width != offsets[1] - offsets[0]:
+        raise ModelFolderError(f"{where}: shape {_short(shape)} in {info['dtype']} is {math.prod(shape) * width:,} "
+                               f"bytes, but its data_offsets span {offsets[1] - offsets[0]:,}")
+    return shape
+
+
+def read_header(path: Path, name: str) -> dict[str, list[int]]:
+    """The shape of every tensor of one safetensors file (``name``: as messages call it), from its header:
+    a little-endian u64 length, then that many bytes of JSON. :class:`ModelFolderError` when the file cannot
+    be what it claims; the header is read only once its length is known to fit the file."""
+    size = path.stat().st_size
+    if size < 8:
+        raise ModelFolderError(f"{name}: {size} bytes, too short for a safetensors file (an 8-byte header length, "
+                               "then the header)")
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > min(MAX_HEADER, size - 8):
+            room = f"safetensors allows {MAX_HEADER:,}" if length > MAX_HEADER else f"the file holds {size - 8:,}"
+            raise ModelFolderError(f"{name}: its header claims {length:,} bytes, but {room}; is the file whole?")
+        header = parse_json(f.read(length), f"{name}: the header")
+    if not isinstance(header, dict):
+        raise ModelFolderError(f"{name}: the header is a JSON {type(header).__name__}, expected an object of tensors")
+    return {tensor: _tensor_shape(info, f"{name}: tensor {_short(tensor)}", size - 8 - length)
+            for tensor, info in header.items() if tensor != "__metadata__"}
+
+
+def read_tensor_shapes(model_dir: Path) -> dict[str, list[int]]:
+    """Every tensor's shape in ``model_dir``'s safetensors files, by name (empty: none), each header checked
+    (:func:`read_header`)."""
+    shapes: dict[str, list[int]] = {}
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        shapes.update(read_header(path, path.name))
+    return shapes
+
+
+def read_config(model_dir: Path) -> dict[str, Any]:
+    """``model_dir``'s config.json, its sizes checked (:data:`SIZE_KEYS`): transformers divides by them and
+    builds layers of them, so text, zero or a fraction there fails inside it with no word of the file."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        hint = (": it is a LoRA adapter; name it as the adapter and its base model as the model"
+                if (path.parent / "adapter_config.json").is_file() else "")
+        raise ModelFolderError(f"config.json: missing; a model folder holds config.json beside its weights{hint}")
+    if path.stat().st_size > MAX_CONFIG:
+        raise ModelFolderError(f"config.json: {path.stat().st_size:,} bytes; a model's config.json is a few KiB")
+    config = parse_json(path.read_bytes(), "config.json")
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"config.json: a JSON {type(config).__name__}, expected an object of settings")
+    for key in (*SIZE_KEYS, *OPTIONAL_SIZE_KEYS):
+        value = config.get(key)
+        if key not in config or (value is None and key in OPTIONAL_SIZE_KEYS):
+            continue
+        if type(value) is not int or value < 1:
+            raise ModelFolderError(f"config.json: {key} must be a positive integer, got {_short(value)}")
+    return config
+
+
+def check_model_folder(model_dir: Path) -> None:
+    """Raise :class:`ModelFolderError` when ``model_dir``'s config.json or a safetensors header is malformed
+    (what :func:`read_config` and :func:`read_header` check); nothing is loaded."""
+    read_config(model_dir)
+    read_tensor_shapes(model_dir)
+
+
 def _tensor_shapes(model_dir: Path) -> Optional[dict[str, list[int]]]:
     """The shape of every tensor in ``model_dir``'s safetensors files by name, from their headers; None
     when there are none, or one cannot be read (a damaged file has no size to tell: the load will say why)."""
-    shapes = {}
     try:
-        for path in sorted(Path(model_dir).glob("*.safetensors")):
-            with open(path, "rb") as f:
-                (size,) = struct.unpack("<Q", f.read(8))  # safetensors: u64 header length, then JSON
-                header = json.loads(f.read(size))
-            shapes.update({name: list(info["shape"]) for name, info in header.items() if name != "__metadata__"})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
+        return read_tensor_shapes(model_dir) or None
+    except (OSError, ModelFolderError):
         return None
-    return shapes or None
 
 
 def count_parameters(model_dir: Path) -> Optional[int]:
@@ -134,11 +242,13 @@ def model_shape(model_dir: Path) -> Optional[ModelShape]:
     """``model_dir``'s shape from its config.json and safetensors headers, or None: no weights, or a
     config without a Llama-type decoder's sizes (hidden_size, num_hidden_layers, ...)."""
     try:
-        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-        vocab, hidden, layers = config["vocab_size"], config["hidden_size"], config["num_hidden_layers"]
-        heads, intermediate = config["num_attention_heads"], config["intermediate_size"]
-    except (OSError, ValueError, KeyError, TypeError):
+        config = read_config(model_dir)
+    except (OSError, ModelFolderError):
         return None
+    if any(not config.get(key) for key in SIZE_KEYS):
+        return None
+    vocab, hidden, layers = config["vocab_size"], config["hidden_size"], config["num_hidden_layers"]
+    heads, intermediate = config["num_attention_heads"], config["intermediate_size"]
     shapes = _tensor_shapes(model_dir)
     if not shapes:
         return None
