@@ -60,11 +60,40 @@ def token_arrays(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     return vectors, slots
 
 
-def token_scores(vectors: np.ndarray, slots: np.ndarray, target_probs: Any) -> dict[str, float]:
-    """Brier over the top k tokens and the rest (:func:`token_arrays`), and the exact NLL: the
-    target's own probability, floored as :func:`lab.calibration.metrics.nll` floors it."""
-    target = np.asarray(target_probs, dtype=np.float64)[:, None]  # (n, 1): the target is "option 0"
-    return {"brier": metrics.brier(vectors, slots), "nll": metrics.nll(target, np.zeros(len(target), dtype=np.int64))}
+BRIER_UNAVAILABLE = ("Brier is not reported for this token run: it was evaluated before the lab kept each "
+                     "target's Σ p² over the vocabulary, which the exact Brier needs (evaluate it again)")
+
+
+def row_sum_sq(rows: list[dict[str, Any]]) -> Optional[np.ndarray]:
+    """Each token row's ``sum_sq`` (Σ_v p_v² over the vocabulary at the run's temperature), or None when
+    a row lacks it (a run evaluated before it was kept): its Brier is then unknown, not approximated."""
+    values = [r.get("sum_sq") for r in rows]
+    if not rows or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+        return None
+    return np.array(values, dtype=np.float64)
+
+
+def token_scores(target_probs: Any, sum_sq: Optional[Any]) -> dict[str, Any]:
+    """The exact Brier score over the whole vocabulary and the exact NLL of token targets.
+
+    Brier (Brier 1950; the multi-class form of :func:`lab.calibration.metrics.brier`) of one target t is
+    ``Σ_v (p_v − 1[v = t])² = Σ_v p_v² − 2 p_t + 1``: ``sum_sq`` (n,) gives the first term, the target's
+    probability ``target_probs`` (n,) the second. With ``sum_sq`` None (a run that did not keep it) Brier
+    is None and ``brier_note`` says why: the top-k tokens and a "rest" class would count a target outside
+    the top k as right about the rest, 40 % too low on the bundled model. NLL is the target's own
+    probability, floored as :func:`lab.calibration.metrics.nll` floors it.
+
+    >>> token_scores([0.5], [0.5 ** 2 + 0.25 ** 2 + 0.25 ** 2])["brier"]  # (0.5 − 1)² + 0.25² + 0.25²
+    0.375
+    """
+    target = np.asarray(target_probs, dtype=np.float64)
+    scores: dict[str, Any] = {"nll": metrics.nll(target[:, None], np.zeros(len(target), dtype=np.int64))}
+    if sum_sq is None:
+        return {"brier": None, "brier_note": BRIER_UNAVAILABLE, **scores}
+    squares = np.asarray(sum_sq, dtype=np.float64)
+    if squares.shape != target.shape or not np.all(np.isfinite(squares)):
+        raise ValueError(f"Expected one finite Σ p² per target ({target.shape}), but got {squares.shape}")
+    return {"brier": float(np.mean(squares - 2 * target + 1)), **scores}
 
 
 def token_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: int,
@@ -75,12 +104,10 @@ def token_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: in
     Each row is one target token: ``confidence`` (the top probability over the whole vocabulary),
     ``correct``, ``target_prob``, and the ``top_ids``/``top_probs`` of its top-k with ``rest`` = the
     mass outside them. The binned metrics and the bootstrap use confidence and correctness, as for
-    multiple choice; NLL is exact (the target's own probability); Brier is over the top-k plus one
-    "rest" class — the target's slot among them, or rest when it is outside the top-k — since the full
-    vocabulary is not stored; class-wise ECE is undefined here (:data:`CW_ECE_UNDEFINED`)."""
+    multiple choice; NLL and Brier are exact over the whole vocabulary (the target's own probability,
+    and each row's ``sum_sq``, :func:`token_scores`); class-wise ECE is undefined here (:data:`CW_ECE_UNDEFINED`)."""
     conf = np.array([r["confidence"] for r in rows], dtype=np.float64)
     correct = np.array([bool(r["correct"]) for r in rows])
-    vectors, slots = token_arrays(rows)
     acc, err = float(correct.mean()), metrics.ece(conf, correct, n_bins, edges=edges)
     low = high = level = None
     if n_boot > 0:
@@ -89,8 +116,7 @@ def token_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: in
     return {
         "n": int(conf.size), "accuracy": acc, "ece": err, "ece_equal_mass": metrics.ece(conf, correct, n_bins, "mass"),
         "mce": metrics.mce(conf, correct, n_bins, edges), "cw_ece": None, "cw_ece_note": CW_ECE_UNDEFINED,
-        **token_scores(vectors, slots, [r["target_prob"] for r in rows]),
-        "brier_over": f"the top {vectors.shape[1] - 1} tokens and the rest",
+        **token_scores([r["target_prob"] for r in rows], row_sum_sq(rows)), "brier_over": "the whole vocabulary",
         "trust": metrics.trust(acc, err), "smece": metrics.smooth_ece(conf, correct),
         "ece_ci_low": low, "ece_ci_high": high, "ece_ci_level": level, "n_bins": int(n_bins), "bin_edges": edges,
         "reliability": metrics.reliability_rows(conf, correct, n_bins, edges=edges),

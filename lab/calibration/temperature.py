@@ -47,8 +47,9 @@ reports read back.
 not keep; they keep what it takes instead (:class:`TokenLogits`): the raw logits of the top tokens
 and of the target, and ``log Z(T) = logsumexp(z / T)`` over the vocabulary at each T of
 :data:`TOKEN_GRID`. The argmax, so correctness, is every temperature's; the confidence is
-``exp(z_top / T − log Z(T))`` and the target's probability ``exp(z_target / T − log Z(T))``. Between
-grid points :func:`token_log_z` interpolates; outside the grid nothing is known and it refuses.
+``exp(z_top / T − log Z(T))``, the target's probability ``exp(z_target / T − log Z(T))`` and the exact
+Brier score's ``Σ_v p_v² = exp(log Z(T / 2) − 2 log Z(T))`` (:func:`token_sum_sq`). Between grid points
+:func:`token_log_z` interpolates; outside the grid nothing is known and it refuses.
 
 Option rows are ``(n, K)`` with a boolean ``mask`` of real options (questions may have 3–5
 options); padded entries stay 0. A teacher's top-k is ``p`` (..., k), sorted descending (rank 0 =
@@ -383,6 +384,21 @@ def scaled_token_probs(top_logits: Any, target_logits: Any, log_z: Any, grid: An
         raise ValueError(f"Expected top_logits (n, k) and target_logits (n,), but got {top.shape} and {target.shape}")
     lz = token_log_z(log_z, grid, t, top[:, 0])  # (n,)
     return np.exp(np.minimum(top / t - lz[:, None], 0.0)), np.exp(np.minimum(target / t - lz, 0.0))
+
+
+def token_sum_sq(logits: TokenLogits, t: float) -> Optional[np.ndarray]:
+    """Each target's ``Σ_v p_v²`` (n,) over the whole vocabulary at ``t``, the term the exact Brier score
+    needs (:func:`lab.calibration.summary.token_scores`); None when ``t / 2`` lies below the grid.
+
+    ``Σ_v p_v² = Σ_v exp(2 z_v / t) / Z(t)² = exp(log Z(t / 2) − 2 log Z(t))``: the log-partition the run
+    kept, read at half the temperature (:func:`token_log_z`), with its interpolation error (twice that
+    of ``log Z``, relative). Capped at 1, which float error may pass for a one-hot row."""
+    grid = np.asarray(logits.grid, dtype=np.float64)
+    if t / 2 < grid[0] * (1 - TOKEN_GRID_SLACK):
+        return None
+    top = logits.top[:, 0]
+    log_sq = token_log_z(logits.log_z, grid, t / 2, top) - 2 * token_log_z(logits.log_z, grid, t, top)
+    return np.exp(np.minimum(log_sq, 0.0))
 
 
 def token_nll(logits: TokenLogits, t: float) -> float:

@@ -159,8 +159,8 @@ def log_partition(logits: torch.Tensor, top: torch.Tensor, betas: torch.Tensor) 
 def _rows(logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, top_k: int, temperature: float,
           betas: torch.Tensor) -> list[tuple]:
     """Per target: (target log-prob, top ids, top log-probs, problem, top logits, target logit, log Z
-    at each of ``betas``) from the kept rows' raw ``logits`` (R, V) and each target's row ``rows`` (N,);
-    the log-probs at ``temperature``, the logits and log Z unscaled."""
+    at each of ``betas``, Σ_v p_v²) from the kept rows' raw ``logits`` (R, V) and each target's row ``rows``
+    (N,); the log-probs and Σ_v p_v² at ``temperature``, the logits and log Z unscaled."""
     x = logits.float()  # (R, V) fp32: the kept rows only
     top_z, top_ids = x.topk(top_k, dim=-1)  # (R, k): the order of every temperature
     # NaN or +inf anywhere in a row leaves its log-softmax undefined (lab.models.scoring.letter_problem); topk
@@ -170,9 +170,12 @@ def _rows(logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, top_k
         x = torch.where(broken[:, None], 0.0, x)
     logp = torch.log_softmax(x if temperature == 1 else x / temperature, dim=-1)  # (R, V)
     top_lp, target_lp = logp.gather(1, top_ids), logp[rows, targets]
+    # Σ_v p_v², the exact Brier's one term over the whole vocabulary (Σ_v (p_v − 1[v = t])² = Σ p² − 2 p_t + 1):
+    # in logs, as logsumexp(2 log p), so that no p² underflows to a zero that a sum of them would lose.
+    sum_sq = torch.logsumexp(2 * logp, dim=-1).exp()  # (R,)
     log_z = log_partition(x, torch.where(broken, 0.0, top_z[:, 0]), betas)  # (R, G)
     return list(zip(target_lp.tolist(), top_ids[rows].tolist(), top_lp[rows].tolist(), broken[rows].tolist(),
-                    top_z[rows].tolist(), x[rows, targets].tolist(), log_z[rows].tolist()))
+                    top_z[rows].tolist(), x[rows, targets].tolist(), log_z[rows].tolist(), sum_sq[rows].tolist()))
 
 
 @torch.inference_mode()
@@ -182,10 +185,11 @@ def score_documents(model: torch.nn.Module, docs: Sequence[TokenDoc], pad_id: in
     """Per document, per target position (in ``doc.positions``' order), the model's prediction there:
 
     ``{"position", "entity", "target_id", "pred_id", "confidence", "target_prob", "top_ids",
-    "top_probs", "rest", "problem", "top_logits", "target_logit", "log_z"}`` with
+    "top_probs", "rest", "sum_sq", "problem", "top_logits", "target_logit", "log_z"}`` with
     ``confidence = max_v P(v | ids[:p])`` over the whole vocabulary (= ``top_probs[0]``),
     ``pred_id = top_ids[0]`` (correct: ``pred_id == target_id``), ``target_prob = P(ids[p] | ids[:p])``,
-    ``rest = 1 - sum(top_probs)`` (clamped at 0: float error) and ``problem`` None, or why the row's
+    ``rest = 1 - sum(top_probs)`` (clamped at 0: float error), ``sum_sq = Σ_v P(v | ids[:p])²`` over the
+    whole vocabulary (the exact Brier score is ``sum_sq − 2 target_prob + 1``) and ``problem`` None, or why the row's
     probabilities are undefined (NaN there then; the caller skips and counts it). ``entity`` is the
     doc's entity index for that position, None for clm.
     ``temperature`` T scales the logits before the softmax over the whole vocabulary, ``softmax(z / T)``
@@ -231,13 +235,13 @@ def score_documents(model: torch.nn.Module, docs: Sequence[TokenDoc], pad_id: in
         for i in chosen:
             doc = docs[i]
             for n, p in enumerate(doc.positions):
-                target_lp, top_ids, top_lp, broken, top_z, target_z, log_z = next(scored)
+                target_lp, top_ids, top_lp, broken, top_z, target_z, log_z, sum_sq = next(scored)
                 top_probs = [float(np.exp(v)) for v in top_lp]
                 results[i].append({
                     "position": p, "entity": doc.entities[n] if doc.entities is not None else None,
                     "target_id": doc.ids[p], "pred_id": top_ids[0], "confidence": top_probs[0],
                     "target_prob": float(np.exp(target_lp)), "top_ids": top_ids, "top_probs": top_probs,
-                    "rest": max(0.0, 1.0 - sum(top_probs)),
+                    "rest": max(0.0, 1.0 - sum(top_probs)), "sum_sq": min(1.0, sum_sq),
                     "problem": "NaN or +inf logit (probabilities undefined)" if broken else None,
                     "top_logits": top_z, "target_logit": target_z, "log_z": log_z,
                 })

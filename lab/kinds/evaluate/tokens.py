@@ -7,7 +7,8 @@ is the text's.
 ``predictions.jsonl`` holds one row per target — ``doc`` (index of the document in file order),
 ``position`` (index of the target in the document's tokens as the model saw them, prompt prefix
 included), ``target_id``, ``pred_id``, ``confidence``, ``correct``, ``target_prob``, the top-k ids,
-tokens and probabilities and ``rest`` (the mass outside them), the ``context`` text before the target
+tokens and probabilities and ``rest`` (the mass outside them), ``sum_sq`` (Σ_v p_v² over the whole
+vocabulary, for the exact Brier score), the ``context`` text before the target
 (for case studies) and, for facts, ``entity`` (its index in the row's list). For any other
 temperature later (:class:`lab.calibration.temperature.TokenLogits`), the raw logits of the top
 tokens (``top_logits``) and of the target (``target_logit``), and ``log_z``, the log-partition over
@@ -93,7 +94,7 @@ def _row(record: TextRecord, index: int, offsets: list[tuple[int, int]], scored:
         "confidence": scored["confidence"], "correct": scored["pred_id"] == scored["target_id"],
         "target_prob": scored["target_prob"], "top_ids": scored["top_ids"],
         "top_tokens": [decode(t) for t in scored["top_ids"]], "top_probs": scored["top_probs"],
-        "rest": scored["rest"], "context": record.text[max(0, start - CONTEXT_CHARS):max(start, 0)],
+        "rest": scored["rest"], "sum_sq": scored["sum_sq"], "context": record.text[max(0, start - CONTEXT_CHARS):max(start, 0)],
         "top_logits": scored["top_logits"], "target_logit": scored["target_logit"],
         "log_z": [round(v, LOG_Z_DECIMALS) for v in scored["log_z"]],
         "key": f"{hashlib.blake2b(record.text.encode('utf-8'), digest_size=8).hexdigest()}@{start}",
