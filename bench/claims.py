@@ -296,6 +296,8 @@ def controlled_specs() -> list[Spec]:
         ("RCFT λ = 0.4 loses accuracy against CFT", accuracy_in, accuracy(r04), accuracy(cft)),
         ("RCFT λ = 1.8 loses accuracy against CFT", accuracy_in, accuracy(r18), accuracy(cft)),
         ("RCFT λ = 0 (prompt + answer SFT) loses accuracy against CFT", accuracy_in, accuracy(r0), accuracy(cft)),
+        ("RCFT λ = 0.4 loses accuracy against λ = 0 (the regulariser's share)", accuracy_in, accuracy(r04),
+         accuracy(r0)),
         ("at learning rate 0.0002: RCFT λ = 0.4 below CFT, shifted split", ece_s, shifted(slow_r04),
          shifted(slow_cft)),
         ("at learning rate 0.0002: RCFT λ = 0.4 below CFT, in-domain", ece, slow_r04, slow_cft),

@@ -316,6 +316,8 @@ CLAIMS: tuple[tuple[str, str, Split, str, str], ...] = (
     ("RCFT λ = 0.4 loses accuracy against CFT", "accuracy", "in", "cft:rcft_0.4", "cft:cft"),
     ("RCFT λ = 1.8 loses accuracy against CFT", "accuracy", "in", "cft:rcft_1.8", "cft:cft"),
     ("RCFT λ = 0 (prompt + answer SFT) loses accuracy against CFT", "accuracy", "in", "cft:rcft_0", "cft:cft"),
+    ("RCFT λ = 0.4 loses accuracy against λ = 0 (the regulariser's share)", "accuracy", "in", "cft:rcft_0.4",
+     "cft:rcft_0"),
     (f"at learning rate {SLOW_RATE:g}: RCFT λ = 0.4 below CFT, shifted split", "ece", "out", "slow:rcft_0.4",
      "slow:cft"),
     (f"at learning rate {SLOW_RATE:g}: RCFT λ = 0.4 below CFT, in-domain", "ece", "in", "slow:rcft_0.4", "slow:cft"),
