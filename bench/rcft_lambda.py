@@ -3,8 +3,9 @@
     .venv/bin/python bench/rcft_lambda.py [--out runs/bench-controlled] [--threads 2]
                                           [--lambdas 1.8] [--seeds 0 1] [--estep-steps 5]
 
-bench/controlled.py's RCFT rows (learning rate 1e-3) lose accuracy at every λ, and λ = 1.8
-collapses (accuracy 23 %, ECE 56 %) where λ = 10 does not. Three readings fit one run each:
+In bench/controlled.py's single-seed run of before (issue 34), its RCFT rows (learning rate 1e-3)
+lost accuracy at every λ, and λ = 1.8 collapsed (accuracy 23 %, ECE 56 %) where λ = 10 did not; over
+5 seeds its claims table (bench/claims.py) shows the loss at λ = 0.4 only. Three readings fit one run each:
 
 * **scale**: with ``lambda_scale: paper`` the SFT term is a mean over every prompt + answer token
   (~45 per question here) while the regulariser is a mean over questions, all of it at the answer
