@@ -20,7 +20,7 @@ from jobs.preflight import submit_notes
 from jobs.scheduler import Scheduler, cancel, start_in_background
 from jobs.store import JobStore, StoreError
 from lab.core.config import ConfigError
-from lab.core.events import EVENTS_FILE, read_events
+from lab.core.events import EVENTS_FILE, read_events_checked
 from lab.core.yamlio import load_yaml
 from lab.jobkit.pipeline import is_pipeline
 from lab.versions import exit_if_unsupported
@@ -66,6 +66,10 @@ def cmd_list(store: JobStore, args) -> int:
     for job in store.list(tuple(args.status) if args.status else None):
         print(f"{job.id:>5}  {job.kind:<10} {job.status:<12} {job.devices or '-':<8} {_seconds(job.elapsed()):>8}  "
               f"{_when(job.created):<19}  {job.error or ''}")
+    strays = store.strays()
+    if strays:  # on stderr: stdout stays the table
+        print(f"{len(strays)} numbered folder(s) in {args.root} are no job of this store and never run (no record "
+              f"of a submission, or several folders of one id): {', '.join(strays)}", file=sys.stderr)
     return 0
 
 
@@ -77,10 +81,13 @@ def cmd_show(store: JobStore, args) -> int:
     for key in ("created", "started", "finished"):
         print(f"{key:>10}: {_when(getattr(job, key))}")
     print("config:\n" + "\n".join("  " + line for line in job.config.splitlines()))
-    events, _ = read_events(Path(job.run_dir) / EVENTS_FILE)
+    read = read_events_checked(Path(job.run_dir) / EVENTS_FILE)
     print("last events:")
-    for event in events[-5:]:
+    for event in read.events[-5:]:
         print(f"  {event}")
+    if read.skipped:
+        print(f"  ({len(read.skipped)} line(s) of {EVENTS_FILE} are no event and were skipped: "
+              f"{'; '.join(read.skipped[:3])}{'; …' if len(read.skipped) > 3 else ''})")
     if job.status == "failed":
         print("log tail:\n" + failures.log_tail(Path(job.run_dir), 15))
     return 0

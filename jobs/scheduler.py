@@ -20,6 +20,7 @@ the Jobs page can say when no scheduler is running.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -38,10 +39,11 @@ import psutil
 from jobs import failures, preflight, slurm
 from jobs.launch import Launch, build_command, job_env, visible_gpus
 from jobs.process import job_process, reap, terminate_tree
-from jobs.store import Job, JobStore
+from jobs.store import Job, JobStore, end_in
 from lab.core.events import EVENTS_FILE, EventWriter
 from lab.core.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
-from lab.jobkit.chain import ended_as
+from lab.jobkit.chain import ENDINGS, ended_as
+from lab.jobkit.worker import ROOTS_ENV
 
 Launcher = Callable[[Job, Launch], list[str]]
 STARTUP_TIMEOUT_S = 60.0  # a claimed job with no pid after this long lost its scheduler mid-start
@@ -105,14 +107,16 @@ def finish(store: JobStore, job: Job, returncode: Optional[int] = None) -> Optio
     """Record how a job whose process is gone ended; None if someone else recorded it first."""
     run_dir = Path(job.run_dir)
     result = ended_as(run_dir)
-    if result is not None:
+    if result is not None and result.get("status") in ENDINGS:
         status, error = result["status"], result.get("error")
+    elif result is not None:
+        status, error = "failed", f"its result.json says no status the lab records ({result.get('status')!r:.40})"
     elif job.cancel_requested:
         status, error = "cancelled", "stopped by request"
     else:
         status = "failed"
         error = _write_problem(run_dir) or failures.classify(returncode, failures.log_tail(run_dir))
-    if not store.update(job.id, only_if_status=("running",), status=status, error=error, finished=time.time()):
+    if not store.end(job.id, status, error if isinstance(error, str) else None, only_if_status=("running",)):
         return None
     _emit_ended(run_dir, status, error)
     return store.get(job.id)
@@ -124,8 +128,8 @@ def cancel(store: JobStore, job_id: int, grace: float = 10.0) -> Job:
     Blocks until the job has ended (at most about ``3 × grace``). A worker that is this process's
     child is reaped here, so it leaves no ``<defunct>`` entry even if no scheduler ticks again."""
     job = store.get(job_id)
-    if job.status == "queued" and store.update(job_id, only_if_status=("queued",), status="cancelled",
-                                               error="cancelled before it started", finished=time.time()):
+    if job.status == "queued" and store.end(job_id, "cancelled", "cancelled before it started",
+                                            only_if_status=("queued",)):
         if job.slurm_id:  # pending in Slurm's queue
             slurm.cancel(job.slurm_id)
         return store.get(job_id)
@@ -189,8 +193,8 @@ class Scheduler:
                     if (Path(job.run_dir) / RESULT_FILE).exists():
                         finish(self.store, job)
                     else:
-                        self.store.update(job.id, only_if_status=("running",), status="interrupted",
-                                          error="the worker was gone when the server restarted", finished=time.time())
+                        self.store.end(job.id, "interrupted", "the worker was gone when the server restarted",
+                                       only_if_status=("running",))
 
     def tick(self) -> None:
         """Reap our workers, watch the others, start what fits; the heartbeat says a tick got through."""
@@ -232,8 +236,7 @@ class Scheduler:
             else:  # a bug: its traceback is for whoever runs the server
                 reason = f"the scheduler failed on this job: {type(e).__name__}: {e}"
                 _log_error(f"job {job.id} failed in the scheduler")
-            if self.store.update(job.id, only_if_status=("running",), status="failed", error=reason,
-                                 finished=time.time()):
+            if self.store.end(job.id, "failed", reason, only_if_status=("running",)):
                 _emit_ended(run_dir, "failed", reason)
 
     def _reap(self) -> None:
@@ -258,13 +261,17 @@ class Scheduler:
             with self._contained(job):
                 if job.pid is None:
                     if job.started and time.time() - job.started > STARTUP_TIMEOUT_S:
-                        self.store.update(job.id, only_if_status=("running",), status="interrupted",
-                                          error="its scheduler stopped while starting it", finished=time.time())
+                        self.store.end(job.id, "interrupted", "its scheduler stopped while starting it",
+                                       only_if_status=("running",))
                 elif job_process(job.pid, job.pid_started) is None:
                     finish(self.store, job)
 
     def _claim(self) -> Optional[tuple[Job, tuple[int, ...]]]:
-        """Atomically pick the first queued job that fits and mark it running on its devices."""
+        """Atomically pick the first queued job that fits and mark it running on its devices.
+
+        A job that never will start (a job it waits for failed; more GPUs than this server has) fails
+        here, saying why, in its run directory too; so does one the scheduler cannot even weigh (a
+        rebuilt store's row it cannot read): the next job is weighed all the same."""
         with self.store.transaction() as db:
             busy: set[int] = set()
             cpu_jobs = 0
@@ -272,30 +279,42 @@ class Scheduler:
                 if row["gpus"] == 0:
                     cpu_jobs += 1
                 elif row["devices"]:
-                    busy.update(int(d) for d in row["devices"].split(","))
+                    busy.update(int(d) for d in row["devices"].split(",") if d.isdigit())
             free = [g for g in self.gpus if g not in busy]
             for row in db.execute("SELECT * FROM jobs WHERE status = 'queued' AND executor = 'local' "
                                   "ORDER BY position").fetchall():
                 job = Job(**dict(row))
-                ready, never = self.store.dependencies(job, db)
-                if never:
-                    db.execute("UPDATE jobs SET status = 'failed', finished = ?, error = ? WHERE id = ?",
-                               (time.time(), never, job.id))
+                try:
+                    fits = self._fits(db, job, free, cpu_jobs)
+                except sqlite3.Error:
+                    raise
+                except Exception as e:  # a bug or a damaged row: that job fails, the queue goes on
+                    _log_error(f"job {job.id} failed in the scheduler")
+                    end_in(db, job.id, "failed", f"the scheduler failed on this job: {type(e).__name__}: {e}")
                     continue
-                if not ready:  # an earlier stage is queued or running: a later job that fits goes first
+                if fits is None:
                     continue
-                if job.gpus > len(self.gpus):
-                    db.execute("UPDATE jobs SET status = 'failed', finished = ?, error = ? WHERE id = ?",
-                               (time.time(), f"asked for {job.gpus} GPU(s); this server has {len(self.gpus)}", job.id))
-                    continue
-                if job.gpus == 0 and cpu_jobs >= self.cpu_slots or job.gpus > len(free):
-                    continue
-                gpus = tuple(free[: job.gpus])
-                on = ",".join(map(str, gpus)) or ("cpu" if job.processes == 1 else f"cpu x{job.processes}")
+                on = ",".join(map(str, fits)) or ("cpu" if job.processes == 1 else f"cpu x{job.processes}")
                 db.execute("UPDATE jobs SET status = 'running', devices = ?, started = ? WHERE id = ?",
                            (on, time.time(), job.id))
-                return job, gpus
+                return job, fits
         return None
+
+    def _fits(self, db: sqlite3.Connection, job: Job, free: list[int], cpu_jobs: int) -> Optional[tuple[int, ...]]:
+        """The GPUs ``job`` starts on now (empty: a CPU job), or None when it cannot start yet; a job
+        that never will is ended here, in ``db``'s transaction."""
+        ready, never = self.store.dependencies(job, db)
+        if never:
+            end_in(db, job.id, "failed", never)
+            return None
+        if not ready:  # an earlier stage is queued or running: a later job that fits goes first
+            return None
+        if job.gpus > len(self.gpus):
+            end_in(db, job.id, "failed", f"asked for {job.gpus} GPU(s); this server has {len(self.gpus)}")
+            return None
+        if job.gpus == 0 and cpu_jobs >= self.cpu_slots or job.gpus > len(free):
+            return None
+        return tuple(free[: job.gpus])
 
     def _follow_slurm(self) -> None:
         """Slurm jobs: submit the queued ones (Slurm queues them, not us), and map the state Slurm
@@ -313,8 +332,7 @@ class Scheduler:
         """A queued Slurm job goes to Slurm once the jobs it waits for have succeeded; it fails, saying
         which and what to do, when one of them never will."""
         ready, never = self.store.dependencies(job)
-        if never and self.store.update(job.id, only_if_status=("queued",), status="failed", error=never,
-                                       finished=time.time()):
+        if never and self.store.end(job.id, "failed", never, only_if_status=("queued",)):
             _emit_ended(Path(job.run_dir), "failed", never)
         return ready
 
@@ -327,8 +345,7 @@ class Scheduler:
         try:
             slurm_id = slurm.submit(run_dir, slurm.parse_options(job.slurm), job.processes)
         except RuntimeError as e:
-            if self.store.update(job.id, only_if_status=("queued",), status="failed", error=str(e),
-                                 finished=time.time()):
+            if self.store.end(job.id, "failed", str(e), only_if_status=("queued",)):
                 _emit_ended(run_dir, "failed", str(e))
             return
         self.store.update(job.id, slurm_id=slurm_id, devices=slurm.describe(job.slurm, slurm_id))
@@ -351,7 +368,7 @@ class Scheduler:
             finish(self.store, job)
             return
         status, error = slurm.ENDED.get(now.state, ("failed", f"Slurm ended the job: {now.state} ({now.reason})"))
-        if self.store.update(job.id, only_if_status=("running",), status=status, error=error, finished=time.time()):
+        if self.store.end(job.id, status, error, only_if_status=("running",)):
             _emit_ended(run_dir, status, error)
 
     def _start_next(self) -> bool:
@@ -363,6 +380,15 @@ class Scheduler:
         with self._contained(job):
             self._start(job, gpus)
         return True
+
+    def _env(self, gpus: tuple[int, ...]) -> dict[str, str]:
+        """The worker's environment: its GPUs, and the folders it may read when the store is a server's
+        (:data:`~lab.jobkit.worker.ROOTS_ENV`) — the server's word, not its run directory's."""
+        env = job_env(gpus)
+        env.pop(ROOTS_ENV, None)  # this process's own, if it is a worker itself: never passed on
+        if self.store.roots is not None:
+            env[ROOTS_ENV] = json.dumps(self.store.roots)
+        return env
 
     def _start(self, job: Job, gpus: tuple[int, ...]) -> None:
         run_dir = Path(job.run_dir)
@@ -376,10 +402,9 @@ class Scheduler:
             try:
                 launch = Launch(gpus=gpus, processes=1 if gpus else job.processes)
                 popen = subprocess.Popen(self.launcher(job, launch), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=job_env(gpus), start_new_session=True)
+                                         stdin=subprocess.DEVNULL, env=self._env(gpus), start_new_session=True)
             except OSError as e:
-                self.store.update(job.id, status="failed", error=f"could not start the worker: {e}",
-                                  finished=time.time())
+                self.store.end(job.id, "failed", f"could not start the worker: {e}")
                 return
         self.children[job.id] = popen
         try:

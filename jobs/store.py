@@ -25,6 +25,7 @@ import os
 import shutil
 import socket
 import sqlite3
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -35,16 +36,18 @@ from typing import Any, Iterable, Iterator, Optional
 import psutil
 
 from jobs.preflight import check_devices, check_disk, check_gpu_request, check_lora_targets
-from jobs.slurm import parse_options
+from jobs.slurm import SlurmOptions, parse_options
 from lab.core.config import ConfigError, check_int
 from lab.core.events import START, read_events
-from lab.core.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE, run_dir_name
+from lab.core.files import write_atomic
+from lab.core.layout import (CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE, STORE_FILE,
+                             run_dir_name)
 from lab.core.yamlio import load_yaml
-from lab.jobkit.chain import references
+from lab.jobkit.chain import ENDINGS, ended_as, references, write_result
 from lab.jobkit.kinds import JobKind, parse_config, write_config
-from lab.jobkit.pipeline import bind, parse_pipeline
+from lab.jobkit.pipeline import Stage, bind, parse_pipeline
 
-DB_FILE = "jobs.db"
+DB_FILE = STORE_FILE
 # A scheduler beats every tick (1 s by default); this long without one, none is serving the queue.
 HEARTBEAT_STALE_S = 30.0
 
@@ -88,6 +91,9 @@ ADDED_COLUMNS = {"processes": "INTEGER NOT NULL DEFAULT 1", "executor": "TEXT NO
 EXECUTORS = ("local", "slurm")
 MAX_GPUS = 1024
 RESUMABLE = ("failed", "cancelled", "interrupted")  # ended without finishing: its run directory can continue
+STATUSES = ("queued", "running", *ENDINGS)
+# What a run directory's job.json holds: the record of its submission, without which a folder is no job.
+JOB_FILE_KEYS = ("gpus", "processes", "executor", "slurm", "roots", "waits_on")
 MAX_PROCESSES = 256
 
 
@@ -159,6 +165,26 @@ class Job:
 
 
 @dataclass(frozen=True)
+class _Queued:
+    """A job checked in full and not yet inserted: what its row and its ``job.json`` will hold."""
+
+    kind: JobKind
+    parsed: Any
+    gpus: int
+    processes: int
+    executor: str
+    options: Optional[SlurmOptions]
+    folders: Optional[list[str]]
+    waits: Optional[list[int]]
+
+    def job_file(self) -> dict[str, Any]:
+        """``job.json``: the record of the submission, every key of :data:`JOB_FILE_KEYS`."""
+        return {"gpus": self.gpus, "processes": self.processes, "executor": self.executor,
+                "slurm": asdict(self.options) if self.options else None, "roots": self.folders,
+                "waits_on": self.waits}
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """A scheduler's sign of life: which process, where, and when its last tick ended (Unix seconds)."""
 
@@ -168,10 +194,16 @@ class Heartbeat:
 
 
 class JobStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, roots: Optional[Iterable[Path]] = None) -> None:
         """``root`` holds ``jobs.db`` and one run directory per job. Raises :class:`StoreError` when
-        ``jobs.db`` is not a database SQLite can read."""
+        ``jobs.db`` is not a database SQLite can read.
+
+        ``roots``: the folders the server using this store allows (the app's runs folder, model cache
+        and ``--allow-path``): every worker a scheduler starts on it reads inside them, whatever its
+        run directory claims (:func:`lab.jobkit.worker.allowed_folders`). None (the command line):
+        a worker reads inside the folders its job was submitted under."""
         self.root = Path(root)
+        self.roots = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / DB_FILE
         try:
@@ -193,7 +225,12 @@ class JobStore:
         ``mode=rw``: SQLite would otherwise create an empty file in its place, and every call after
         would fail on tables that are not there while new jobs took the ids of old ones."""
         if not self.path.exists():
-            rebuild(self.root, self.path)
+            try:
+                rebuild(self.root, self.path)
+            except (sqlite3.Error, OSError) as e:  # no jobs.db to move aside: the folder itself is the trouble
+                raise StoreError(f"the job store could not be rebuilt from the run folders in {self.root} "
+                                 f"({type(e).__name__}: {e}); make the folder writable (or free space on its disk) "
+                                 "and open it again") from None
         db = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=30, isolation_level=None)
         db.row_factory = sqlite3.Row
         return db
@@ -237,6 +274,13 @@ class JobStore:
         finally:
             db.close()
 
+    def strays(self) -> list[str]:
+        """The numbered folders beside the store's run directories that are no job of it (a rebuild
+        left them out: no record of a submission, or several folders of one id): never queued, and
+        listed so that whoever keeps the store can look at them."""
+        known = {Path(job.run_dir).name for job in self.list()}
+        return sorted(e for e in os.listdir(self.root) if RUN_DIR_NAME.fullmatch(e) and e not in known)
+
     # ------------------------------------------------------------------ writing
     def submit(self, config: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None, processes: Any = 1,
                executor: Any = "local", slurm: Any = None, after: Iterable[int] = ()) -> Job:
@@ -249,6 +293,45 @@ class JobStore:
 
         It waits for the jobs its ``run:<id>`` fields name and those in ``after`` (:meth:`dependencies`)."""
         kind, parsed = parse_config(config, roots, runs=self.root)
+        queued = self._checked(kind, parsed, gpus, roots, processes, executor, slurm, after)
+        with self._inserting() as (db, made):
+            job_id = self._insert(db, queued, made)
+        return self.get(job_id)
+
+    def submit_pipeline(self, data: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None, processes: Any = 1,
+                        executor: Any = "local", slurm: Any = None) -> list[Job]:
+        """Queue every stage of a pipeline file (:mod:`lab.jobkit.pipeline`), each on the resources
+        given, each waiting for the stages it starts from or lists in ``after``: all of them or none.
+
+        The whole file is checked first (:func:`parse_pipeline`); then, in one transaction, each stage
+        gets its id and is checked in full as :meth:`submit` checks a job (its ``run:<id>`` now naming
+        the stage before, its devices, disk and LoRA targets). A refusal names the stage, rolls the
+        transaction back and removes the run directories it made, so no scheduler ever sees, let
+        alone starts, a stage of a pipeline that was refused."""
+        stages = parse_pipeline(data, roots, runs=self.root)
+        with self._inserting() as (db, made):
+            ids: dict[str, int] = {}
+            for i, stage in enumerate(stages):
+                ids[stage.name] = self._insert(db, self._stage(i, stage, ids, gpus, roots, processes, executor,
+                                                               slurm, db), made)
+        return [self.get(job_id) for job_id in ids.values()]
+
+    def _stage(self, i: int, stage: Stage, ids: dict[str, int], gpus: Any, roots: Optional[Iterable[Path]],
+               processes: Any, executor: Any, slurm: Any, db: sqlite3.Connection) -> "_Queued":
+        """Pipeline stage ``i`` checked in full, its ``stage:<name>`` bound to the ids of the stages
+        before it (made in ``db``'s transaction, their run directories on disk for ``run:<id>`` to find)."""
+        try:
+            kind, parsed = parse_config(bind(stage, ids), roots, runs=self.root)
+            return self._checked(kind, parsed, gpus, roots, processes, executor, slurm,
+                                 [ids[name] for name in stage.after], db)
+        except ConfigError as e:
+            raise ConfigError(f"pipeline[{i}] ({stage.name}).{e}") from None
+
+    def _checked(self, kind: JobKind, parsed: Any, gpus: Any, roots: Optional[Iterable[Path]], processes: Any,
+                 executor: Any, slurm: Any, after: Iterable[int],
+                 db: Optional[sqlite3.Connection] = None) -> "_Queued":
+        """Everything :meth:`submit` checks beyond the config itself: resources, executor, Slurm options,
+        devices, disk, LoRA targets and the jobs it waits for (read in ``db`` when given)."""
         gpus = check_gpus(gpus)
         if executor not in EXECUTORS:
             raise ConfigError(f"executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
@@ -271,51 +354,61 @@ class JobStore:
                       here=roots is not None and executor == "local")
         check_disk(kind.name, values, self.root)  # its run directory will be under the root
         check_lora_targets(kind.name, values)
-        slurm_json = options.to_json() if options else None
-        folders = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]
         waits = list(dict.fromkeys([*references(kind.config, values), *after])) or None
-        now = time.time()
-        with self.transaction() as db:
+        own = db is None
+        db = self._connect() if own else db
+        try:
             for earlier in waits or ():
                 if db.execute("SELECT 1 FROM jobs WHERE id = ?", (earlier,)).fetchone() is None:
-                    raise ConfigError(f"after: there is no job {earlier} in {self.path}")
-            last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
-            job_id = self._next_id(db)
-            run_dir = self.root / run_dir_name(job_id, kind.name)
-            run_dir.mkdir(parents=True)  # new, never an old job's: _next_id is past every directory
-            text = write_config(run_dir, kind, parsed)
-            job_file = {"gpus": gpus, "processes": processes, "executor": executor,
-                        "slurm": asdict(options) if options else None, "roots": folders, "waits_on": waits}
-            (run_dir / JOB_FILE).write_text(json.dumps(job_file) + "\n", encoding="utf-8")
-            db.execute(
-                "INSERT INTO jobs (id, kind, config, status, gpus, processes, executor, slurm, position, created, "
-                "run_dir, roots, waits_on) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job_id, kind.name, text, gpus, processes, executor, slurm_json, (last or 0) + 1, now, str(run_dir),
-                 None if folders is None else json.dumps(folders), None if waits is None else json.dumps(waits)),
-            )
-        return self.get(job_id)
+                    raise ConfigError(f"after: there is no job {earlier} in this store")
+        finally:
+            if own:
+                db.close()
+        folders = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]
+        return _Queued(kind, parsed, gpus, processes, executor, options, folders, waits)
 
-    def submit_pipeline(self, data: Any, gpus: Any = 0, roots: Optional[Iterable[Path]] = None, processes: Any = 1,
-                        executor: Any = "local", slurm: Any = None) -> list[Job]:
-        """Queue every stage of a pipeline file (:mod:`lab.jobkit.pipeline`), each on the resources
-        given, each waiting for the stages it starts from or lists in ``after``. The whole file is
-        checked first; should a stage still be refused as it is queued (its disk check, say), the
-        stages queued before it are cancelled and the refusal names the stage."""
-        stages = parse_pipeline(data, roots, runs=self.root)
-        ids: dict[str, int] = {}
-        queued: list[Job] = []
-        for i, stage in enumerate(stages):
-            try:
-                job = self.submit(bind(stage, ids), gpus=gpus, roots=roots, processes=processes, executor=executor,
-                                  slurm=slurm, after=[ids[name] for name in stage.after])
-            except ConfigError as e:
-                for earlier in queued:
-                    self.update(earlier.id, only_if_status=("queued",), status="cancelled", finished=time.time(),
-                                error=f"its pipeline was not queued: stage {stage.name} was refused")
-                raise ConfigError(f"pipeline[{i}] ({stage.name}).{e}") from None
-            ids[stage.name] = job.id
-            queued.append(job)
-        return queued
+    @contextmanager
+    def _inserting(self) -> Iterator[tuple[sqlite3.Connection, list[Path]]]:
+        """A write transaction that inserts jobs; should it fail, the run directories it made (listed
+        in the second item) go too, so a refused or failed submit leaves no folder that a rebuilt
+        store would take for a queued job."""
+        made: list[Path] = []
+        try:
+            with self.transaction() as db:
+                yield db, made
+        except BaseException:
+            for run_dir in made:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+
+    def _insert(self, db: sqlite3.Connection, queued: "_Queued", made: list[Path]) -> int:
+        """Queue a checked job in ``db``'s transaction: its run directory with ``config.yaml`` and
+        ``job.json`` (the record a lost store is rebuilt from), then its row. Returns its id."""
+        last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
+        job_id = self._next_id(db)
+        run_dir = self.root / run_dir_name(job_id, queued.kind.name)
+        run_dir.mkdir(parents=True)  # new, never an old job's: _next_id is past every directory
+        made.append(run_dir)
+        text = write_config(run_dir, queued.kind, queued.parsed)
+        write_atomic(run_dir / JOB_FILE, json.dumps(queued.job_file()) + "\n")
+        db.execute(
+            "INSERT INTO jobs (id, kind, config, status, gpus, processes, executor, slurm, position, created, "
+            "run_dir, roots, waits_on) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (job_id, queued.kind.name, text, queued.gpus, queued.processes, queued.executor,
+             queued.options.to_json() if queued.options else None, (last or 0) + 1, time.time(), str(run_dir),
+             None if queued.folders is None else json.dumps(queued.folders),
+             None if queued.waits is None else json.dumps(queued.waits)),
+        )
+        return job_id
+
+    def end(self, job_id: int, status: str, error: Optional[str],
+            only_if_status: Optional[tuple[str, ...]] = None) -> bool:
+        """Record that a job ended: in its run directory (``result.json``), then in its row, in one
+        transaction, so the folders alone rebuild every ending a lost store knew (a job cancelled
+        while queued is never run again by a rebuilt store). With ``only_if_status``, only while the
+        job is in one of those states; returns whether it was recorded."""
+        with self.transaction() as db:
+            return end_in(db, job_id, status, error, only_if_status)
 
     def dependencies(self, job: Job, db: Optional[sqlite3.Connection] = None) -> tuple[bool, Optional[str]]:
         """Whether ``job`` may start (every job it waits for succeeded), and, when it never will (one
@@ -334,6 +427,9 @@ class JobStore:
                 db.close()
         for earlier in job.waits_for:
             row = rows.get(earlier)
+            if earlier >= job.id:  # only a rebuilt store's job.json can say so: a job waits for jobs queued before it
+                return False, (f"it waits for job {earlier}, which was not queued before it, so it would wait forever: "
+                               "this job did not start; clone it")
             if row is None:
                 return False, (f"job {earlier}, which this one starts from, is no longer in the store: this job did "
                                "not start; clone it with another model")
@@ -342,6 +438,9 @@ class JobStore:
                 return False, (f"stage {earlier} ({row['kind']}) {row['status']}{why}, so this job did not start. "
                                f"Resume job {earlier} (python -m jobs resume {earlier}, or Resume on the Jobs page), "
                                "then resume this one: it waits for that one again")
+            if row["status"] not in STATUSES:
+                return False, (f"job {earlier}, which this one starts from, is {row['status']!r}, no status the lab "
+                               "records: this job did not start; clone it with another model")
         return all(rows[earlier]["status"] == "succeeded" for earlier in job.waits_for), None
 
     def _next_id(self, db: sqlite3.Connection) -> int:
@@ -447,6 +546,23 @@ def _create(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
 
 
+def end_in(db: sqlite3.Connection, job_id: int, status: str, error: Optional[str],
+           only_if_status: Optional[tuple[str, ...]] = None) -> bool:
+    """:meth:`JobStore.end` in ``db``'s transaction (the scheduler's claim ends jobs that never will
+    start as it goes). A run directory that cannot be written (the job's very failure, often) is
+    said on stderr and the row recorded all the same: a job must not stay running or queued forever."""
+    row = db.execute("SELECT status, run_dir FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None or (only_if_status and row["status"] not in only_if_status):
+        return False
+    try:
+        write_result(Path(row["run_dir"]), status, error)
+    except OSError as e:
+        print(f"job store: job {job_id} {status}, but its run folder could not record it ({e.strerror or e}); "
+              "a store rebuilt from the folders would not know", file=sys.stderr, flush=True)
+    db.execute("UPDATE jobs SET status = ?, error = ?, finished = ? WHERE id = ?", (status, error, time.time(), job_id))
+    return True
+
+
 def rebuild(root: Path, path: Path) -> None:
     """Make a lost store again from the run directories in ``root``, each job under its own id.
 
@@ -454,13 +570,16 @@ def rebuild(root: Path, path: Path) -> None:
     so two processes that find it gone build it once. What a directory says is what the row says:
     its config and resources; its status from ``result.json``, or ``running`` while the worker its
     events name is alive, ``interrupted`` when it started and died unrecorded, ``queued`` when it
-    never started."""
+    never started. A folder that is no complete record of a submission (:func:`_job_record`), or one
+    of several folders with the same id, is left out, said on stderr and left as it is: it is never
+    queued, and a new job's id is past it all the same (:meth:`JobStore._next_id`)."""
     with open(root / f"{DB_FILE}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
             return  # another process rebuilt it while this one waited
         for stale in (f"{DB_FILE}-wal", f"{DB_FILE}-shm"):  # the lost file's journal would be replayed onto the new
             (root / stale).unlink(missing_ok=True)
+        rows, left_out = _rows_from_run_dirs(root)
         fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{DB_FILE}-")
         os.close(fd)
         try:
@@ -468,7 +587,7 @@ def rebuild(root: Path, path: Path) -> None:
             try:
                 _create(db)
                 db.execute("BEGIN")
-                for row in _rows_from_run_dirs(root):
+                for row in rows:
                     db.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                                tuple(row.values()))
                 db.execute("COMMIT")
@@ -477,41 +596,94 @@ def rebuild(root: Path, path: Path) -> None:
             os.replace(tmp, path)
         finally:
             Path(tmp).unlink(missing_ok=True)
+    if left_out:
+        print(f"job store: rebuilt {len(rows)} job(s) from the run folders in {root}; left out, as no job of this "
+              f"store (never queued, files untouched): {'; '.join(left_out)}", file=sys.stderr, flush=True)
 
 
-def _rows_from_run_dirs(root: Path) -> Iterator[dict[str, Any]]:
+def _rows_from_run_dirs(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of the run directories in ``root``, and each numbered folder left out with why."""
+    named: dict[int, list[str]] = {}
     for entry in sorted(os.listdir(root)):
         match = RUN_DIR_NAME.fullmatch(entry)
-        run_dir = root / entry
-        if not match or not (run_dir / CONFIG_FILE).is_file():
+        if match:
+            named.setdefault(int(match[1]), []).append(entry)
+    rows, left_out = [], []
+    for job_id, entries in sorted(named.items()):
+        if len(entries) > 1:
+            left_out.append(f"{', '.join(entries)} (several folders of job {job_id}: move the one that is no job of "
+                            "this store out of its folder; python -m lab run --out must name a folder outside it)")
             continue
-        job_id = int(match[1])
-        config = (run_dir / CONFIG_FILE).read_text(encoding="utf-8")
         try:
-            queued = json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # a run directory from before job.json: a CPU job, files anywhere
-            queued = {}
-        row = {"id": job_id, "kind": match[2], "config": config, "position": float(job_id),
-               "created": (run_dir / CONFIG_FILE).stat().st_mtime, "run_dir": str(run_dir),
-               "gpus": queued.get("gpus", 0), "processes": queued.get("processes", 1),
-               "executor": queued.get("executor", "local"),
-               **{key: None if queued.get(key) is None else json.dumps(queued[key])
-                  for key in ("slurm", "roots", "waits_on")}}
-        row |= _state_of(run_dir)
-        if row["status"] == "running" and not row["gpus"]:
-            row["devices"] = "cpu" if row["processes"] == 1 else f"cpu x{row['processes']}"
-        yield row
+            rows.append(_row_of(root / entries[0], job_id, RUN_DIR_NAME.fullmatch(entries[0])[2]))
+        except ValueError as e:
+            left_out.append(f"{entries[0]} ({e})")
+    return rows, left_out
+
+
+def _job_record(run_dir: Path) -> dict[str, Any]:
+    """A run directory's ``job.json``, checked: every key a submit writes (:data:`JOB_FILE_KEYS`),
+    each as a submit checks it. Raises ValueError saying what is wrong: a folder planted in the
+    runs folder, or one whose record is damaged, is no job to run."""
+    try:
+        record = json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"no {JOB_FILE}: it was not queued through this store") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"{JOB_FILE} cannot be read: {type(e).__name__}") from None
+    if not isinstance(record, dict) or set(record) != set(JOB_FILE_KEYS):
+        keys = sorted(map(str, record)) if isinstance(record, dict) else type(record).__name__
+        raise ValueError(f"{JOB_FILE} holds {keys}, not the record of a submission ({', '.join(JOB_FILE_KEYS)})")
+    roots, waits = record["roots"], record["waits_on"]
+    try:
+        gpus = check_gpus(record["gpus"])
+        if record["executor"] not in EXECUTORS:
+            raise ConfigError(f"executor: must be one of {', '.join(EXECUTORS)}, got {record['executor']!r:.40}")
+        slurm = None if record["slurm"] is None else parse_options(record["slurm"]).to_json()
+        processes = check_int("processes", record["processes"], 1, MAX_PROCESSES)
+    except ConfigError as e:
+        raise ValueError(f"{JOB_FILE}: {e}") from None
+    if roots is not None and not (isinstance(roots, list) and all(isinstance(r, str) for r in roots)):
+        raise ValueError(f"{JOB_FILE}: roots must be a list of folders or null, got {roots!r:.40}")
+    if waits is not None and not (isinstance(waits, list) and all(
+            isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in waits)):
+        raise ValueError(f"{JOB_FILE}: waits_on must be a list of job ids or null, got {waits!r:.40}")
+    return {"gpus": gpus, "processes": processes, "executor": record["executor"], "slurm": slurm,
+            "roots": None if roots is None else json.dumps(roots), "waits_on": None if waits is None else json.dumps(waits)}
+
+
+def _row_of(run_dir: Path, job_id: int, kind: str) -> dict[str, Any]:
+    """The row of one run directory; ValueError when it is no job of this store."""
+    if run_dir.is_symlink() or not run_dir.is_dir():
+        raise ValueError("a link or not a folder")
+    try:
+        config = (run_dir / CONFIG_FILE).read_text(encoding="utf-8")
+        created = (run_dir / CONFIG_FILE).stat().st_mtime
+    except (OSError, ValueError):
+        raise ValueError(f"no readable {CONFIG_FILE}") from None
+    row = {"id": job_id, "kind": kind, "config": config, "position": float(job_id), "created": created,
+           "run_dir": str(run_dir), **_job_record(run_dir)}
+    row |= _state_of(run_dir)
+    if row["status"] == "running" and not row["gpus"]:
+        row["devices"] = "cpu" if row["processes"] == 1 else f"cpu x{row['processes']}"
+    return row
 
 
 def _state_of(run_dir: Path) -> dict[str, Any]:
     """A run directory's status, from its result or, without one, from its worker's life."""
     try:
-        result = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
-        return {"status": result["status"], "error": result.get("error"),
-                "finished": (run_dir / RESULT_FILE).stat().st_mtime}
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    starts = [e for e in read_events(run_dir / EVENTS_FILE)[0] if e.get("stage") == START]
+        finished = (run_dir / RESULT_FILE).stat().st_mtime
+    except OSError:
+        finished = None  # no result.json: it has not ended, or its worker died unrecorded
+    if finished is not None:
+        result = ended_as(run_dir) or {}
+        status = result.get("status")
+        if status not in ENDINGS:  # a job that waits for this one must not wait for a status that never comes
+            return {"status": "failed", "finished": finished,
+                    "error": f"its {RESULT_FILE} says no status the lab records ({status!r:.40})"}
+        error = result.get("error")
+        return {"status": status, "error": error if isinstance(error, str) else None, "finished": finished}
+    starts = [e for e in read_events(run_dir / EVENTS_FILE)[0] if e["stage"] == START]
     if not starts:
         return {"status": "queued"}
     start = starts[-1]
@@ -520,7 +692,7 @@ def _state_of(run_dir: Path) -> dict[str, Any]:
         if process.create_time() <= start["time"] + 1 and str(run_dir) in " ".join(process.cmdline()):
             return {"status": "running", "pid": process.pid, "pid_started": process.create_time(),
                     "started": start["time"]}
-    except (psutil.Error, KeyError, ValueError, TypeError):
+    except (psutil.Error, KeyError, ValueError, TypeError, OverflowError):
         pass
     return {"status": "interrupted", "started": start["time"], "finished": time.time(),
             "error": "the job store was rebuilt after it was lost, and this job's worker was gone"}

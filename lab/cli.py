@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 import typing
@@ -22,7 +23,7 @@ from typing import Any, Optional, Sequence
 
 from lab.core.config import ConfigError, unwrap_optional
 from lab.core.errors import USER_ERRORS
-from lab.core.layout import CONFIG_FILE, METRICS_FILE, PREDICTIONS_FILE
+from lab.core.layout import CONFIG_FILE, JOB_FILE, METRICS_FILE, PREDICTIONS_FILE, RUN_DIR_NAME, STORE_FILE
 from lab.core.yamlio import load_yaml
 from lab.jobkit import chain, kinds
 from lab.kinds.evaluate.config import EvalConfig
@@ -112,6 +113,33 @@ def _evaluate(cfg: EvalConfig, out: Path) -> int:
     return 0
 
 
+def _store_jobs(folder: Path) -> list[str]:
+    """What makes ``folder`` a job store's: its ``jobs.db`` and the run folders of jobs queued in it
+    (those with a ``job.json``); empty for any other folder."""
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [e for e in entries if e == STORE_FILE or RUN_DIR_NAME.fullmatch(e) and (folder / e / JOB_FILE).is_file()]
+
+
+def _in_store(out: Path, config: Optional[Path]) -> Optional[str]:
+    """Why ``out`` must not take a foreground run, or None. A store numbers its jobs' folders itself;
+    a run written among them (a pipeline's ``00001-<kind>``, or ``--out runs/00007-evaluate``) would
+    take a job's id, and a rebuilt store would find two folders of one job. A job's own folder (it
+    holds its ``job.json``) is where the scheduler runs its worker."""
+    held = _store_jobs(out)
+    where = out
+    if not held and RUN_DIR_NAME.fullmatch(out.name) and not (out / JOB_FILE).is_file():
+        held, where = _store_jobs(out.parent), out.parent
+    if not held:
+        return None
+    queue = f"python -m jobs --root {where} submit {config or 'CONFIG.yaml'}"
+    return (f"--out {out}: {where} is a job store's folder (it holds {', '.join(held[:3])}"
+            f"{', …' if len(held) > 3 else ''}), which numbers its run folders itself; queue the job there "
+            f"instead ({queue}), or give --out a folder outside it")
+
+
 def _pipeline(path: Path, out: Path) -> Optional[int]:
     """A pipeline file (:mod:`lab.jobkit.pipeline`) run stage after stage in ``out``; None when ``path``
     is one job's config (or unreadable: the worker says why, as for any config)."""
@@ -141,9 +169,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if command == "run":
         out = args["run_dir"] or Path("runs") / f"{args['config'].stem}-{stamp}"
+        problem = _in_store(out, args["config"])
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
         stages = _pipeline(args["config"], out)
         return run(args["config"], out) if stages is None else stages
     out = args.pop("out") or Path("runs") / f"{command}-{stamp}"
+    problem = _in_store(out, None)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         kind, cfg = kinds.parse_config({"kind": command, **args}, runs=out.parent)  # run:<id>: a job beside it
     except ConfigError as e:

@@ -17,12 +17,12 @@ def test_events_are_read_incrementally_and_a_torn_line_waits(tmp_path):
     events, offset = read_events(path)
     assert [(e["stage"], e["step"], e["loss"]) for e in events] == [("train", 1, 2.5), ("train", 2, 2.0)]
     with open(path, "a") as f:
-        f.write('{"stage": "eval", "ece"')  # being written
+        f.write('{"time": 1.5, "stage": "eval", "ece"')  # being written
     assert read_events(path, offset) == ([], offset)
     with open(path, "a") as f:
         f.write(': 0.1}\n')
     events, end = read_events(path, offset)
-    assert events == [{"stage": "eval", "ece": 0.1}] and end == path.stat().st_size
+    assert events == [{"time": 1.5, "stage": "eval", "ece": 0.1}] and end == path.stat().st_size
 
 
 @pytest.mark.unit

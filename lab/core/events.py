@@ -6,15 +6,20 @@ with ``step`` and ``total`` counts a stage's progress (``tokens``: the work done
 differ in cost, for the ETA); ``{"stage": "stage", "name": …}`` says that a stage with no count yet
 began ("loading model bundled"), and ``start`` that the worker is alive. Readers keep a byte offset
 and read only what was appended since, so a poll costs the size of the news, not of the file; a
-last line still being written (no newline yet) is left for the next read.
+last line still being written (no newline yet) is left for the next read. A line that is no event —
+not a JSON object, torn UTF-8, a ``time`` that is no number, nested past :data:`MAX_DEPTH` — is
+skipped and named (:func:`read_events_checked`), never raised: the pages and the store's rebuild read
+every run's file, and one job's file must not stop them.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from lab.core.layout import EVENTS_FILE
 
@@ -42,19 +47,78 @@ class EventWriter:
         self.emit(STAGE, name=name)
 
 
-def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """Events appended to ``path`` since byte ``offset``, and the offset to pass next time."""
+MAX_LINE_BYTES = 1 << 20  # an event is a few hundred bytes; a longer line is no event the lab wrote
+MAX_DEPTH = 16  # events are flat, a list or two deep; deeper is no event the lab wrote
+
+
+@dataclass(frozen=True)
+class EventsRead:
+    """What one read of ``events.jsonl`` found: the events, the offset to pass next time, and each line
+    skipped as no event, named by its byte offset and why (``byte 812: not a JSON object (list)``)."""
+
+    events: list[dict[str, Any]]
+    offset: int
+    skipped: list[str]
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects, counted without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _problem(raw: bytes) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """A line as an event, or why it is none: a reader that trusted it would fail on it (a list has no
+    ``get``, a ``time`` of text takes no arithmetic, a 100,000-deep line overflows ``json.loads``)."""
+    if len(raw) > MAX_LINE_BYTES:
+        return None, f"longer than {MAX_LINE_BYTES} bytes"
+    try:
+        event = json.loads(raw)
+    except RecursionError:
+        return None, "nested too deeply to read"
+    except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError: torn UTF-8
+        return None, f"not JSON ({type(e).__name__})"
+    if not isinstance(event, dict):
+        return None, f"not a JSON object ({type(event).__name__})"
+    time_ = event.get("time")
+    if isinstance(time_, bool) or not isinstance(time_, (int, float)) or not math.isfinite(time_):
+        return None, f"its time is not a number ({time_!r:.40})"
+    if not isinstance(event.get("stage"), str):
+        return None, f"its stage is not text ({event.get('stage')!r:.40})"
+    if _depth(event) > MAX_DEPTH:
+        return None, f"nested more than {MAX_DEPTH} deep"
+    return event, None
+
+
+def read_events_checked(path: Path, offset: int = 0) -> EventsRead:
+    """Events appended to ``path`` since byte ``offset``, with the lines that are no event skipped and
+    named: a torn line from a killed writer, or one a job wrote that no reader could use, must not
+    stop the reader (the store's rebuild, the pages' polls)."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
             chunk = f.read()
     except FileNotFoundError:
-        return [], offset
+        return EventsRead([], offset, [])
     end = chunk.rfind(b"\n") + 1  # complete lines only
-    events = []
-    for raw in chunk[:end].splitlines():
-        try:
-            events.append(json.loads(raw))
-        except json.JSONDecodeError:
-            continue  # a torn line from a killed writer must not stop the reader
-    return events, offset + end
+    events, skipped, at = [], [], offset
+    for raw in chunk[:end].split(b"\n")[:-1]:
+        event, why = _problem(raw) if raw.strip() else (None, None)
+        if event is not None:
+            events.append(event)
+        elif why is not None:
+            skipped.append(f"byte {at}: {why}")
+        at += len(raw) + 1
+    return EventsRead(events, offset + end, skipped)
+
+
+def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Events appended to ``path`` since byte ``offset``, and the offset to pass next time; lines that
+    are no event are skipped (:func:`read_events_checked` names them)."""
+    read = read_events_checked(path, offset)
+    return read.events, read.offset

@@ -24,6 +24,7 @@ catalogue of runs (:mod:`lab.results.runs`) and the pages read them, and none of
     start.json         what a chained stage's run:<id> fields named when it started (lab.jobkit.chain)
     start/<field>/     ... a LoRA run's adapter merged into its base, for a field that takes no adapter
 
+The job store's folder holds ``jobs.db`` (:data:`STORE_FILE`, its index) beside the run directories.
 A job's run directory is ``<runs>/<id, 5 digits or more>-<kind>`` (:data:`RUN_DIR_NAME`): the job
 store names it so, and ``run:<id>`` finds it so.
 """
@@ -62,6 +63,7 @@ LABEL_FILE = "label.txt"
 EVAL_DIR = "eval"
 START_FILE = "start.json"
 START_DIR = "start"
+STORE_FILE = "jobs.db"  # the job store's table, in the folder that holds its run directories
 RUN_DIR_NAME = re.compile(r"(\d{5,})-([a-z_]+)")  # 00042-evaluate: job 42's run directory
 
 

@@ -56,6 +56,19 @@ def a_kind(kind: str) -> str:
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
+ENDINGS = ("succeeded", "failed", "cancelled", "interrupted")  # every final status a job records
+
+
+def write_result(run_dir: Path, status: str, error: Optional[str] = None) -> None:
+    """Record how a job ended in its run directory (``result.json``, atomically), as the worker does
+    and, for an ending no worker wrote (cancelled while queued, failed before it started, a worker
+    that died), the scheduler does before its row says so: the run directories alone rebuild a lost
+    store, so every ending must be in them."""
+    if status not in ENDINGS:
+        raise ValueError(f"Expected a status among {', '.join(ENDINGS)}, but got {status!r}")
+    write_atomic(run_dir / RESULT_FILE, json.dumps({"status": status, "error": error}) + "\n")
+
+
 def ended_as(run_dir: Path) -> Optional[dict[str, Any]]:
     """How a job's worker ended (``result.json``); None while it has not."""
     try:

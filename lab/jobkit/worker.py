@@ -8,8 +8,9 @@ The worker reports through ``events.jsonl`` and ends by writing ``result.json``
 (``{"status": "succeeded" | "failed" | "cancelled", "error": …}``), so whoever watches the job —
 the scheduler that started it, or one started after a server restart — learns how it ended from
 files rather than from being its parent. It stops cooperatively when ``STOP`` appears in its run
-directory. A job queued from a browser reads files only inside the folders it was submitted
-under (``job.json``): its config is checked against them again here, and each data file again as
+directory. A job a server's scheduler starts reads files only inside the folders that server
+allows (:func:`allowed_folders`; one queued from the command line and run elsewhere, inside those
+its ``job.json`` names): its config is checked against them again here, and each data file again as
 it is opened (:mod:`lab.core.reads`), since a file can be swapped for a link while the job waits.
 For the same reason a ``run:<id>`` (another job's weights, :mod:`lab.jobkit.chain`) is resolved
 here, as the job starts, in the store whose folder holds the run directory: that job must have
@@ -31,10 +32,9 @@ from typing import Any, Callable, Optional, Sequence
 from lab.core.config import ConfigError
 from lab.core.errors import USER_ERRORS, DiskFull, Stopped
 from lab.core.events import START, EventWriter
-from lab.core.files import write_atomic
-from lab.core.layout import EVENTS_FILE, JOB_FILE, RESULT_FILE, STOP_FILE
+from lab.core.layout import EVENTS_FILE, JOB_FILE, STOP_FILE
 from lab.core.reads import restricted
-from lab.jobkit.chain import resolve_start
+from lab.jobkit.chain import resolve_start, write_result
 from lab.jobkit.kinds import JobKind, load_config, runs_in, write_config
 from lab.jobkit.paths import Policy, checked_config
 
@@ -159,12 +159,27 @@ def _peer_lost(error: BaseException) -> bool:
 def _write_result(run_dir: Path, status: str, error: Optional[str] = None) -> None:
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    write_atomic(run_dir / RESULT_FILE, json.dumps({"status": status, "error": error}) + "\n")
+    write_result(run_dir, status, error)
+
+
+ROOTS_ENV = "CALIBRATION_LAB_ROOTS"  # the folders the server allows (JSON list), from the scheduler that starts the worker
 
 
 def allowed_folders(run_dir: Path) -> Optional[list[Path]]:
-    """The folders the job was submitted under (``job.json``), or None: a config run by hand, or a
-    run directory from before the lab kept them, reads anywhere."""
+    """The folders the job may read. A server's scheduler says which (:data:`ROOTS_ENV`: the folders
+    the server was started with), whatever the run directory claims: a folder planted in the runs
+    folder, or a rebuilt store's row, is no record of what a browser was allowed. Otherwise the
+    folders the job was submitted under (``job.json``), or None: a config run by hand, or queued
+    from the command line, reads anywhere."""
+    given = os.environ.get(ROOTS_ENV)
+    if given is not None:
+        try:
+            roots = json.loads(given)
+        except ValueError:
+            roots = None
+        if not (isinstance(roots, list) and all(isinstance(r, str) for r in roots)):
+            raise ConfigError(f"{ROOTS_ENV} must be a JSON list of folders, got {given!r:.80}")
+        return [Path(r) for r in roots]
     try:
         roots = json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8"))["roots"]
     except FileNotFoundError:
