@@ -86,8 +86,9 @@ class LabContext:
 
     @functools.cached_property
     def store(self) -> JobStore:
-        """One store per server: opening one creates the schema, which a 2-second poll need not repeat."""
-        return JobStore(self.runs)
+        """One store per server: opening one creates the schema, which a 2-second poll need not repeat.
+        Its scheduler's workers read inside :attr:`roots`, whatever a run folder claims."""
+        return JobStore(self.runs, roots=self.roots)
 
     @functools.cached_property
     def events(self) -> EventCache:
