@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.events import read_events
 from tests.helpers import row, write_eval
 from ui.job_results import job_results
+from ui.progress import progress
 
 ROWS = [row(i, [0.7, 0.3], i % 2) for i in range(4)]
 
@@ -88,3 +90,55 @@ def test_markup_in_a_run_file_is_shown_as_text(tmp_path):
     _cell(run_dir, 0, "t0-mcq", dataset="<img src=x onerror=alert(1)>|x", split="test")
     text = job_results(tmp_path, "sft", str(run_dir)).text
     assert "<img" not in text and "&lt;img src=x onerror=alert(1)&gt;&#124;x/test" in text
+
+
+CALIBRATION = [{"task": "mcq", "dataset": "synthetic", "data_files": ["bundled"], "split": "test", "limit": 12,
+                "scoring": "letter"}]
+
+
+def _train(kind: str, model: Path, out: Path, **fields) -> list[dict]:
+    from lab.jobkit.kinds import parse_config
+    from lab.jobkit.worker import JobContext
+    from lab.kinds.dpo.run import run_job as dpo
+    from lab.kinds.sft.run import run_job as sft
+
+    data = {"dataset": "alpaca", "data_files": ["bundled"]} if kind == "sft" else {"preferences": ["bundled"]}
+    _, cfg = parse_config({"kind": kind, "model": str(model), **data, "limit": 8, "epochs": 1, "batch_size": 4,
+                           "learning_rate": 1e-3, "max_length": 256, "device": "cpu", "bootstrap": 20,
+                           "calibration": CALIBRATION, **fields})
+    out.mkdir(parents=True)
+    {"sft": sft, "dpo": dpo}[kind](cfg, JobContext(out))
+    return read_events(out / "events.jsonl")[0]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_training_job_names_each_calibration_task_while_it_scores_it(tiny_model_dir, tmp_path):
+    """The job read `starting… 5m05s` for the minutes it scored its calibration tasks before training."""
+    out = tmp_path / "00001-sft"
+    events = _train("sft", tiny_model_dir, out)
+    name = "scoring calibration task 1/1 (mcq · synthetic/test) before training"
+    counted = [i for i, e in enumerate(events) if e["stage"] == name]
+    assert counted and events[counted[-1]]["step"] == events[counted[-1]]["total"] == 12
+    assert progress(events[:counted[0] + 1], now=events[counted[0]]["time"]).text.startswith(name + " 0/12")
+    first_step = next(i for i, e in enumerate(events) if e["stage"] == "train")
+    assert [e.get("name") for e in events[counted[-1]:first_step] if e["stage"] == "stage"] == ["training"]
+    assert progress(events[:first_step]).text.startswith("training…")
+    assert any(e["stage"] == "scoring calibration task 1/1 (mcq · synthetic/test) at step 2" for e in events)
+    said = [e["message"] for e in events if e["stage"] == "log"]
+    assert any(m.startswith(f"{name.removeprefix('scoring ')}: accuracy ") and "n = 12" in m for m in said)
+    # after training, the evaluation names the trained run, not the base model it started from
+    after = json.loads((out / "calibration" / "step-2" / "t0-mcq" / "metrics.json").read_text())
+    assert (after["model"], after["base_model"]) == ("00001-sft step 2", str(tiny_model_dir))
+    assert "00001-sft step 2" in job_results(tmp_path, "sft", str(out)).text
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_dpo_job_logs_its_rewards_for_the_page(tiny_model_dir, tmp_path):
+    out = tmp_path / "00002-dpo"
+    events = _train("dpo", tiny_model_dir, out)
+    rewards = [e for e in events if e["stage"] == "rewards"]
+    assert [e["step"] for e in rewards] == [1, 2] and all(0 <= e["rewards/accuracies"] <= 1 for e in rewards)
+    text = job_results(tmp_path, "dpo", str(out)).text
+    assert "| epoch 1 | 1–2 |" in text and "| final (last log) | 2 |" in text

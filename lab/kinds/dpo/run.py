@@ -8,13 +8,17 @@ as the assistant's) so that the chat template renders it as the model will be us
 the model as the job starts: with LoRA the adapter-disabled base (no second copy), with full training a
 second copy TRL loads from the model's folder, or — ``precompute_ref_log_probs`` — none, each pair scored
 once before the first step. Calibration is measured by the sft kind's :func:`calibration_check`, before
-training and after each epoch, into ``train_eval`` events.
+training and after each epoch, into ``train_eval`` events; the reward figures TRL logs at each step
+(``rewards/chosen``, ``rewards/rejected``, ``rewards/margins``, ``rewards/accuracies``) go into
+:data:`REWARDS_EVENT` events, which the job's page tabulates per epoch.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import math
+from typing import Any, Callable, Optional, Sequence
 
 from lab.core.errors import DataError
+from lab.core.events import EventWriter
 from lab.data.loaders import log_skipped
 from lab.data.preferences import PreferencePair, load_pairs
 from lab.data.templates import alpaca_prompt, has_chat_template
@@ -24,6 +28,9 @@ from lab.kinds.sft.run import calibration_check
 
 STAGE = "train"
 SHOWN = 5  # bad pairs named one by one in the log; the rest counted
+# TRL's reward figures as logged (averaged over the steps since the last log): {"step", "epoch", "rewards/…"}.
+# Not ``train_…``: the ETA takes those for pauses of the training stage (ui.progress.eta_seconds).
+REWARDS_EVENT = "rewards"
 
 
 def preference_examples(pairs: Sequence[PreferencePair]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -56,14 +63,20 @@ def plain_preference(example: dict[str, Any]) -> dict[str, str]:
             "rejected": example["rejected"][0]["content"]}
 
 
-def trainer_class(seen: dict[str, float]) -> type:
-    """TRL's ``DPOTrainer``, keeping the latest reward figures TRL logs in ``seen`` for the job's summary."""
+def trainer_class(seen: dict[str, float], events: Optional[EventWriter] = None) -> type:
+    """TRL's ``DPOTrainer``, keeping the latest reward figures TRL logs in ``seen`` for the job's summary
+    and writing each log's as a :data:`REWARDS_EVENT` event to ``events`` (a job's; a trainer built
+    outside a job has none), for the per-epoch table of the job's page."""
     from trl import DPOTrainer  # in the worker only: TRL imports transformers' Trainer
 
     class LabDPOTrainer(DPOTrainer):
         def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
             super().log(logs, start_time)  # TRL adds its averaged metrics to logs
-            seen.update({k: float(v) for k, v in logs.items() if k.startswith("rewards/")})
+            rewards = {k: float(v) for k, v in logs.items() if k.startswith("rewards/") and math.isfinite(v)}
+            seen.update(rewards)
+            if rewards and events is not None:
+                events.emit(REWARDS_EVENT, step=self.state.global_step, epoch=round(self.state.epoch or 0, 3),
+                            **rewards)
 
     return LabDPOTrainer
 
@@ -73,6 +86,7 @@ def run_job(cfg: DpoConfig, ctx: JobContext) -> dict[str, Any]:
 
     from lab.training.trainer import prepare_model, run_training
 
+    ctx.announce("loading preference pairs")
     pairs, problems = load_pairs(cfg.preferences or None, cfg.limit)
     examples, refused = preference_examples(pairs)
     where = ", ".join(cfg.preferences) if cfg.preferences else "the hub"
@@ -84,6 +98,7 @@ def run_job(cfg: DpoConfig, ctx: JobContext) -> dict[str, Any]:
     _log_refused(refused, ctx.log)
     if not examples:
         raise DataError(f"No usable preference pairs in {where}: all {len(pairs)} refused. First: {refused[0]}")
+    ctx.announce(f"loading model {cfg.model}")
     model, tokenizer, device = prepare_model(cfg)
     if not has_chat_template(tokenizer):  # a base model: Stanford Alpaca's prompt, plain responses
         examples = [plain_preference(e) for e in examples]
@@ -94,9 +109,10 @@ def run_job(cfg: DpoConfig, ctx: JobContext) -> dict[str, Any]:
                                    f"{cfg.method}, {cfg.loss_type} loss, β {cfg.beta}, reference: {reference}, "
                                    f"{len(cfg.calibration)} calibration tasks")
     seen: dict[str, float] = {}
+    ctx.announce(f"{STAGE}: preparing the trainer (tokenising {len(examples)} pairs)")
     result = run_training(
-        trainer_class(seen), cfg, ctx.run_dir, examples, model, tokenizer, device, ctx.events, STAGE, ctx.should_stop,
-        [], None, validate=calibration_check(cfg, tokenizer, ctx.run_dir, device) if cfg.calibration else None,
+        trainer_class(seen, ctx.events), cfg, ctx.run_dir, examples, model, tokenizer, device, ctx.events, STAGE,
+        ctx.should_stop, [], None, validate=calibration_check(cfg, tokenizer, ctx, device) if cfg.calibration else None,
         args_class=DPOConfig, args_extra={
             "beta": cfg.beta, "loss_type": [cfg.loss_type], "max_length": cfg.max_length,
             "precompute_ref_log_probs": cfg.precompute_ref_log_probs,

@@ -30,29 +30,46 @@ from lab.models import distributed
 STAGE = "train"
 
 
-def calibration_check(cfg: SftConfig, tokenizer: Any, out: Path, device: Any) -> Callable[[Any, int], dict[str, Any]]:
-    """``validate(model, step)`` for the training loop: every calibration task on the model in training."""
+def calibration_check(cfg: SftConfig, tokenizer: Any, ctx: JobContext,
+                      device: Any) -> Callable[[Any, int], dict[str, Any]]:
+    """``validate(model, step)`` for the training loop: every calibration task on the model in training.
+
+    Scoring the tasks before training takes minutes on a CPU, so each task counts its questions as
+    a stage of its own (``scoring calibration task 2/3 (clm · text/test) before training``: the Jobs
+    page's progress line, with an ETA) and says its figures in the log; once the tasks before training
+    are done, ``training`` is announced until the first step's count. An evaluation after step 0 is
+    of the weights in training, and its config and ``metrics.json`` name them (``00012-sft step 40``),
+    not the base model they started from (kept as ``base_model``)."""
     from lab.models.loading import LoadedModel
 
+    n_tasks = len(cfg.calibration)
+
     def one(index: int, model: Any, step: int) -> dict[str, Any]:
-        task = cfg.task_config(index, cfg.model, None)
+        evaluated = cfg.model if step == 0 else trained_name(ctx.run_dir, step)
+        task = cfg.task_config(index, evaluated, None)
         key = f"t{index}-{task.task}"
+        label = f"{task.task} · {task.dataset}/{task.split}"
+        when = "before training" if step == 0 else f"at step {step}"
+        name = f"calibration task {index + 1}/{n_tasks} ({label}) {when}"
         dtype = next(model.parameters()).dtype
         loaded = LoadedModel(model, tokenizer, cfg.model, cfg.model, None, device, dtype)
-        m = evaluate(task, out / CALIBRATION_DIR / f"step-{step}" / key, log=lambda message: None, loaded=loaded,
-                     step=step)
-        return {"key": key, "label": f"{task.task} · {task.dataset}/{task.split}", "n": m["n"],
-                "accuracy": m["accuracy"], "ece": m["ece"], "ece_low": m.get("ece_ci_low"),
-                "ece_high": m.get("ece_ci_high"), "nll": m["nll"]}
+        m = evaluate(task, ctx.run_dir / CALIBRATION_DIR / f"step-{step}" / key,
+                     progress_factory=ctx.progress(f"scoring {name}"),
+                     log=lambda message: ctx.log(f"{name}: {message}"), loaded=loaded, step=step, base_model=cfg.model)
+        ctx.log(f"{name}: {calibration_line(m)}")
+        return {"key": key, "label": label, "n": m["n"], "accuracy": m["accuracy"], "ece": m["ece"],
+                "ece_low": m.get("ece_ci_low"), "ece_high": m.get("ece_ci_high"), "nll": m["nll"]}
 
     def validate(model: Any, step: int) -> dict[str, Any]:
         was_training = model.training
         model.eval()
         try:
             results = distributed.map_sharded(lambda share: [one(j, model, step) for j in share],
-                                              list(range(len(cfg.calibration))))
+                                              list(range(n_tasks)))
         finally:
             model.train(was_training)
+        if step == 0:
+            ctx.announce("training")  # until the first step's count: the tasks' counts are done
         if not results:
             return {}
         first = results[0]
@@ -62,23 +79,39 @@ def calibration_check(cfg: SftConfig, tokenizer: Any, out: Path, device: Any) ->
     return validate
 
 
+def trained_name(run_dir: Path, step: int) -> str:
+    """What a calibration evaluation after step 0 evaluated: this run's weights at ``step``
+    (``00012-sft step 40``), as the pages label the run."""
+    return f"{Path(run_dir).name} step {step}"
+
+
+def calibration_line(metrics: dict[str, Any]) -> str:
+    """One evaluation's figures for the log: accuracy, ECE with its interval where computed, n."""
+    low, high = metrics.get("ece_ci_low"), metrics.get("ece_ci_high")
+    interval = f" [{100 * low:.1f}–{100 * high:.1f}%]" if low is not None and high is not None else ""
+    return f"accuracy {100 * metrics['accuracy']:.1f}%, ECE {100 * metrics['ece']:.1f}%{interval}, n = {metrics['n']}"
+
+
 def run_job(cfg: SftConfig, ctx: JobContext) -> dict[str, Any]:
     from trl import SFTConfig, SFTTrainer  # in the worker only: TRL imports transformers' Trainer
 
     from lab.training.trainer import prepare_model, run_training
 
+    ctx.announce(f"loading data {cfg.dataset}")
     data = load_instructions(cfg.dataset, cfg.split, cfg.data_files or None, on_bad_rows=cfg.on_bad_rows,
                              seed=cfg.seed, limit=cfg.limit)
     log_skipped(data.problems, ctx.log)
+    ctx.announce(f"loading model {cfg.model}")
     model, tokenizer, device = prepare_model(cfg)
     chat = has_chat_template(tokenizer)  # a base model has none: Alpaca's prompt instead
     examples = [record.example() if chat else record.plain_example() for record in data.records]
     rendered = "in the model's chat template" if chat else "as Stanford Alpaca prompts (the model has no chat template)"
     ctx.events.emit("log", message=f"{STAGE}: {len(examples)} instruction–response pairs from {data.source}, "
                                    f"{rendered}, {cfg.method}, {len(cfg.calibration)} calibration tasks")
+    ctx.announce(f"{STAGE}: preparing the trainer (tokenising {len(examples)} examples)")
     result = run_training(
         SFTTrainer, cfg, ctx.run_dir, examples, model, tokenizer, device, ctx.events, STAGE, ctx.should_stop, [], None,
-        validate=calibration_check(cfg, tokenizer, ctx.run_dir, device) if cfg.calibration else None,
+        validate=calibration_check(cfg, tokenizer, ctx, device) if cfg.calibration else None,
         args_class=SFTConfig, args_extra={"completion_only_loss": True, "max_length": cfg.max_length, "packing": False,
                                             # TRL turns it on by default; the lab's memory estimate and the
                                             # finetune kind have it only for QLoRA (prepare_model)
