@@ -157,3 +157,11 @@ def test_the_results_files_claims_tables_are_those_their_figures_give():
     for name, specs in FILES.items():
         text = (RESULTS / name).read_text()
         assert rewrite(text, specs()) == text, f"{name}: run .venv/bin/python bench/claims.py"
+
+
+def test_the_controlled_bench_and_claims_py_name_the_same_claims():
+    """A claim the bench writes and bench/claims.py cannot find again would be dropped from the table it rewrites."""
+    from bench.claims import controlled_specs
+    from bench.controlled import CLAIMS
+
+    assert [claim[0] for claim in CLAIMS] == [spec[0] for spec in controlled_specs()]
