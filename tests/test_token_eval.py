@@ -2,6 +2,8 @@
 re-tokenisation, metrics.json against lab.calibration.metrics on the same arrays, bad input."""
 import json
 import math
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -77,18 +79,47 @@ def test_clm_rows_are_the_texts_tokens_and_metrics_are_recomputable(tmp_path, ti
 def test_facts_target_each_entitys_first_token(tmp_path, tiny_model_dir):
     data = tmp_path / "facts.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in FACTS))
-    _, result, rows, _ = _run(tmp_path, tiny_model_dir, task="facts", data_files=[str(data)])
+    _, result, rows, saved = _run(tmp_path, tiny_model_dir, task="facts", data_files=[str(data)])
     tokenizer = load_tokenizer(str(tiny_model_dir), str(tiny_model_dir))
-    # "Paris" opens the first text: no token before it to predict from (no BOS), so it is left out.
-    assert [(r["doc"], r["entity"]) for r in rows] == [(0, 1), (1, 0), (1, 1), (1, 2)]
+    # "Paris" opens the first text: the text is read from the model's BOS token, which predicts it.
+    assert [(r["doc"], r["entity"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    assert saved["n_skipped_entities"] == 0 and saved["skipped_entities"] == []
     for row in rows:
         text = FACTS[row["doc"]]["text"]
         start, end = FACTS[row["doc"]]["entities"][row["entity"]]
-        enc = tokenizer(text, return_offsets_mapping=True)
-        token_start, token_end = enc["offset_mapping"][row["position"]]
-        assert enc["input_ids"][row["position"]] == row["target_id"]
+        enc = tokenizer(text, return_offsets_mapping=True)  # adds no BOS: the run's tokens are BOS and these
+        token_start, token_end = enc["offset_mapping"][row["position"] - 1]
+        assert enc["input_ids"][row["position"] - 1] == row["target_id"]
         assert token_start <= start < token_end  # the token holding the entity's first character
         assert row["context"] == text[:token_start]
+
+
+def _bundled_entities() -> int:
+    from lab.data.texts import load_texts
+
+    return sum(len(r.entities) for r in load_texts("trex", "facts", ["bundled"], split="test").records)
+
+
+@pytest.mark.model
+def test_every_entity_of_the_bundled_facts_data_is_scored_or_named_as_skipped(tmp_path, tiny_model_dir):
+    _, result, rows, saved = _run(tmp_path, tiny_model_dir, task="facts", dataset="trex", data_files=["bundled"],
+                                  split="test")
+    assert len(rows) + saved["n_skipped_entities"] == _bundled_entities() and saved["n_skipped_targets"] == 0
+    assert any(r["position"] == 1 for r in rows)  # an entity opening its sentence, predicted from BOS
+    # A tokenizer without a BOS token: each entity that opens its sentence is counted and named, file:line.
+    no_bos = tmp_path / "no_bos"
+    shutil.copytree(tiny_model_dir, no_bos)
+    config = json.loads((no_bos / "tokenizer_config.json").read_text())
+    (no_bos / "tokenizer_config.json").write_text(json.dumps({**config, "bos_token": None}))
+    logged = []
+    _, cfg = parse_config({"kind": "evaluate", "model": str(no_bos), "task": "facts", "dataset": "trex",
+                           "data_files": ["bundled"], "split": "test", "bootstrap": 0})
+    result = evaluate(cfg, tmp_path / "run2", log=logged.append)
+    opening = [s for s in result["skipped_entities"] if "has no BOS token" in s]
+    assert opening and result["n_skipped_entities"] == len(result["skipped_entities"]) >= len(opening)
+    assert result["n"] + result["n_skipped_entities"] == _bundled_entities()
+    assert re.match(r"trex/test\.jsonl:\d+: entity 0 '", opening[0].split("bundled/")[-1])
+    assert any(f"skipped {result['n_skipped_entities']} entities" in line for line in logged)
 
 
 @pytest.mark.model
@@ -135,4 +166,6 @@ def test_a_document_longer_than_the_models_window_is_read_within_it(tmp_path, ti
     _, result, rows, _ = _run(tmp_path, tiny_model_dir, task="clm", data_files=[str(data)], positions=50)
     assert len(rows) == 50 and max(r["position"] for r in rows) <= 512  # the tiny model reads 512 tokens
     _, result, rows, _ = _run(tmp_path / "facts", tiny_model_dir, task="facts", data_files=[str(data)])
-    assert [r["entity"] for r in rows] == [1]  # the first opens the text, the last lies past the window
+    assert [r["entity"] for r in rows] == [0, 1]  # the first is predicted from BOS, the last lies past the window
+    assert result["n_skipped_entities"] == 1
+    assert result["skipped_entities"] == [f"{data}:1: entity 2 'word700': past the model's window of 512 tokens"]

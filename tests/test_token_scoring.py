@@ -6,7 +6,7 @@ import torch
 
 from lab.core.errors import DataError, ScoringError
 from lab.models.token_scoring import score_documents
-from lab.models.token_targets import TokenDoc, clm_positions, encode, facts_positions
+from lab.models.token_targets import NO_SPAN, TokenDoc, clm_positions, encode, facts_positions, with_bos
 from tests.helpers import table_model
 
 TOL = 1e-5
@@ -186,7 +186,8 @@ TEXTS = ["The capital of France is Paris. It lies on the Seine, and Paris-based 
 def _check_token(tokenizer, whole: str, ids: list[int], p: int) -> tuple[int, int]:
     """The characters [start, end) of ``whole`` that token p stands for, found by decoding alone; asserts
     that the decoded tokens before p are exactly the text before it."""
-    before, through = tokenizer.decode(ids[:p]), tokenizer.decode(ids[: p + 1])
+    before, through = (tokenizer.decode(ids[:p], skip_special_tokens=True),
+                       tokenizer.decode(ids[: p + 1], skip_special_tokens=True))  # a BOS stands for no text
     assert whole.startswith(through) and through.startswith(before)
     return len(before), len(through)
 
@@ -214,10 +215,10 @@ def test_every_target_is_the_texts_token_there(bundled, prefix):
             assert r["pred_id"] == r["top_ids"][0] and r["confidence"] == r["top_probs"][0] >= r["target_prob"]
 
 
-def _entity_targets(tokenizer, text: str, entities, prefix: str = "") -> list[tuple[int, str]]:
-    ids, spans = encode(tokenizer, text, prefix)
+def _entity_targets(tokenizer, text: str, entities, prefix: str = "", bos=None) -> list[tuple[int, str]]:
+    ids, spans = with_bos(*encode(tokenizer, text, prefix), bos)
     out = []
-    for k, p in facts_positions(spans, entities):
+    for k, p in facts_positions(spans, entities)[0]:
         start, end = _check_token(tokenizer, prefix + text, ids, p)
         assert start <= len(prefix) + entities[k][0] < end  # the token holds the entity's first character
         out.append((k, tokenizer.decode([ids[p]])))
@@ -240,6 +241,10 @@ def test_facts_entity_at_the_start_of_the_text(tokenizer):
     assert _entity_targets(tokenizer, text, [(0, 5), (24, 30)]) == [(1, " France")]  # position 0: no context
     # After the paper's prompt the prefix's space merges into the entity's token: that token is the target.
     assert _entity_targets(tokenizer, text, [(0, 5), (24, 30)], PREFIX) == [(0, " Paris"), (1, " France")]
+    # Read from the model's BOS token, the entity that opens the text is predicted from that.
+    bos = tokenizer.bos_token_id
+    assert _entity_targets(tokenizer, text, [(0, 5), (24, 30)], bos=bos) == [(0, "Paris"), (1, " France")]
+    assert with_bos(*encode(tokenizer, text, PREFIX), bos) == encode(tokenizer, text, PREFIX)  # the prefix precedes it
 
 
 @pytest.mark.model
@@ -256,8 +261,15 @@ def test_facts_two_entities_and_one_inside_a_word(tokenizer):
 @pytest.mark.unit
 def test_facts_positions_on_hand_made_spans():
     spans = [(-1, -1), (0, 3), (3, 9), (10, 15), (15, 15 + 1), (15, 16)]  # BOS; trimmed space at 9; a 2-byte char
-    assert facts_positions(spans, [(0, 3), (4, 6), (9, 12), (15, 16), (30, 31)]) == [(0, 1), (1, 2), (2, 3), (3, 4)]
-    assert facts_positions(spans, [(9, 10)]) == []  # whitespace only, no token inside
+    assert facts_positions(spans, [(0, 3), (4, 6), (9, 12), (15, 16), (30, 31)]) == (
+        [(0, 1), (1, 2), (2, 3), (3, 4)], [(4, "no token of the text covers it")])
+    assert facts_positions(spans, [(9, 10)]) == ([], [(0, "no token starts inside it")])  # whitespace only
+    # Without a BOS the text's first token is position 0: left out, and said why; with one, its target.
+    assert facts_positions(spans[1:], [(0, 3)]) == ([], [(0, "it opens the text and the tokenizer has no BOS "
+                                                             "token to predict it from")])
+    ids, placed = with_bos([7, 8, 9, 10, 11], spans[1:], 99)
+    assert ids[0] == 99 and placed == [NO_SPAN, *spans[1:]] and facts_positions(placed, [(0, 3)]) == ([(0, 1)], [])
+    assert with_bos([7, 8], spans[1:3], None) == ([7, 8], spans[1:3])  # a tokenizer with no BOS token
     with pytest.raises(ValueError, match=r"entity 1 .* got \(5, 5\)"):
         facts_positions(spans, [(0, 3), (5, 5)])
 

@@ -65,9 +65,21 @@ def clm_positions(n_tokens: int, count: int, min_context: int, rng: np.random.Ge
     return sorted(int(p) for p in drawn)
 
 
-def facts_positions(spans: Sequence[Span], entities: Sequence[Span]) -> list[tuple[int, int]]:
-    """(entity index, target position) for each entity of the text: the position of the token that
-    holds the entity's first character, as :func:`encode`'s ``spans`` place it.
+def with_bos(ids: list[int], spans: list[Span], bos: Optional[int]) -> tuple[list[int], list[Span]]:
+    """``ids`` and ``spans`` with the ``bos`` token prepended when the first token is the text's own (a
+    tokenizer that adds no special token, and no prefix): without it an entity that opens the text would
+    sit at position 0, with nothing to be predicted from. Unchanged when ``bos`` is None (the tokenizer
+    has none) or something already precedes the text."""
+    if bos is None or not spans or spans[0] == NO_SPAN:
+        return ids, spans
+    return [bos, *ids], [NO_SPAN, *spans]
+
+
+def facts_positions(spans: Sequence[Span],
+                    entities: Sequence[Span]) -> tuple[list[tuple[int, int]], list[tuple[int, str]]]:
+    """(entity index, target position) for each entity of the text that has a target: the position of
+    the token that holds the entity's first character, as :func:`encode`'s ``spans`` place it; and
+    (entity index, why) for each that has none, for the caller to count and name.
 
     - A tokenizer that glues the preceding space to the word (byte-level BPE: " Paris") makes that
       merged token the target; the model reads the text up to the space's token boundary, which is
@@ -79,15 +91,15 @@ def facts_positions(spans: Sequence[Span], entities: Sequence[Span]) -> list[tup
       before the entity; such rows are rare with word-level entity spans.
     - An entity whose first character lies in no token (whitespace that a tokenizer trims from
       its offsets) targets the first token starting inside the entity.
-    - Left out (the caller counts them as skipped): an entity whose target would be position 0
-      (the text's first token with no BOS or prefix: nothing to predict it from), and one that no
-      token covers (past the end of the text).
+    - Left out, with the reason: an entity whose target would be position 0 (the text's first token
+      with no BOS or prefix before it, :func:`with_bos`: nothing to predict it from), one that no
+      token covers (past the end of the text), and one with no token starting inside it.
     Spans are [start, end) character offsets; a negative start or ``end <= start`` is refused (the
     loader checks its rows; here it is a caller's mistake). Two entities may share a target.
     """
     text_tokens = [i for i, span in enumerate(spans) if span != NO_SPAN]
     ends = [spans[i][1] for i in text_tokens]  # non-decreasing along the text
-    pairs = []
+    pairs, skipped = [], []
     for k, (start, end) in enumerate(entities):
         if start < 0 or end <= start:
             raise ValueError(f"Expected entity {k} to be a span [start, end) with 0 <= start < end, but got ({start}, {end})")
@@ -95,9 +107,13 @@ def facts_positions(spans: Sequence[Span], entities: Sequence[Span]) -> list[tup
         # sharing one multi-byte character's span, the first is taken).
         j = bisect_right(ends, start)
         if j == len(text_tokens):
-            continue  # past the text
+            skipped.append((k, "no token of the text covers it"))
+            continue
         position = text_tokens[j]
-        if spans[position][0] >= end or position == 0:
-            continue  # no token inside the entity; or no context before it
-        pairs.append((k, position))
-    return pairs
+        if spans[position][0] >= end:
+            skipped.append((k, "no token starts inside it"))
+        elif position == 0:
+            skipped.append((k, "it opens the text and the tokenizer has no BOS token to predict it from"))
+        else:
+            pairs.append((k, position))
+    return pairs, skipped

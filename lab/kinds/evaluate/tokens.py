@@ -23,7 +23,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -39,10 +39,12 @@ from lab.data.texts import TextRecord, load_texts
 from lab.jobkit.kinds import write_config
 from lab.kinds.evaluate.calibrated import apply_calibrator
 from lab.kinds.evaluate.config import CONFIDENCE, EvalConfig
-from lab.models.token_targets import NO_SPAN, TokenDoc, clm_positions, encode, facts_positions
+from lab.models.token_targets import NO_SPAN, TokenDoc, clm_positions, encode, facts_positions, with_bos
 
 TOP_K = 5  # the top tokens each row keeps (their probabilities, for Brier and the case studies)
 CONTEXT_CHARS = 400  # of text before a target, kept in its row for the case studies
+SHOWN_CHARS = 40  # of an entity left out, quoted where it is named
+LISTED = 100  # entities left out that metrics.json names (all are counted)
 # log_z is kept to this many decimals: finer than log_partition's own error (< 1e-5), and a third shorter.
 # The logits are kept whole: a top logit off by 1e-6 moves log Z(T) - z_top / T by 1e-4 at T = 0.01.
 LOG_Z_DECIMALS = 6
@@ -52,16 +54,28 @@ def _where(record: TextRecord) -> str:
     return f"{record.origin[0]}:{record.origin[1]}" if record.origin else record.id
 
 
-def _documents(cfg: EvalConfig, tokenizer, records: list[TextRecord], prefix: str,
-               context: Optional[int]) -> tuple[list[TokenDoc], list[int], list[list[tuple[int, int]]], list[str]]:
-    """Each record's tokens and targets, the index of its record, the character span of every token,
-    and the documents left out (too short for ``min_context``, or no entity the tokenizer could
-    place), each named by file and line.
+class Plan(NamedTuple):
+    """What :func:`_documents` plans: the documents to score, the index of each one's record, the
+    character span of each one's every token, the documents left out and, for facts, the entities
+    left out (each named by file and line, and why)."""
+
+    docs: list[TokenDoc]
+    kept: list[int]
+    spans: list[list[tuple[int, int]]]
+    skipped: list[str]
+    skipped_entities: list[str]
+
+
+def _documents(cfg: EvalConfig, tokenizer, records: list[TextRecord], prefix: str, context: Optional[int]) -> Plan:
+    """Each record's tokens and targets (a document is left out when it is too short for ``min_context``,
+    or has no entity the tokenizer could place); for facts, every entity without a target is named.
 
     ``min_context`` counts the text's own tokens: the template's prefix and special tokens come on
     top. A clm target is drawn among the first ``context`` tokens (the model's window), so that no
-    document is refused for its length; a facts entity past the window is left out."""
-    docs, kept, spans, skipped = [], [], [], []
+    document is refused for its length; a facts entity past the window is left out. facts reads a text
+    from the model's BOS token when nothing else precedes it (:func:`with_bos`), so that an entity
+    opening the text is predicted from that; a tokenizer without one leaves such an entity out."""
+    plan = Plan([], [], [], [], [])
     for i, record in enumerate(records):
         ids, offsets = encode(tokenizer, record.text, prefix)
         if cfg.task == "clm":
@@ -72,16 +86,27 @@ def _documents(cfg: EvalConfig, tokenizer, records: list[TextRecord], prefix: st
             entities: list[Optional[int]] = [None] * len(positions)
             why = f"{len(ids)} tokens, not more than min_context {cfg.min_context}"
         else:
-            placed = [(e, p) for e, p in facts_positions(offsets, record.entities) if context is None or p <= context]
+            ids, offsets = with_bos(ids, offsets, tokenizer.bos_token_id)
+            placed, left_out = facts_positions(offsets, record.entities)
+            if context is not None:
+                left_out += [(e, f"past the model's window of {context:,} tokens") for e, p in placed if p > context]
+                placed = [(e, p) for e, p in placed if p <= context]
             entities, positions = [e for e, _ in placed], [p for _, p in placed]
-            why = "no entity starts after the first token"
+            why = "no entity has a token to predict it from"
+            plan.skipped_entities.extend(_entity_named(record, e, reason) for e, reason in sorted(left_out))
         if not positions:
-            skipped.append(f"{_where(record)}: {why}")
+            plan.skipped.append(f"{_where(record)}: {why}")
             continue
-        docs.append(TokenDoc(ids=ids, positions=positions, entities=entities))
-        kept.append(i)
-        spans.append(offsets)
-    return docs, kept, spans, skipped
+        plan.docs.append(TokenDoc(ids=ids, positions=positions, entities=entities))
+        plan.kept.append(i)
+        plan.spans.append(offsets)
+    return plan
+
+
+def _entity_named(record: TextRecord, entity: int, reason: str) -> str:
+    """An entity left out, as the log and ``metrics.json`` name it: file:line, its index, text and why."""
+    start, end = record.entities[entity]
+    return f"{_where(record)}: entity {entity} {record.text[start:end][:SHOWN_CHARS]!r}: {reason}"
 
 
 def _row(record: TextRecord, index: int, offsets: list[tuple[int, int]], scored: dict[str, Any],
@@ -137,10 +162,13 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
     tokenizer = loaded.tokenizer
     limit = context_limit(loaded.model, tokenizer)
     context = None if limit is None else limit[0]
-    docs, kept, spans, short = _documents(cfg, tokenizer, data.records, get_template(cfg.template).text_prefix(tokenizer),
-                                          context)
+    plan = _documents(cfg, tokenizer, data.records, get_template(cfg.template).text_prefix(tokenizer), context)
+    docs, kept, spans, short = plan.docs, plan.kept, plan.spans, plan.skipped
     for reason in short[:5]:
         log(f"skipped {reason}")
+    if plan.skipped_entities:
+        log(f"skipped {len(plan.skipped_entities)} entities with no target: " + "; ".join(plan.skipped_entities[:5])
+            + ("; …" if len(plan.skipped_entities) > 5 else ""))
     if not docs:
         raise DataError(f"no document of {data.source} has a target to predict ({len(short)} skipped: "
                         f"{short[0] if short else 'none read'})")
@@ -171,6 +199,8 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
         "split": cfg.split, "model": cfg.model, "adapter": cfg.adapter, "data_source": data.source,
         "n_documents": len(docs), "n_skipped_rows": len(data.problems) + len(short),
         "n_skipped_targets": len(undefined),
+        **({"n_skipped_entities": len(plan.skipped_entities), "skipped_entities": plan.skipped_entities[:LISTED]}
+           if cfg.task == "facts" else {}),
         "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."), "temperature": temperature,
         "seconds": round(elapsed, 3), "targets_per_second": round(len(rows) / elapsed, 3) if elapsed else None,
         **info, **token_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed, cfg.bin_edges),
