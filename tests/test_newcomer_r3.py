@@ -142,3 +142,58 @@ def test_a_dpo_job_logs_its_rewards_for_the_page(tiny_model_dir, tmp_path):
     assert [e["step"] for e in rewards] == [1, 2] and all(0 <= e["rewards/accuracies"] <= 1 for e in rewards)
     text = job_results(tmp_path, "dpo", str(out)).text
     assert "| epoch 1 | 1–2 |" in text and "| final (last log) | 2 |" in text
+
+
+# ---------------------------------------------------------------- the Launch form's dataset dropdowns
+def _launch_blocks(tmp_path) -> list:
+    import gradio as gr
+
+    from ui.context import LabContext
+    from ui.launch_page import build_launch
+
+    with gr.Blocks() as demo:
+        build_launch(LabContext(tmp_path / "runs"))
+    return list(demo.blocks.values())
+
+
+def _choices(dropdown) -> list[str]:
+    return [value for _, value in dropdown.choices]
+
+
+@pytest.mark.unit
+def test_each_dataset_dropdown_offers_what_its_kind_accepts(tmp_path):
+    """The sft form offered only question sets, every one refused by sft, and not alpaca, dolly or instructions;
+    and its upload box took questions, which it refuses too."""
+    blocks = _launch_blocks(tmp_path)
+    by_id = {b.elem_id: b for b in blocks if getattr(b, "elem_id", None)}
+    assert _choices(by_id["sft-dataset"]) == ["alpaca", "dolly", "instructions"]
+    question_kinds = ("evaluate", "finetune", "first", "extract")
+    for kind in question_kinds:
+        offered = _choices(by_id[f"{kind}-dataset"])
+        assert "obqa" in offered and "alpaca" not in offered and "text" not in offered, kind
+    assert sum(getattr(b, "label", None) == "Question file" for b in blocks) == len(question_kinds)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("task, shown, dataset, split", [
+    ("clm", ["synthetic", "text", "trex"], "text", "test"),  # what Show config alone said clm resolves to
+    ("facts", ["synthetic", "trex"], "trex", "test"),
+])
+def test_the_evaluate_form_follows_its_task(task, shown, dataset, split):
+    from ui.launch_page import change_task
+
+    datasets, splits = change_task("evaluate", task, "arc_easy", "validation")
+    assert datasets["choices"] == shown
+    assert (datasets["value"], splits["value"]) == (dataset, split)
+    back, back_split = change_task("evaluate", "mcq", dataset, split)
+    assert "obqa" in back["choices"] and (back["value"], back_split["value"]) == ("arc_easy", "validation")
+
+
+@pytest.mark.unit
+def test_a_dataset_the_new_task_reads_is_kept_with_its_split():
+    from ui.launch_page import change_task
+
+    datasets, splits = change_task("evaluate", "clm", "synthetic", "train")
+    assert (datasets["value"], splits["value"]) == ("synthetic", "train")
+    datasets, splits = change_task("evaluate", "clm", "obqa", "dev-carve:0.5")  # the user's own split stays
+    assert (datasets["value"], splits["value"]) == ("text", "dev-carve:0.5")

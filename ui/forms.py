@@ -18,12 +18,18 @@ from typing import Any, Iterable, Optional
 
 from lab.core.config import ConfigError, spec_of, unwrap_optional
 from lab.core.yamlio import dump_yaml, load_yaml
+from lab.data import DATASETS, dataset_names
 from lab.jobkit import kinds
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import path_problems
 from lab.jobkit.pipeline import is_pipeline
+from lab.kinds.evaluate.config import MCQ_DATASET, MCQ_SPLIT, TOKEN_DATASETS, TOKEN_SPLIT
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# What an evaluation's dataset and split resolve to for each task when left at the defaults
+# (lab.kinds.evaluate.config: a token task given ARC-Easy's validation split reads its own).
+TASK_DEFAULTS = {"mcq": (MCQ_DATASET, MCQ_SPLIT),
+                 **{task: (name, TOKEN_SPLIT) for task, name in TOKEN_DATASETS.items()}}
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,32 @@ def fields(kind: str) -> list[Field]:
 def is_key(kind: str, name: str) -> bool:
     """Shown first on the form (the kind's description says which), the rest under "More options"."""
     return name in kinds.get(kind).key_fields
+
+
+def dataset_task(kind: str, task: Optional[str] = None) -> str:
+    """The task a kind's ``dataset`` field feeds, which decides what its dropdown offers: the form's
+    ``task`` where the kind has one (evaluate: ``task`` as picked, its default otherwise), else the
+    task of the dataset the kind defaults to (sft's alpaca: instruction pairs; the rest: questions)."""
+    form = {f.name: f for f in fields(kind)}
+    if "task" in form:
+        return task or form["task"].default
+    return DATASETS.get(form["dataset"].default).tasks[0]
+
+
+def dataset_choices(kind: str, task: Optional[str] = None) -> list[str]:
+    """The registered datasets the kind's ``dataset`` field accepts, for ``task`` where it has one."""
+    return dataset_names(dataset_task(kind, task))
+
+
+def task_fields(task: str, dataset: Optional[str], split: Optional[str]) -> tuple[str, str]:
+    """The dataset and split the form shows once its task becomes ``task``: a dataset that feeds it is
+    kept with its split; any other becomes the task's own default (clm: text, test), and a split left
+    at another task's default becomes this task's, as the job would resolve them."""
+    if dataset in dataset_names(task):
+        return dataset, split or ""
+    default_dataset, default_split = TASK_DEFAULTS[task]
+    defaults = {s for _, s in TASK_DEFAULTS.values()}
+    return default_dataset, default_split if not split or split in defaults else split
 
 
 def to_widget_value(field: Field, value: Any) -> Any:

@@ -19,7 +19,7 @@ import gradio as gr
 from jobs.preflight import submit_notes
 from lab.core.errors import USER_ERRORS
 from lab.core.yamlio import load_yaml
-from lab.data import DataError, dataset_names
+from lab.data import DataError
 from lab.data.templates import template_names
 from lab.jobkit import kinds
 from lab.models.weights import NAMED_MODELS
@@ -37,6 +37,15 @@ FIELD_PATH = re.compile(r"([A-Za-z_]\w*)[\[.:]")  # a refusal starts with its fi
 # Once the marks are drawn: the refused field (opened under "More options" if there) is brought into view.
 SCROLL_TO_REFUSED = f"""() => setTimeout(() => [...document.querySelectorAll('.{REFUSED}')]
     .find(field => field.offsetParent !== null)?.scrollIntoView({{block: 'center'}}), 300)"""
+CONFIG_BOX = "lab-config"  # the class of "Show config"'s YAML box
+# "Show config" prints the YAML under a form taller than the window: the box is brought into view (its top at
+# the window's), or, when the config was refused, the field named.
+SCROLL_TO_CONFIG = f"""() => setTimeout(() => {{
+    const shown = (selector) => [...document.querySelectorAll(selector)].find(e => e.offsetParent !== null);
+    const refused = shown('.{REFUSED}');
+    if (refused) refused.scrollIntoView({{block: 'center'}});
+    else shown('.{CONFIG_BOX}')?.scrollIntoView({{block: 'start'}});
+}}, 300)"""
 
 
 # ---------------------------------------------------------------- handlers
@@ -133,6 +142,13 @@ def choose_preset(ctx: LabContext, kind: str, preset: Optional[str]) -> list[Any
     return [*forms.preset_values(kind, preset), note]
 
 
+def change_task(kind: str, task: Optional[str], dataset: Optional[str], split: Optional[str]) -> tuple[Any, Any]:
+    """The task changed: the dataset dropdown offers what that task reads, and the dataset and split
+    show what the job would resolve them to (clm: text, test) rather than only "Show config" saying so."""
+    dataset, split = forms.task_fields(task or forms.dataset_task(kind), dataset, split)
+    return gr.update(choices=forms.dataset_choices(kind, task), value=dataset), gr.update(value=split)
+
+
 def upload_questions(ctx: LabContext, path: Optional[str]) -> tuple[Any, Any, str, Any]:
     """A question file dropped on the form: checked, stored, and set as the ``custom`` dataset's file."""
     if not path:
@@ -148,9 +164,9 @@ def upload_questions(ctx: LabContext, path: Optional[str]) -> tuple[Any, Any, st
 def _widget(kind: str, field: forms.Field, value: Any) -> gr.components.Component:
     label, info, elem_id = field.name, _info(field), f"{kind}-{field.name}"
     if field.name == "dataset":
-        # What is typed is kept: a dropdown refusing it put the old name back without a word, and Submit
-        # ran a job on that; the store refuses an unknown name, listing the known ones.
-        return gr.Dropdown(dataset_names(), value=value, label=label, info=info, allow_custom_value=True,
+        # What the kind (and its task) accepts, and what is typed is kept: a dropdown refusing it put the
+        # old name back without a word, and Submit ran a job on that; the store refuses an unknown name.
+        return gr.Dropdown(forms.dataset_choices(kind), value=value, label=label, info=info, allow_custom_value=True,
                            elem_id=elem_id)
     if field.name == "template":
         return gr.Dropdown([""] + template_names(), value=value or "", label=label, info=info,
@@ -186,8 +202,8 @@ def _fields(kind: str) -> tuple[list[gr.components.Component], gr.Accordion]:
 def _upload_box(ctx: LabContext, kind: str, components: list[gr.components.Component]) -> None:
     """For kinds that read a dataset's files: drop a question file to use it as ``custom``."""
     names = [f.name for f in forms.fields(kind)]
-    if "dataset" not in names or "data_files" not in names:
-        return
+    if "dataset" not in names or "data_files" not in names or forms.dataset_task(kind) != "mcq":
+        return  # sft's instruction pairs are no questions: its `instructions` dataset reads them
     with gr.Accordion("Your own questions (JSONL / JSON / CSV)", open=False):
         upload = gr.File(label="Question file", file_types=UPLOAD_TYPES, type="filepath")
         message = gr.Markdown()
@@ -222,7 +238,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     components, more = _fields(kind)
     _upload_box(ctx, kind, components)
     yaml_box = gr.Code(label="Config (YAML): what will run; copy it to run from a terminal", language="yaml",
-                       visible=False)
+                       visible=False, elem_id=f"launch-config-{kind}", elem_classes=[CONFIG_BOX])
     # Kept at the foot of the window while the form scrolls (it is taller than a screen): Submit, and
     # what it answered, are always in view; the field a refusal names is marked and brought into view.
     with gr.Column(elem_classes=["lab-submit-bar"], elem_id=f"launch-bar-{kind}"):
@@ -232,11 +248,21 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
             submit = gr.Button(f"Submit {kind} job", variant="primary", elem_id=f"submit-{kind}")
     marked = [*components, more]  # outputs for the marks only: the form must not dim while Submit runs
     show.click(functools.partial(show_and_mark, ctx, kind), inputs=components, outputs=[message, yaml_box, *marked],
-               show_progress_on=message).then(None, js=SCROLL_TO_REFUSED)
+               show_progress_on=message).then(None, js=SCROLL_TO_CONFIG)
     submit.click(functools.partial(submit_and_mark, ctx, kind),
                  inputs=[gpus, processes, executor, partition, nodes, per_node, minutes, account, extra, *components],
                  outputs=[message, *marked], show_progress_on=message).then(None, js=SCROLL_TO_REFUSED)
     preset.change(functools.partial(choose_preset, ctx, kind), inputs=preset, outputs=[*components, message])
+    _follow_task(kind, components)
+
+
+def _follow_task(kind: str, components: list[gr.components.Component]) -> None:
+    """For a kind with a task field (evaluate): the dataset dropdown and the split follow it."""
+    names = [f.name for f in forms.fields(kind)]
+    if not {"task", "dataset", "split"} <= set(names):
+        return
+    task, dataset, split = (components[names.index(n)] for n in ("task", "dataset", "split"))
+    task.change(functools.partial(change_task, kind), inputs=[task, dataset, split], outputs=[dataset, split])
 
 
 def _pipeline_tab(ctx: LabContext) -> None:
