@@ -602,7 +602,9 @@ def rebuild(root: Path, path: Path) -> None:
 
 
 def _rows_from_run_dirs(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The rows of the run directories in ``root``, and each numbered folder left out with why."""
+    """The rows of the run directories in ``root``, and each numbered folder left out with why. Of
+    several folders with one id (a ``python -m lab run --out`` into the store wrote its own
+    ``00001-<kind>``), the one that is a job's record is that job; should several be, none is."""
     named: dict[int, list[str]] = {}
     for entry in sorted(os.listdir(root)):
         match = RUN_DIR_NAME.fullmatch(entry)
@@ -610,14 +612,18 @@ def _rows_from_run_dirs(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
             named.setdefault(int(match[1]), []).append(entry)
     rows, left_out = [], []
     for job_id, entries in sorted(named.items()):
-        if len(entries) > 1:
-            left_out.append(f"{', '.join(entries)} (several folders of job {job_id}: move the one that is no job of "
-                            "this store out of its folder; python -m lab run --out must name a folder outside it)")
-            continue
-        try:
-            rows.append(_row_of(root / entries[0], job_id, RUN_DIR_NAME.fullmatch(entries[0])[2]))
-        except ValueError as e:
-            left_out.append(f"{entries[0]} ({e})")
+        found = []
+        for entry in entries:
+            try:
+                found.append(_row_of(root / entry, job_id, RUN_DIR_NAME.fullmatch(entry)[2]))
+            except ValueError as e:
+                left_out.append(f"{entry} ({e})")
+        if len(found) == 1:
+            rows += found
+        elif found:
+            left_out.append(f"{', '.join(Path(row['run_dir']).name for row in found)} (each records job {job_id}: "
+                            "neither is listed: move the one that is not that job out of the store's folder, then delete "
+                            f"{DB_FILE} so that the list is rebuilt)")
     return rows, left_out
 
 
