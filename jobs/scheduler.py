@@ -12,6 +12,11 @@ job it waits for has not succeeded yet) does not hold back a later one that can.
 interrupted (a later stage of a chain, :meth:`jobs.store.JobStore.dependencies`) never starts: it
 fails, naming that stage and saying to resume it, then this one.
 
+Every ending goes into the job's run directory (``result.json``, :meth:`jobs.store.JobStore.end`)
+before or with its row, so a store rebuilt from the folders knows it: a job cancelled while queued
+is never run again. A server's store names the folders it allows, and each worker is told them
+(:data:`lab.jobkit.worker.ROOTS_ENV`), whatever its run directory claims.
+
 Nothing one job does stops the queue: an error while starting, watching or finishing a job (a run
 directory that cannot be written, say) fails that job with a reason and the tick goes on; an error
 in a whole tick is logged and the next tick runs; ``start_in_background`` starts a new scheduler

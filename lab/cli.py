@@ -120,7 +120,8 @@ def _store_jobs(folder: Path) -> list[str]:
         entries = sorted(os.listdir(folder))
     except OSError:
         return []
-    return [e for e in entries if e == STORE_FILE or RUN_DIR_NAME.fullmatch(e) and (folder / e / JOB_FILE).is_file()]
+    jobs = [e for e in entries if RUN_DIR_NAME.fullmatch(e) and (folder / e / JOB_FILE).is_file()]
+    return [STORE_FILE] * (STORE_FILE in entries) + jobs
 
 
 def _in_store(out: Path, config: Optional[Path]) -> Optional[str]:
