@@ -26,6 +26,7 @@ from lab.versions import exit_if_unsupported
 exit_if_unsupported()  # before gradio and the pages load: an unsupported release refused in one line
 from jobs.scheduler import Scheduler, start_in_background
 from jobs.store import StoreError
+from lab.training.config import TRACKERS_ONLINE_ENV
 from ui.app import build
 from ui.context import LabContext, LaneOptions
 from ui.messages import CSS
@@ -77,12 +78,18 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="when the lane loads the Compare form's models before the first compare: when the "
                              "page opens (default), also when the server starts, or never (the first compare "
                              "waits for them)")
+    parser.add_argument("--trackers-online", action="store_true",
+                        help="let a job's report_to tracker send it online (W&B under the account this server is "
+                             "logged in to, the MLflow server of MLFLOW_TRACKING_URI); by default trackers write only "
+                             f"into the run's folder, offline, telemetry off (or set {TRACKERS_ONLINE_ENV}=1)")
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     auth = resolve_auth(args.host, args.auth)
+    if args.trackers_online:  # the scheduler's workers inherit it
+        os.environ[TRACKERS_ONLINE_ENV] = "1"
     lane = LaneOptions(args.lane_device, args.lane_memory, args.lane_idle, args.lane_preload)
     ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()), lane, executor=args.executor)
     ctx.exports.mkdir(parents=True, exist_ok=True)

@@ -104,3 +104,61 @@ def test_a_tracker_gets_the_loss_and_every_calibration_tasks_figures(clean_env, 
     losses = [e for e in steps if "loss" in e]
     assert [v for _, v in found["train/loss"]] == pytest.approx([e["loss"] for e in losses], rel=1e-5)
     assert list((clean_env / "cwd").iterdir()) == []  # nothing in the working directory: all in the stage's folder
+
+
+# ---------------------------------------------------------------- offline by default (issue 43, R11)
+CI_VARIABLES = ("PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS")  # MLflow turns its telemetry off under these alone
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.model
+@pytest.mark.parametrize("tracker", ["mlflow", "wandb"])
+def test_a_tracker_writes_only_into_the_run_folder_and_stays_offline(tiny_model_dir, tmp_path, tracker):
+    """A job as the worker runs it (its own process, outside pytest, where MLflow's telemetry is on by default),
+    on a server whose operator is logged in to W&B: it ends well (W&B offline: no API key asked for, none used),
+    its tracker's files are in the run folder, and nothing is written in the home folder or the working one."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    home, cwd, run = tmp_path / "home", tmp_path / "cwd", tmp_path / "runs" / "00001-finetune"
+    home.mkdir(), cwd.mkdir()
+    (home / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "0" * 40 + "\n")
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({"kind": "finetune", "model": str(tiny_model_dir), "dataset": "synthetic",
+                                      "data_files": ["bundled"], "limit": 4, "val_limit": 4, "epochs": 1,
+                                      "batch_size": 4, "device": "cpu", "report_to": tracker}))
+    env = {k: v for k, v in os.environ.items() if k not in CI_VARIABLES and not k.startswith(("WANDB_", "MLFLOW_"))}
+    env.update(HOME=str(home), MPLCONFIGDIR=str(tmp_path / "matplotlib"), HF_HUB_OFFLINE="1",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]), WANDB_API_KEY="0" * 40)
+    done = subprocess.run([sys.executable, "-m", "lab", "run", str(config), "--out", str(run)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == [".netrc"]
+    assert list(cwd.iterdir()) == []
+    assert (run / "mlruns").is_dir() if tracker == "mlflow" else list((run / "wandb").glob("offline-run-*"))
+
+
+@pytest.mark.unit
+def test_trackers_go_online_only_when_the_operator_says_so(tmp_path, monkeypatch):
+    """Offline (W&B offline, an MLflow file store, telemetry off, every folder in the run's) whatever the
+    server's environment says; online, the operator's W&B mode and MLflow server are theirs."""
+    from lab.training import trainer
+    from lab.training.config import TRACKERS_ONLINE_ENV, trackers_online
+
+    monkeypatch.setattr(trainer, "OPERATOR_TRACKER_ENV", frozenset({"WANDB_MODE", "MLFLOW_TRACKING_URI"}))
+    monkeypatch.delenv(TRACKERS_ONLINE_ENV, raising=False)
+    assert not trackers_online()
+    env = trainer.tracker_env(tmp_path)
+    assert env["WANDB_MODE"] == "offline" and env["MLFLOW_TRACKING_URI"] == (tmp_path / "mlruns").as_uri()
+    assert env["MLFLOW_DISABLE_TELEMETRY"] == env["DO_NOT_TRACK"] == "true"
+    for name, value in env.items():
+        if name.endswith("_DIR"):
+            assert Path(value).is_relative_to(tmp_path), name
+    monkeypatch.setenv(TRACKERS_ONLINE_ENV, "1")
+    online = trainer.tracker_env(tmp_path, trackers_online())
+    assert not {"WANDB_MODE", "MLFLOW_TRACKING_URI", "WANDB_CONFIG_DIR"} & set(online)
+    assert online["MLFLOW_DISABLE_TELEMETRY"] == "true"

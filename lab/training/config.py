@@ -17,6 +17,7 @@ scales differ by the factor ``10⁻³·B/N_m`` and the (1 − λ) on the SFT ter
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -44,6 +45,17 @@ KEPT_CHECKPOINTS = 1
 # The transformers schedulers that need no extra arguments (``lr_scheduler_kwargs``).
 Scheduler = Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                     "inverse_sqrt"]
+
+
+# Set to 1 by the operator (``app.py --trackers-online``, or in the environment of ``python -m jobs``) to let
+# trackers send users' runs online (W&B's account, an MLflow server); unset, they write only into the run's folder
+# (:func:`lab.training.trainer.tracker_env`). The workers inherit it from the scheduler.
+TRACKERS_ONLINE_ENV = "CALIBRATION_LAB_TRACKERS_ONLINE"
+
+
+def trackers_online() -> bool:
+    """Whether the operator let trackers send users' runs online (:data:`TRACKERS_ONLINE_ENV` set to 1)."""
+    return os.environ.get(TRACKERS_ONLINE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def check_tracker(report_to: str) -> None:

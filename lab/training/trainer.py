@@ -39,7 +39,7 @@ from lab.models.loading import load_model, peft_quietly, select_device
 from lab.models.scoring import score_letter
 from lab.models.weights import ALL_LINEAR, local_model_shape, size_text, unknown_targets
 from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
-from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
+from lab.training.config import KEPT_CHECKPOINTS, TrainConfig, trackers_online
 from lab.training.data import build_examples, pad_batch, pad_option_batch
 from lab.training.estimates import (MEMORY_EVENT, Precision, TrainingMemory, checkpoint_bytes, describe, memory_advice,
                                     training_memory)
@@ -154,24 +154,41 @@ class LabCallback(TrainerCallback):
         self.log(tracked(metrics))
 
 
-# Where a tracker that writes locally puts its files, when the environment the lab was started in names
-# none: TensorBoard's event files, W&B's offline runs (its wandb/ folder) and an MLflow file store, each
-# in the stage's folder rather than the server's working directory. A W&B directory or an MLflow tracking
-# URI the user set (a server, a database) is theirs: read once, when the worker imports this, before any
-# stage sets them. MLflow 3 refuses a file store unless told it is wanted: it is, for the default only.
-USER_TRACKER_ENV = frozenset(name for name in ("WANDB_DIR", "MLFLOW_TRACKING_URI") if name in os.environ)
+# Trackers run offline by default: every file each writes lands in the stage's folder, nothing goes online, and
+# their telemetry is off. Each is pointed there through the variables it reads (checked in the installed
+# packages): TensorBoard's logging folder; W&B offline (no API key needed, and an operator's login never used
+# for a user's job), its run, config, cache, data and artifact folders; an MLflow file store, with MLflow's
+# telemetry off (it would write ~/.config/mlflow/telemetry.json and report usage) and DO_NOT_TRACK, which
+# other tools honour too. The operator turns the trackers online for the server (``app.py --trackers-online``,
+# or :data:`lab.training.config.TRACKERS_ONLINE_ENV` set where ``python -m jobs`` runs): then the W&B mode and folder and the MLflow tracking URI
+# set where the lab started are theirs, read once, when the worker imports this, before any stage sets them.
+OPERATOR_TRACKER_ENV = frozenset(name for name in ("WANDB_DIR", "WANDB_MODE", "MLFLOW_TRACKING_URI")
+                                 if name in os.environ)
 MLFLOW_DIR = "mlruns"
+WANDB_DIR = "wandb"
+
+
+def tracker_env(out_dir: Path, online: bool = False) -> dict[str, str]:
+    """The variables that point every tracker at ``out_dir`` (offline, telemetry off); ``online``: those the
+    operator set (:data:`OPERATOR_TRACKER_ENV`) are left to them, and W&B uses its own config folder (its login)."""
+    out = out_dir.resolve()
+    wandb = out / WANDB_DIR
+    env = {"TENSORBOARD_LOGGING_DIR": str(out / TRACKER_DIR), "WANDB_DIR": str(out), "WANDB_MODE": "offline",
+           "WANDB_CONFIG_DIR": str(wandb / "config"), "WANDB_CACHE_DIR": str(wandb / "cache"),
+           "WANDB_DATA_DIR": str(wandb / "data"), "WANDB_ARTIFACT_DIR": str(wandb / "artifacts"),
+           "WANDB_ERROR_REPORTING": "false", "MLFLOW_TRACKING_URI": (out / MLFLOW_DIR).as_uri(),
+           "MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+    if online:
+        env.pop("WANDB_CONFIG_DIR")
+        for name in OPERATOR_TRACKER_ENV:
+            env.pop(name)
+    return env
 
 
 def point_trackers(out_dir: Path) -> None:
-    """Each tracker's local folder for this stage (the callbacks read them from the environment when
-    the Trainer makes them): see :data:`USER_TRACKER_ENV`."""
-    os.environ["TENSORBOARD_LOGGING_DIR"] = str(out_dir / TRACKER_DIR)
-    if "WANDB_DIR" not in USER_TRACKER_ENV:
-        os.environ["WANDB_DIR"] = str(out_dir)
-    if "MLFLOW_TRACKING_URI" not in USER_TRACKER_ENV:
-        os.environ["MLFLOW_TRACKING_URI"] = (out_dir / MLFLOW_DIR).resolve().as_uri()
-        os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    """Each tracker's folder and mode for this stage (the callbacks read them from the environment when the
+    Trainer makes them): offline unless the operator turned them online (:func:`trackers_online`)."""
+    os.environ.update(tracker_env(out_dir, trackers_online()))
 
 
 def free_bytes(folder: Path) -> int:
