@@ -197,3 +197,32 @@ def test_a_dataset_the_new_task_reads_is_kept_with_its_split():
     assert (datasets["value"], splits["value"]) == ("synthetic", "train")
     datasets, splits = change_task("evaluate", "clm", "obqa", "dev-carve:0.5")  # the user's own split stays
     assert (datasets["value"], splits["value"]) == ("text", "dev-carve:0.5")
+
+
+IN_VIEW_JS = """(id) => { const r = document.getElementById(id).getBoundingClientRect();
+    return r.height > 0 && r.top >= 0 && r.top < window.innerHeight; }"""
+
+
+@pytest.mark.browser
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_evaluate_form_shows_clms_dataset_and_brings_show_config_into_view(served_bare):
+    """In Chromium: picking task clm shows text / test in the form (only Show config said so), and the
+    YAML that Show config prints below a form taller than the window is brought into view."""
+    from tests.browser_helpers import box, open_page, pick
+
+    _, url = served_bare
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser, page = open_page(p, height=800)
+        try:
+            page.goto(url)
+            page.get_by_role("tab", name="evaluate", exact=True).click()
+            pick(page, "evaluate-task", "^clm$")
+            page.wait_for_function("() => document.querySelector('#evaluate-dataset input').value === 'text'")
+            assert box(page, "evaluate-split").input_value() == "test"
+            page.locator("#launch-bar-evaluate").get_by_role("button", name="Show config").click()
+            page.locator("#launch-config-evaluate").get_by_text("task: clm").wait_for()
+            page.wait_for_function(IN_VIEW_JS, arg="launch-config-evaluate")
+        finally:
+            browser.close()
