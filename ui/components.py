@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 import gradio as gr
 
 from lab.calibration import calibrators, confidence
+from lab.core.layout import CALIBRATOR_FILE
 from lab.results import runs
 from ui.context import LabContext
 
@@ -125,4 +126,7 @@ def picked_calibrator(ctx: LabContext, name: Any) -> Optional[calibrators.Calibr
     directory = runs.calibrator_dir(ctx.runs, name)
     if directory is None:
         raise ValueError(f"No saved calibrator called {name!r}: pick one from the list.")
-    return calibrators.load(directory)
+    try:
+        return calibrators.load(directory)
+    except ValueError as e:  # it names the file by its path, which the page must not show: by the run's name
+        raise ValueError(str(e).replace(str(directory / CALIBRATOR_FILE), f"{name}/{CALIBRATOR_FILE}")) from None

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Optional
 import gradio as gr
 import pandas as pd
 
+from lab.core import stored
 from lab.core.layout import SERIES_CSV, SERIES_FILE
 from lab.results import runs, series
 from ui.components import export, run_picker
@@ -32,8 +33,9 @@ LIVE = ("queued", "running")
 INTRO = ("How calibration changes along a model's life: with its size, its pre-training steps, its alignment "
          "stages, or its training seed. Top row: ECE (how far confidence is from accuracy); bottom row: accuracy. "
          "Each marker is one run with its 95 % bootstrap interval over questions; where seeds repeat a point, the "
-         "dark line is their mean with a 95 % t-interval over seeds. Select a row of the cells table to open that "
-         "run in Reliability.")
+         "dark line is their mean with a 95 % t-interval over seeds, shown as computed: over two or three seeds it can "
+         "pass 0 % or 100 %, and the axes widen to hold it. Select a row of the cells table to open that run in "
+         "Reliability.")
 NO_SERIES = ("No series yet. A series evaluates a list of models on a list of tasks: run `python -m lab run "
              "examples/series-scale-quick.yaml`, or fill in the Launch page's series tab.")
 CELL_COLUMNS = ["task", "x", "point", "n", "accuracy (95% CI)", "ECE (95% CI)", "oracle ECE", "run"]
@@ -88,14 +90,25 @@ def summary_table(doc: dict[str, Any]) -> Optional[pd.DataFrame]:
     return pd.DataFrame(rows, columns=[doc["axis_title"] if col == "x" else col for col in SUMMARY_COLUMNS])
 
 
-def read_series(directory: Path) -> Optional[dict[str, Any]]:
-    """``series.json`` as :func:`lab.results.series.read` gives it, or None when it cannot be drawn:
-    absent or damaged, or cells the summary cannot average (a value of the wrong type, a cell with no x)."""
+def read_series(directory: Path, name: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """``series.json`` as :func:`lab.results.series.read` gives it (cells it cannot draw left out and
+    named in ``problems``), or None when it cannot be drawn: absent, damaged, too large or deep."""
     try:
-        doc = series.read(directory)
+        doc = series.read(directory, name)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return None if doc is None else {**doc, "axis_title": series.AXES[doc["axis"]]}
+
+
+def _why(directory: Path, name: str) -> str:
+    """Why ``series.json`` did not read as a series table, in a few words naming no server path."""
+    try:
+        stored.read_object(directory / SERIES_FILE, f"{name}/{SERIES_FILE}")
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    except ValueError as e:
+        return str(e).removeprefix(f"{name}/{SERIES_FILE}: ")
+    return "not a series table: it needs an axis, tasks and cells"
 
 
 def live_series_jobs(ctx: LabContext) -> list[Any]:
@@ -152,16 +165,16 @@ def series_view(ctx: LabContext, name: Any):
             said = note(NO_SERIES) + (note(f"Series job {jobs[0].id} is {jobs[0].status}: it appears here when "
                                            "its first cell is done.") if jobs else "")
         return None, empty, nothing, said, gr.update(visible=False), None
-    doc = read_series(directory)
+    doc = read_series(directory, name)
     if doc is None:
-        return (None, empty, nothing, error(f"{directory / SERIES_FILE} cannot be read (damaged, or not a series "
-                                            "table): rerun or resume the series job to rewrite it."),
+        return (None, empty, nothing, error(f"{name}/{SERIES_FILE} cannot be read ({_why(directory, name)}): "
+                                            "rerun or resume the series job to rewrite it."),
                 gr.update(visible=False), version(ctx, directory))
-    said = ""
+    said = error(stored.summary(doc["problems"])) if doc["problems"] else ""
     if running(ctx, directory):
-        said = note(f"This series is still running: {len(doc['cells'])} cells so far, drawn as each one finishes.")
+        said += note(f"This series is still running: {len(doc['cells'])} cells so far, drawn as each one finishes.")
     elif not doc["cells"]:
-        said = note("This series has no finished cell yet.")
+        said += note("This series has no finished cell yet.")
     summary = summary_table(doc)
     return (lifecycle_figure(doc), cells_table(doc), gr.update(value=summary, visible=summary is not None), said,
             _download(ctx, directory, name), version(ctx, directory))
@@ -186,7 +199,7 @@ def picked_cell(ctx: LabContext, name: Any, index: Any, row: Any = None):
     table. The row's own run (its last column) wins when it is one of this series' cells, as it
     stays right after the user sorts the table; else the row index, within the series' cells."""
     directory = runs.series_dir(ctx.runs, name) if name else None
-    doc = read_series(directory) if directory is not None else None
+    doc = read_series(directory, name) if directory is not None else None
     cells = doc["cells"] if doc else []
     shown = row[-1] if isinstance(row, (list, tuple)) and row else None
     i = _row_index(index)
@@ -202,6 +215,12 @@ def picked_cell(ctx: LabContext, name: Any, index: Any, row: Any = None):
             gr.update(interactive=True))
 
 
+def empty_state(ctx: LabContext) -> Any:
+    """What the page says as it opens with no series to pick: the picker then picks nothing, so its
+    change, which draws the page (and says this), never fires. Nothing sent when there are series."""
+    return gr.skip() if runs.series_choices(ctx.runs) else series_view(ctx, None)[3]
+
+
 def show_series(ctx: LabContext, name: Any):
     """Another series picked: drawn afresh, and the previous one's selected row forgotten."""
     return (*series_view(ctx, name), None, "", gr.update(interactive=False))
@@ -214,7 +233,8 @@ def build_lifecycle(ctx: LabContext) -> LifecycleLink:
     message = gr.HTML(elem_id="lifecycle-message")
     plot = gr.Plot(label="ECE and accuracy along the series (hover a marker: its model, n, intervals)",
                    elem_id="lifecycle-plot")
-    cells = gr.Dataframe(interactive=False, wrap=True, max_height=420, elem_id="lifecycle-cells",
+    cells = gr.Dataframe(pd.DataFrame(columns=CELL_COLUMNS), interactive=False, wrap=True, max_height=420,
+                         elem_id="lifecycle-cells",
                          label="Cells: one evaluation per model and task (select a row to open it in Reliability)",
                          column_widths=CELL_WIDTHS)
     with gr.Row():
@@ -224,6 +244,7 @@ def build_lifecycle(ctx: LabContext) -> LifecycleLink:
                                      min_width=240)
     summary = gr.Dataframe(interactive=False, wrap=True, visible=False, elem_id="lifecycle-summary",
                            label="Means over training seeds, with their 95 % Student-t interval")
+    gr.on(None, functools.partial(empty_state, ctx), outputs=message, show_progress="hidden")
     run, drawn = gr.State(None), gr.State(None)
     view = [plot, cells, summary, message, download, drawn]
     picker.change(functools.partial(show_series, ctx), inputs=picker, outputs=[*view, run, picked, button],

@@ -407,7 +407,7 @@ def training_figure(events: Sequence[dict], stage_prefix: str) -> go.Figure:
         colour = palette[i % len(palette)]
         if stage in losses:
             fig.add_trace(go.Scatter(x=[e["step"] for e in losses[stage]], y=[e["loss"] for e in losses[stage]],
-                                     mode="lines", name=f"{stage} loss", legendgroup=stage,
+                                     mode="lines", name=f"{plain(stage)} loss", legendgroup=stage,
                                      line={"color": colour}), row=1, col=1)
         for (label, series), colour in zip(_validation_series(evals.get(stage, []), stage),
                                            palette[i % len(palette):] + palette):
@@ -415,7 +415,7 @@ def training_figure(events: Sequence[dict], stage_prefix: str) -> go.Figure:
                 points = [e for e in series if e.get(metric) is not None]
                 if points:
                     fig.add_trace(go.Scatter(x=[e["epoch"] for e in points], y=[e[metric] for e in points],
-                                             mode="lines+markers", name=f"{label} {name}", legendgroup=stage,
+                                             mode="lines+markers", name=f"{plain(label)} {name}", legendgroup=stage,
                                              line={"color": colour, "dash": dash},
                                              marker={"symbol": symbol, "size": 8}), row=1, col=col)
     fig.update_xaxes(title_text="step", row=1, col=1)
@@ -670,6 +670,23 @@ def _seed_rows(axis: str, rows: Sequence[dict[str, Any]], cells: Sequence[dict[s
     return rows, [row["x"] for row in rows]
 
 
+def _panel_range(metric: str, cells: Sequence[dict[str, Any]], means: Sequence[dict[str, Any]]) -> list[float]:
+    """The y range of one panel: from 0 (ECE) or 0 to 100 % (accuracy), widened to hold every run's
+    interval, the oracle and every mean's t-band whole. A t-band over two or three seeds can pass 0 or
+    100 %; it is drawn as computed (its hover says the numbers), not cut at the panel's edge."""
+    shown = [c.get(key) for c in cells for key in (metric, f"{metric}_low", f"{metric}_high")]
+    shown += [r.get(key) for r in means for key in (f"{metric}_mean", f"{metric}_low", f"{metric}_high")]
+    if metric == "ece":
+        shown += [c.get("oracle_ece") for c in cells]
+    values = [v for v in shown if isinstance(v, (int, float)) and math.isfinite(v)]
+    low = min([0.0, *values])
+    high = max([1.0 if metric == "accuracy" else 0.0, *values])
+    if high <= low:
+        return [0.0, 1.0]
+    pad = 0.06 * (high - low)
+    return [low - pad if low < 0 else 0.0, high + pad if metric == "ece" or high > 1 else 1.02]
+
+
 @_never_raises
 def lifecycle_figure(doc: dict[str, Any]) -> go.Figure:
     """ECE (top row) and accuracy (bottom row) along a series' axis, one column per task: the
@@ -680,8 +697,8 @@ def lifecycle_figure(doc: dict[str, Any]) -> go.Figure:
     repeat a point, their mean is a dark line in its Student-t 95 % band over seeds; the Bayes
     predictor's ECE (the controlled task) is dashed. Parameters are on a log axis labelled as models
     are named (135M), stages in the order of the series' entries, steps and seeds on a linear axis.
-    The ECE axis fits the runs' intervals and the means; a wider band runs past its top (the mean's
-    hover gives the interval).
+    Each axis fits the runs' intervals and the means' t-bands whole (:func:`_panel_range`): a band over
+    few seeds that passes 0 or 100 % is drawn as computed, and the axis extends past it.
     """
     axis, axis_title = doc.get("axis"), str(doc.get("axis_title") or doc.get("axis") or "")
     tasks = [task for task in doc.get("tasks") or [] if isinstance(task, dict)]
@@ -726,23 +743,22 @@ def lifecycle_figure(doc: dict[str, Any]) -> go.Figure:
         fig.add_annotation(text=title, hovertext=plain(task.get("label") or ""), x=0.5, y=1, xref="x domain",
                            yref="y domain", yanchor="bottom", yshift=6, showarrow=False, font={"size": 13},
                            name=TITLE_NAME, row=1, col=col)
-        shown = [v for c in mine for v in (c.get("ece"), c.get("ece_high"), c.get("oracle_ece"))]
-        shown += [r["ece_mean"] for r in summary if r.get("task") == task.get("key")]
-        top = max((v for v in shown if v is not None), default=0)
-        if top > 0:  # two or three seeds' t-band can reach 100 %: it runs off the top rather than squash the runs
-            fig.update_yaxes(range=[0, 1.12 * top], row=1, col=col)
+        means = [r for r in summary if r.get("task") == task.get("key")]
+        for row, (metric, _, _) in enumerate(SERIES_ROWS, start=1):
+            fig.update_yaxes(range=_panel_range(metric, mine, means), row=row, col=col)
     if axis == "params":
         ticks = _params_ticks(order, cols)
         fig.update_xaxes(type="log", tickvals=ticks, ticktext=[params_label(x) for x in ticks])
-    elif axis == "stage":
-        fig.update_xaxes(type="category", categoryorder="array", categoryarray=order)
+    elif axis == "stage":  # a stage is named by the user: its tick shows the name as text, never as markup
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=order, tickmode="array",
+                         tickvals=order, ticktext=[plain(x) for x in order])
     elif axis == "seed":
         fig.update_xaxes(type="linear", tickvals=order)
     else:
         fig.update_xaxes(type="linear")
     fig.update_xaxes(title_text=plain(axis_title) + (" (log scale)" if axis == "params" else ""), row=2)
-    fig.update_yaxes(tickformat=".2~%", rangemode="tozero", row=1)
-    fig.update_yaxes(tickformat=".0%", range=[0, 1.02], row=2)
+    fig.update_yaxes(tickformat=".2~%", row=1)
+    fig.update_yaxes(tickformat=".0%", row=2)
     fig.update_yaxes(title_text="ECE (lower is better)", row=1, col=1)
     fig.update_yaxes(title_text="accuracy", row=2, col=1)
     lines = max(t.count("<br>") + 1 for t in titles)

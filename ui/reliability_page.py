@@ -116,6 +116,10 @@ def reliability_view(ctx: LabContext, names: Optional[list[str]], bins: Optional
     picked = [r for r in (runs.evaluation(ctx.runs, n) for n in (names or [])[:MAX_SIDE_BY_SIDE]) if r]
     if not picked:
         return None, "Pick one or more evaluation runs."
+    unread = _unreadable(ctx, picked)
+    picked = [r for r in picked if r.name not in unread]
+    if not picked:
+        return None, "".join(error(said) for said in unread.values())
     try:
         cal = picked_calibrator(ctx, calibrator)
         if view == VIEWS[1]:
@@ -136,7 +140,19 @@ def reliability_view(ctx: LabContext, names: Optional[list[str]], bins: Optional
     summaries = summaries[:MAX_SIDE_BY_SIDE]
     cautions = [c for _, (_, said) in drawn for c in said]
     figure = reliability_figure(summaries[0][1], summaries[0][0]) if len(summaries) == 1 else side_by_side(summaries)
-    return figure, _notes(cautions)
+    return figure, "".join(error(said) for said in unread.values()) + _notes(cautions)
+
+
+def _unreadable(ctx: LabContext, picked: list[runs.EvalRun]) -> dict[str, str]:
+    """The picked runs whose predictions cannot be read, each with why (naming its file and line): the
+    others are drawn without them."""
+    unread = {}
+    for run in picked:
+        try:
+            ctx.results.predictions(run)
+        except (ValueError, OSError) as e:
+            unread[run.name] = str(e)
+    return unread
 
 
 def download_name(ctx: LabContext, names: Optional[list[str]], view: str) -> str:

@@ -48,6 +48,7 @@ from lab.calibration.metrics import finite_or_none
 from lab.calibration.temperature import TokenLogits, scale, scaled_token_probs
 from lab.core.files import write_atomic
 from lab.core.layout import CALIBRATOR_FILE
+from lab.core import stored
 from lab.core.reads import PathNotAllowed, read_text
 from lab.core.registry import Registry
 
@@ -345,7 +346,7 @@ def load(path: Path) -> Calibrator:
     path = Path(path)
     file = path / CALIBRATOR_FILE if path.is_dir() else path
     try:
-        data = json.loads(read_text(file, encoding="utf-8"))
+        data = stored.parse(read_text(file, encoding="utf-8"), CALIBRATOR_FILE)  # depth-bounded: any file may come
     except PathNotAllowed:
         raise
     except FileNotFoundError:

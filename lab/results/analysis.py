@@ -117,7 +117,7 @@ def _read_rows(file: Path, where: str) -> list[tuple[int, Any]]:
     except FileNotFoundError:
         raise FileNotFoundError(f"No predictions in {where.rpartition('/')[0] or 'this run'}") from None
     if problems:
-        raise ValueError(f"{stored.summary(problems)}. Rerun the evaluation to rewrite its predictions.")
+        raise ValueError(f"{stored.summary(problems)} (rerun the evaluation to rewrite its predictions)")
     if not rows:
         raise ValueError(f"{where} holds no predictions (the file is empty)")
     return rows

@@ -48,7 +48,8 @@ def _inert(value: Any) -> Any:
 
 def csv_text(frame: pd.DataFrame) -> str:
     """``frame`` as CSV text (no index) whose text cells and headers (run names, questions, model
-    names: anything a user or a file could set) no spreadsheet runs as a formula."""
+    names: anything a user or a file could set) no spreadsheet runs as a formula. Lines end in CRLF
+    (RFC 4180), so that a cell holding a carriage return is quoted and cannot start a row of its own."""
     safe = frame.map(_inert)
     safe.columns = [_inert(str(column)) for column in frame.columns]
-    return safe.to_csv(index=False)
+    return safe.to_csv(index=False, lineterminator="\r\n")
