@@ -27,8 +27,8 @@ from lab.core.errors import DataError
 from . import templates  # the module, read at call time: see the same import in .builtin
 from .loaders import DatasetSpec, register
 from .record import MCQRecord
-from .rows import (NO_ANSWER, TOO_DEEP, BadRow, Row, as_object, convert_rows, csv_rows, json_type, read_json, row_id,
-                   text_field)
+from .rows import (NO_ANSWER, TOO_DEEP, BadRow, Row, as_object, convert_rows, csv_rows, json_type, lone_surrogate,
+                   read_json, row_id, text_field)
 
 EXPECTED = ("question; choices (a JSON list) or one column per option A, B, C, ...; answer (a letter, "
             "a 0-based index or the text of the right choice); optionally id and passage (or context)")
@@ -103,6 +103,9 @@ def _choices(row: dict[str, Any]) -> tuple[list[str], set[str]]:
                              f'got {value[:60]!r}') from None
             except RecursionError:
                 raise BadRow(f"'choices' is {TOO_DEEP}") from None
+            why = lone_surrogate(value)
+            if why is not None:
+                raise BadRow(f"'choices': {why}")
         if not isinstance(value, list):
             raise BadRow(f"'choices' should be a list, got {json_type(value)}")
     else:

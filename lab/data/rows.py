@@ -36,6 +36,7 @@ MIN_CHOICES = 2
 # fails) also keeps a row's extra fields, carried into predictions.jsonl as `meta`, safe to write.
 MAX_DEPTH = 100
 TOO_DEEP = f"nested too deeply (JSON lists or objects more than {MAX_DEPTH} levels inside each other)"
+SURROGATE = re.compile("[\ud800-\udfff]")  # a lone half of a UTF-16 pair, which a JSON escape can produce
 
 
 class BadRow(Exception):
@@ -104,6 +105,39 @@ def too_deep(value: Any) -> bool:
     return False
 
 
+def lone_surrogate(value: Any) -> str | None:
+    """A sentence naming the first string of ``value`` (keys included) that holds a lone surrogate, or None.
+
+    JSON's ``"\\ud800"`` escape decodes to half of a UTF-16 pair, which is no Unicode character: a tokenizer
+    and UTF-8 (``predictions.jsonl``) both refuse it, so such a row is skipped here, before it reaches them.
+    Iterative, as :func:`too_deep`."""
+    stack: list[tuple[Any, str]] = [(value, "")]  # (item, its path in the row: "text", "meta.tags[2]")
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            found = SURROGATE.search(item)
+            if found:
+                return (f"{repr(path) if path else 'the row'} holds a lone surrogate ({found.group()!r}, half of a "
+                        "UTF-16 pair: no character), which no tokenizer or UTF-8 file can hold; escape a character "
+                        "outside the BMP as a pair (\\ud83d\\ude00) or write it as is")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if SURROGATE.search(str(key)):
+                    return f"a key {'of the row' if not path else f'in {path!r}'} holds a lone surrogate ({key!r})"
+                stack.append((child, f"{path}.{key}" if path else str(key)))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+    return None
+
+
+def row_problem(value: Any) -> Any:
+    """``value`` as parsed, or a :class:`BadRow` when it is too deep or holds a lone surrogate."""
+    if too_deep(value):
+        return BadRow(TOO_DEEP)
+    why = lone_surrogate(value)
+    return value if why is None else BadRow(why)
+
+
 def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line, parsed value)`` per non-blank line; a line that is not JSON comes as a ``BadRow``."""
     with open_text(path) as f:
@@ -117,7 +151,7 @@ def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
             except RecursionError:
                 yield line_no, BadRow(TOO_DEEP)
             else:
-                yield line_no, BadRow(TOO_DEEP) if too_deep(value) else value
+                yield line_no, row_problem(value)
 
 
 def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -173,7 +207,7 @@ def json_array_rows(path: Path) -> Iterator[tuple[int, Any]]:
             raise DataError(f"{path}:{line}: the list element that starts here is {TOO_DEEP}, so the "
                             "file cannot be read. A .json file must hold one JSON list of objects, or "
                             "one object per line (JSON Lines).") from None
-        yield line, BadRow(TOO_DEEP) if too_deep(value) else value
+        yield line, row_problem(value)
         pos = _WS.match(text, pos).end()
         if text.startswith(",", pos):
             pos += 1

@@ -50,6 +50,7 @@ OBJECTS = ("kettle", "lantern", "saddle", "anchor", "violin", "teapot", "compass
            "bottle")
 IN_DOMAIN = (("bright", 0.95), ("dim", 0.6))  # light → how often the stated answer is the rule's
 SHIFTED = (("bright", 0.8), ("dim", 0.45))  # the out-of-domain variant: same rule, other noise
+SOURCE = "synthetic"  # the records' (and prediction rows') source: the one dataset whose truths are known
 SIZES = {"train": 2000, "validation": 500, "test": 1000, "shifted": 1000}
 SPLIT_SEEDS = {"train": 1, "validation": 2, "test": 3, "shifted": 4}
 
@@ -120,7 +121,7 @@ def statement(record: MCQRecord, task: str = "facts") -> TextRecord:
     if task != "facts":
         meta.pop("true_probs", None)
     entities = ((len(prefix), len(prefix) + len(colour)),) if task == "facts" else ()
-    return TextRecord(record.id, f"{prefix}{colour}.", entities, "synthetic", meta, record.origin)
+    return TextRecord(record.id, f"{prefix}{colour}.", entities, SOURCE, meta, record.origin)
 
 
 def synthetic_texts(path: Path, task: str) -> Iterator[TextRow]:
@@ -172,13 +173,41 @@ def write_splits(out: Path, task: Task = Task(), sizes: Optional[dict[str, int]]
     return written
 
 
+def is_distribution(truth: Any, n_options: int) -> bool:
+    """Whether ``truth`` is ``n_options`` probabilities (numbers in [0, 1]) summing to 1 (within 1e-4)."""
+    return (isinstance(truth, list) and len(truth) == n_options > 0
+            and all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1 for p in truth)
+            and abs(sum(truth) - 1) <= 1e-4)
+
+
 def true_distributions(rows: Sequence[dict[str, Any]]) -> Optional[list[list[float]]]:
-    """Every prediction row's true answer distribution (``meta.true_probs``, kept from the record),
-    or None unless all of them carry one: only the controlled task's runs have an oracle."""
-    truths = [row["meta"].get("true_probs") if isinstance(row.get("meta"), dict) else None for row in rows]
-    if not rows or not all(isinstance(t, list) for t in truths):
+    """Every prediction row's true answer distribution (``meta.true_probs``, kept from the record), or
+    None unless all of them carry one: only the controlled task's runs have an oracle. A row read from
+    any other dataset (its ``source``: "custom" for an upload) has none, whatever its extra fields say, and
+    a truth that is no distribution over the row's choices is none either (a file edited by hand)."""
+    def truth(row: Any) -> Any:
+        if not isinstance(row, dict) or row.get("source", SOURCE) != SOURCE or not isinstance(row.get("meta"), dict):
+            return None
+        value, choices = row["meta"].get("true_probs"), row.get("choices")
+        return value if is_distribution(value, len(choices) if isinstance(choices, list) else len(value or [])) else None
+
+    truths = [truth(row) for row in rows]
+    if not rows or any(t is None for t in truths):
         return None
     return truths
+
+
+def statement_truth(record: TextRecord) -> Optional[tuple[list[float], int]]:
+    """A statement's true distribution over its colours and the stated one (:func:`statement`), or None
+    for a text of any other dataset: a user's row carrying ``true_probs`` or ``answer`` has no oracle."""
+    if record.source != SOURCE:
+        return None
+    truth, choices, answer = (record.meta.get(key) for key in ("true_probs", "choices", "answer"))
+    if not isinstance(choices, list) or not is_distribution(truth, len(choices)):
+        return None
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
+        return None
+    return truth, answer
 
 
 def synthetic_row(row: Any, default_id: str) -> MCQRecord:
@@ -186,11 +215,9 @@ def synthetic_row(row: Any, default_id: str) -> MCQRecord:
     oracle's numbers are only as good as it)."""
     record = custom_row(row, default_id)
     truth = record.meta.get("true_probs")
-    if (not isinstance(truth, list) or len(truth) != len(record.choices)
-            or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1 for p in truth)
-            or abs(sum(truth) - 1) > 1e-4):
+    if not is_distribution(truth, len(record.choices)):
         raise BadRow(f"'true_probs' must be {len(record.choices)} probabilities summing to 1, got {truth!r}")
-    return replace(record, source="synthetic")
+    return replace(record, source=SOURCE)
 
 
 register(DatasetSpec(

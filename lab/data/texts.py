@@ -46,6 +46,10 @@ CLM_FORMAT = ("plain text (.txt: documents separated by blank lines) or JSON Lin
 FACTS_FORMAT = ('JSON Lines with the text and its entities as character spans [start, end), e.g. '
                 '{"text": "Paris is in France.", "entities": [[0, 5], [12, 18]]}, and an optional "id"')
 SHOWN = 60  # characters of a bad value quoted in a message
+# The longest document (characters) the token tasks take. A document is tokenised whole, and a fast tokenizer
+# holds some 17 bytes per character while it does (a 200 MB line asked for 3.35 GB and the process died),
+# whereas a model reads only its context: a few thousand to a hundred thousand tokens, i.e. well under this.
+MAX_DOCUMENT_CHARS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,7 @@ def read_text_file(path: Path, task: str, source: str = "text") -> Iterator[Text
     return read_json(path, partial(text_row, task=task, source=source))
 
 
-def plain_documents(path: Path, source: str = "text") -> Iterator[TextRecord]:
+def plain_documents(path: Path, source: str = "text") -> Iterator[TextRow]:
     """The documents of a plain-text file: runs of non-blank lines, separated by one or more blank
     lines (a line of only spaces is blank), each named ``<file stem>-<its first line>``; the lines
     of a document are kept as written, joined by newlines."""
@@ -175,14 +179,26 @@ def plain_documents(path: Path, source: str = "text") -> Iterator[TextRecord]:
             yield _document(path, start, lines, source)
 
 
-def _document(path: Path, start: int, lines: list[str], source: str) -> TextRecord:
-    return TextRecord(f"{path.stem}-{start}", "\n".join(lines), source=source, origin=(str(path), start))
+def _document(path: Path, start: int, lines: list[str], source: str) -> TextRow:
+    text = "\n".join(lines)
+    if len(text) > MAX_DOCUMENT_CHARS:
+        return RowProblem(str(path), start, too_long(text))
+    return TextRecord(f"{path.stem}-{start}", text, source=source, origin=(str(path), start))
+
+
+def too_long(text: str) -> str:
+    """Why a document over :data:`MAX_DOCUMENT_CHARS` is skipped, and what to do."""
+    return (f"the document is {len(text):,} characters, over the {MAX_DOCUMENT_CHARS:,} a token task takes "
+            "(it is tokenised whole, and a model reads only its context): split it into documents (in a .txt "
+            "file, a blank line between them) or cut it")
 
 
 def text_row(value: Any, default_id: str, task: str = "clm", source: str = "text") -> TextRecord:
     """One JSON row → a document; for facts with its entity spans, checked against its text."""
     row = as_object(value)
     text = text_field(row, "text")
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise BadRow(too_long(text))
     entities = entity_spans(row.get("entities"), text) if task == "facts" else ()
     meta = {k: v for k, v in row.items() if k not in ("id", "text", "entities")}
     return TextRecord(row_id(row, default_id), text, entities, source, meta)

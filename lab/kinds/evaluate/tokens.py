@@ -9,7 +9,8 @@ is the text's.
 included), ``target_id``, ``pred_id``, ``confidence``, ``correct``, ``target_prob``, the top-k ids,
 tokens and probabilities and ``rest`` (the mass outside them), ``sum_sq`` (Σ_v p_v² over the whole
 vocabulary, for the exact Brier score), the ``context`` text before the target
-(for case studies) and, for facts, ``entity`` (its index in the row's list). For any other
+(for case studies) and, for facts, ``entity`` (its index in the row's list); ``meta``, the document's
+other fields, on its first row only (a clm document has hundreds). For any other
 temperature later (:class:`lab.calibration.temperature.TokenLogits`), the raw logits of the top
 tokens (``top_logits``) and of the target (``target_logit``), and ``log_z``, the log-partition over
 the vocabulary at each temperature of ``metrics.json``'s ``temperature_grid``; and ``key``, the
@@ -33,6 +34,7 @@ from lab.calibration.temperature import TOKEN_GRID, load_temperature
 from lab.core.errors import DataError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
+from lab.data import synthetic
 from lab.data.loaders import log_skipped
 from lab.data.templates import get_template
 from lab.data.texts import TextRecord, load_texts
@@ -45,6 +47,8 @@ TOP_K = 5  # the top tokens each row keeps (their probabilities, for Brier and t
 CONTEXT_CHARS = 400  # of text before a target, kept in its row for the case studies
 SHOWN_CHARS = 40  # of an entity left out, quoted where it is named
 LISTED = 100  # entities left out that metrics.json names (all are counted)
+# predictions.jsonl's cap: a row is about 2 KB (its log_z grid), so 1 GiB is half a million targets.
+MAX_PREDICTIONS_BYTES = 2**30
 # log_z is kept to this many decimals: finer than log_partition's own error (< 1e-5), and a third shorter.
 # The logits are kept whole: a top logit off by 1e-6 moves log Z(T) - z_top / T by 1e-4 at T = 0.01.
 LOG_Z_DECIMALS = 6
@@ -110,7 +114,7 @@ def _entity_named(record: TextRecord, entity: int, reason: str) -> str:
 
 
 def _row(record: TextRecord, index: int, offsets: list[tuple[int, int]], scored: dict[str, Any],
-         entity: Optional[int], decode: Callable[[int], str]) -> dict[str, Any]:
+         entity: Optional[int], decode: Callable[[int], str], first: bool) -> dict[str, Any]:
     start = offsets[scored["position"]][0]
     row: dict[str, Any] = {
         "id": f"{record.id}@{scored['position']}", "doc": index, "position": scored["position"],
@@ -126,18 +130,35 @@ def _row(record: TextRecord, index: int, offsets: list[tuple[int, int]], scored:
     }
     if entity is not None:
         row["entity"] = entity
-    if record.meta:
+    if record.meta and first:  # once per document: a clm document's hundreds of targets would each copy it
         row["meta"] = record.meta
     return row
 
 
-def oracle_block(rows: list[dict[str, Any]], n_bins: int, edges: str) -> Optional[dict[str, Any]]:
-    """The Bayes predictor's figures when every target carries its true distribution (the controlled
-    task's statements: ``meta.true_probs`` over the colours, ``meta.answer`` the stated one)."""
-    metas = [r.get("meta") or {} for r in rows]
-    if not rows or not all(isinstance(m.get("true_probs"), list) and isinstance(m.get("answer"), int) for m in metas):
+def _predictions_text(rows: list[dict[str, Any]], cap: int = MAX_PREDICTIONS_BYTES) -> str:
+    """``predictions.jsonl``'s text, one JSON row a line; a DataError as soon as it passes ``cap`` bytes
+    (UTF-8), before it fills the memory or the disk."""
+    lines, size = [], 0
+    for n, row in enumerate(rows, 1):
+        line = json.dumps(row, ensure_ascii=False) + "\n"
+        size += len(line.encode("utf-8"))
+        if size > cap:
+            raise DataError(f"predictions.jsonl would pass {cap / 2**20:,.0f} MiB, the most one token run writes, "
+                            f"at its row {n:,} of {len(rows):,} (about {size / n:,.0f} bytes a row): score fewer "
+                            "documents (limit) or positions, or leave out the extra fields of large rows")
+        lines.append(line)
+    return "".join(lines)
+
+
+def oracle_block(records: list[TextRecord], rows: list[dict[str, Any]], n_bins: int,
+                 edges: str) -> Optional[dict[str, Any]]:
+    """The Bayes predictor's figures when every target's document is a statement of the controlled task
+    (:func:`lab.data.synthetic.statement_truth`: its true distribution over the colours and the stated
+    one); None for any other data, whatever fields its rows carry."""
+    found = [synthetic.statement_truth(records[r["doc"]]) for r in rows]
+    if not rows or any(f is None for f in found):
         return None
-    truths, labels = [m["true_probs"] for m in metas], [m["answer"] for m in metas]
+    truths, labels = [f[0] for f in found], [f[1] for f in found]
     return {**oracle.oracle(truths, labels, n_bins, edges), "expected": oracle.expected_oracle(truths, n_bins, edges)}
 
 
@@ -188,7 +209,8 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
             if target["problem"]:
                 undefined.append(f"{_where(data.records[index])} at token {target['position']}: {target['problem']}")
             else:
-                rows.append(_row(data.records[index], index, offsets, target, target["entity"], decode))
+                first = not rows or rows[-1]["doc"] != index
+                rows.append(_row(data.records[index], index, offsets, target, target["entity"], decode, first))
     if undefined:
         log(f"skipped {len(undefined)} targets whose probabilities are not finite, e.g. {undefined[0]}")
     if not rows:
@@ -206,11 +228,11 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
         **info, **token_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed, cfg.bin_edges),
         "temperature_grid": TOKEN_GRID.tolist(),
     }
-    truth = oracle_block(rows, cfg.bins, cfg.bin_edges)
+    truth = oracle_block(data.records, rows, cfg.bins, cfg.bin_edges)
     if truth is not None:
         result.update(oracle=truth, ece_gap_to_oracle=result["ece"] - truth["ece"])
     if cfg.calibrator is not None:
         rows, result["calibrated"] = apply_calibrator(rows, cfg)
-    write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_atomic(out / PREDICTIONS_FILE, _predictions_text(rows))
     write_atomic(out / METRICS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result
