@@ -59,6 +59,7 @@ def test_while_training_runs_the_table_says_the_after_is_still_to_come(tmp_path)
     run_dir = tmp_path / "00003-sft"
     _cell(run_dir, 0, "t0-mcq", n=100, accuracy=0.41, ece=0.121, dataset="arc_easy", split="validation")
     text = job_results(tmp_path, "sft", str(run_dir)).text
+    assert "(step 0, no evaluation after training yet)" in text
     assert "| t0-mcq · arc_easy/validation | 100 | 41.0% → … | 12.1% → … |" in text.splitlines()
 
 

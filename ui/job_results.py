@@ -174,7 +174,9 @@ def _before_after(cells: list[Cell]) -> str:
     """Each task's first evaluation (before training) → its last, as one table row each."""
     last = max(c.step for c in cells)
     first = min(c.step for c in cells)
-    head = (f"**Calibration before → after training** (step {first} → step {last}, the last evaluated)\n\n"
+    span = f"step {first}, no evaluation after training yet" if first == last else \
+        f"step {first} → step {last}, the last evaluated"
+    head = (f"**Calibration before → after training** ({span})\n\n"
             "| task | n | accuracy | ECE (95% interval) |\n|---|---|---|---|")
     rows = []
     for key in sorted({c.key for c in cells}):
