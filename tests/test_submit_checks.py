@@ -349,3 +349,20 @@ def test_a_refused_field_is_marked_with_its_message_and_the_others_cleared(fresh
     message, *marks, more = _marked(ctx, "evaluate")
     assert "queued" in message and all(m["elem_classes"] == [] for m in marks)
     assert marks[names.index("limit")]["info"] == forms.fields("evaluate")[names.index("limit")].help
+
+
+# ---------------------------------------------------------------- a task its dataset cannot feed (issue 43, R15)
+@pytest.mark.parametrize("config, expected", [
+    ({"task": "clm", "dataset": "trex"}, "split: the bundled sample of trex has no 'validation' split; it has test. "
+                                         "Ask for one of those, or carve one from it, e.g. 'test:validation'"),
+    ({"task": "mcq", "dataset": "text"}, "dataset: dataset 'text' holds texts, not questions: use task clm"),
+    ({"dataset": "obqa", "split": "heldout"}, "split: Unknown split 'heldout'"),
+])
+def test_a_dataset_that_cannot_feed_the_task_or_split_is_refused_at_submit(fresh, config, expected):
+    """Each passed Submit and failed once the job had started; now refused by field before it is queued."""
+    ctx, _ = fresh
+    with pytest.raises(ConfigError) as refused:
+        ctx.submit({"kind": "evaluate", "model": "bundled", **config})
+    assert str(refused.value).startswith(expected) and ctx.store.list() == []
+    ctx.submit({"kind": "evaluate", "model": "bundled", **config, "split": "test",
+                **({"task": "clm"} if config.get("dataset") == "text" else {})})  # the mended config is queued

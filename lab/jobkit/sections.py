@@ -30,7 +30,9 @@ from typing import Optional
 from lab.calibration.checks import BinEdges
 from lab.core.config import doc, redeclare
 from lab.core.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
+from lab.core.errors import DataError
 from lab.data import DATASETS, with_sample
+from lab.data.split import canonical_split, parse_split
 from lab.data.templates import TEMPLATES
 
 BUNDLED = "bundled"  # the model (lab.models.loading) and the dataset samples (lab.data.samples) that ship with the lab
@@ -106,3 +108,22 @@ class DeviceSection:
 class RunSection(DeviceSection):
     seed: int = field(default=0, metadata=doc(
         "seed of split carving, sampling, data order, initialisation and the bootstrap", **SEED))
+
+
+def bundled_split_problem(dataset: str, split: str, data_files: list[str]) -> Optional[str]:
+    """Why ``split`` cannot be read from ``dataset``'s bundled sample (``data_files: [bundled]``), or None: the
+    sample holds the split (or the one a ``SOURCE:PART`` carves from), or the files are the user's own (their
+    splits are known once read). Said at submit; the loader would say it only once the job started."""
+    if data_files != [BUNDLED] or dataset not in DATASETS or not DATASETS.get(dataset).bundled:
+        return None  # a dataset without a sample: the path checks refuse 'bundled' for it
+    spec = DATASETS.get(dataset)
+    try:
+        source = parse_split(split, spec.own_splits).source
+    except DataError as e:
+        return f"split: {e}"
+    has = [canonical_split(name, spec.own_splits) for name, _ in spec.bundled]
+    if source in has:
+        return None
+    carve_from = "validation" if "validation" in has else has[0]
+    return (f"split: the bundled sample of {dataset} has no {source!r} split; it has {', '.join(has)}. Ask for one "
+            f"of those, or carve one from it, e.g. '{carve_from}:{source}'")

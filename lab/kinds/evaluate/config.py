@@ -11,10 +11,12 @@ from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
 from lab.core.limits import MAX_BATCH, MAX_TOKENS
 from lab.data import DATASETS
+from lab.data.loaders import not_for_task
 from lab.data.templates import default_template, get_template, template_names
 from lab.data.texts import text_dataset_names
 from lab.jobkit.kinds import JobKind, register
-from lab.jobkit.sections import AdaptedModel, DataSection, EvalSection, PromptSection, RunSection
+from lab.jobkit.sections import (AdaptedModel, DataSection, EvalSection, PromptSection, RunSection,
+                                 bundled_split_problem)
 
 Scoring = Literal["letter", "cloze"]
 Task = Literal["mcq", "clm", "facts"]
@@ -76,7 +78,15 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
                                  "workbench")
         if self.task != "mcq":
             self._check_token_task()
-            return
+        elif self.dataset in DATASETS and "mcq" not in DATASETS.get(self.dataset).tasks:
+            raise ValueError(f"dataset: {not_for_task(DATASETS.get(self.dataset), 'mcq')}")
+        problem = bundled_split_problem(self.dataset, self.split, self.data_files)
+        if problem:
+            raise ValueError(problem)
+        if self.task == "mcq":
+            self._check_template()
+
+    def _check_template(self) -> None:
         if self.template is None:
             self.template = default_template(self.dataset, self.scoring)
         kind = get_template(self.template).kind
