@@ -11,9 +11,10 @@ may start, and the scheduler starts it only once they have succeeded.
 
 The run directories are the record; the table is their index. Each directory holds what its job
 was queued with (``config.yaml``, ``job.json``: resources, the folders it may read, the jobs it
-waits for), what it did (``events.jsonl``) and how it ended (``result.json``), so a store that is
-lost is rebuilt from them on the next open, with every job under its own id (:func:`rebuild`), and
-a new job never reuses the id, or the directory, of one that exists. A store that SQLite cannot
+waits for), what it did (``events.jsonl``) and how it ended (``result.json``, written before or with
+the row whoever ends it: :meth:`JobStore.end`), so a store that is lost is rebuilt from them on the
+next open, with every job under its own id (:func:`rebuild`), and a new job never reuses the id, or
+the directory, of one that exists. A folder without a valid ``job.json`` is no job: never queued. A store that SQLite cannot
 read stops whoever opens it with a message saying what to do (:class:`StoreError`): it is never
 silently started afresh.
 """
