@@ -116,7 +116,7 @@ def test_a_pipeline_refused_at_a_later_stage_queues_no_stage_and_leaves_no_folde
 
 
 # ---------------------------------------------------------------- R2: a planted folder is no job
-@pytest.mark.unit
+@pytest.mark.e2e
 @pytest.mark.parametrize("record", [None, {**RECORD, "gpus": "abc"}, {"roots": None}, [1, 2], "{not json"])
 def test_a_folder_without_a_valid_record_of_its_submission_is_never_queued_and_left_as_it_is(tmp_path, capsys,
                                                                                               record):
@@ -156,7 +156,6 @@ def test_a_servers_worker_reads_inside_the_servers_folders_whatever_its_job_json
 
 
 @pytest.mark.e2e
-@pytest.mark.slow
 def test_a_planted_roots_null_folder_run_by_a_servers_scheduler_reads_nothing_outside(tmp_path):
     root, outside = tmp_path / "runs", tmp_path / "elsewhere"
     outside.mkdir()
@@ -187,7 +186,7 @@ def test_the_events_reader_skips_and_names_lines_that_are_no_event(tmp_path):
     assert any("nested too deeply" in s for s in read.skipped) and any("time is not a number" in s for s in read.skipped)
 
 
-@pytest.mark.unit
+@pytest.mark.e2e
 def test_a_rebuild_reads_past_a_bad_events_line_and_the_queue_fails_only_the_bad_jobs(tmp_path):
     root = tmp_path / "runs"
     store = JobStore(root)
@@ -209,7 +208,7 @@ def test_a_rebuild_reads_past_a_bad_events_line_and_the_queue_fails_only_the_bad
         assert ended_as(Path(job.run_dir)) == {"status": "failed", "error": job.error}
 
 
-@pytest.mark.unit
+@pytest.mark.e2e
 def test_a_row_the_scheduler_cannot_weigh_fails_that_job_and_the_next_one_starts(tmp_path, capsys):
     store = JobStore(tmp_path / "runs")
     bad, good = store.submit(CONFIG), store.submit(CONFIG)
