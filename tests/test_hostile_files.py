@@ -214,3 +214,10 @@ def test_the_life_cycle_page_says_there_is_no_series_when_it_opens_on_none(tmp_p
     assert "No series yet" in said
     _write_series(tmp_path / "00001-series", series.document("params", TASKS, [_cell("m0", 1e6, 0.1, 0.5)]))
     assert lifecycle_page.empty_state(LabContext(tmp_path)) == gr.skip()
+
+
+@pytest.mark.unit
+def test_a_deep_temperature_json_is_no_saved_temperature(tmp_path):
+    _runs(tmp_path)
+    (tmp_path / "00001-evaluate" / "temperature.json").write_text(DEEP)
+    assert runs.saved_temperature(tmp_path, runs.evaluation(tmp_path, "00001-evaluate")) is None

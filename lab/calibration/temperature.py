@@ -72,6 +72,7 @@ from lab.calibration.checks import BinEdges, check_edges, check_positive, check_
 from lab.core.files import write_atomic
 from lab.core.layout import TEMPERATURE_FILE
 from lab.core.limits import TEMPERATURE_RANGE
+from lab.core import stored
 from lab.core.reads import read_text
 
 Form = Literal["logit", "paper"]  # which scaling: softmax(log p / T), or FIRST's softmax(p / c)
@@ -652,7 +653,7 @@ def load_temperature(source: float | int | str | Path | None) -> Optional[float]
                                     "or the temperature lab's save button writes it)")
         text = read_text(path, encoding="utf-8")
         try:
-            value = float(json.loads(text)["temperature"])
+            value = float(stored.parse(text, TEMPERATURE_FILE)["temperature"])  # depth-bounded: any file may come
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path} is not a temperature file (expected JSON with a 'temperature' number): {e}") from None
     low, high = TEMPERATURE_RANGE
