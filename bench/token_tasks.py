@@ -1,6 +1,7 @@
 """Token-level scoring (clm, facts) against a bare forward pass over the same documents.
 
     python bench/token_tasks.py [--model bundled] [--n 48] [--tokens 384] [--positions 1 16] [--quick]
+    python bench/token_tasks.py --accuracy [--model bundled]
 
 Documents are cut from the plain texts in ../shared/seeds (or ``--data``, a .txt file), N of them,
 each of a length drawn uniformly from [tokens/2, tokens]. For each ``--positions`` count, target
@@ -18,6 +19,12 @@ to the tokens ours feeds (the work we skip by stopping at the last target is the
 favour), the largest logits tensor each makes (from the shapes), and on a GPU the peak memory.
 Ratios, not absolute figures, carry over between machines. Times are the fastest of the repeats (the
 least disturbed by other work on the host) and the ratios are theirs; each repeat's ratio is printed too.
+
+``--accuracy`` times nothing: it measures how far :func:`log_partition`'s binned expansion lies from an
+exact float64 logsumexp of the same float32 logits, ``max |Δ log Z(T)|`` at each temperature of the grid
+(printed at a few, with the grid's worst), on the model's logits at clm positions of the documents and on
+random logits over the model's vocabulary (normal, sd 3; Student t, 3 degrees of freedom, scale 2). Those
+are the figures the docstring of lab/models/token_scoring.py and docs/jobs.md state.
 """
 from __future__ import annotations
 
@@ -33,9 +40,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
 
+from lab.kinds.evaluate.tokens import LOG_Z_DECIMALS
 from lab.models.loading import load_model
 from lab.models.scoring import batch_tokens, plan_batches, right_padded
-from lab.models.token_scoring import score_documents
+from lab.models.token_scoring import GRID, log_partition, score_documents
 from lab.models.token_targets import TokenDoc, clm_positions
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
@@ -80,6 +88,47 @@ def bare(model, seqs: list[list[int]], batches: list[list[int]], pad_id: int) ->
             model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits  # (B, T, V)
 
 
+SHOWN_T = (0.01, 0.1, 1.0, 10.0, 100.0)  # the temperatures --accuracy prints (of GRID's 121)
+
+
+def partition_error(z: torch.Tensor) -> np.ndarray:
+    """``max over rows |log_partition − exact log Z|`` (G,) at each T of :data:`GRID`, for float32 logits
+    ``z`` (R, V); the exact one is a float64 logsumexp of the same numbers."""
+    got = log_partition(z, z.max(dim=1).values, torch.tensor(1.0 / GRID, dtype=torch.float64)).numpy()
+    exact = np.stack([torch.logsumexp(z.double() / t, dim=1).numpy() for t in GRID], axis=1)
+    return np.abs(got - exact).max(axis=0)
+
+
+def accuracy(model, seqs: list[list[int]], vocab: int, pad_id: int, rng: np.random.Generator) -> None:
+    """--accuracy: the log-partition's error against an exact logsumexp, on the model's logits and random ones;
+    then what a run stores (:func:`score_documents`: batched, padded, log Z rounded as predictions.jsonl keeps it)
+    against an exact logsumexp over one unpadded forward per target, whose float32 logits differ by ~1e-6."""
+    docs = [TokenDoc(s, clm_positions(len(s), 16, MIN_CONTEXT, rng)) for s in seqs[:4]]
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        naive = torch.stack([model(input_ids=torch.tensor([d.ids[:p]], device=device)).logits[0, -1].float().cpu()
+                             for d in docs for p in d.positions])  # (R, V): one unpadded forward per target
+    sets = {"model": naive,
+            "normal sd 3": torch.from_numpy(rng.normal(0, 3, (128, vocab)).astype(np.float32)),
+            "t3 scale 2": torch.from_numpy((2 * rng.standard_t(3, (128, vocab))).astype(np.float32))}
+    shown = [int(np.argmin(np.abs(GRID - t))) for t in SHOWN_T]
+    header = f"{'':>22}{'rows':>6}" + "".join(f"{f'T={GRID[i]:g}':>11}" for i in shown) + f"{'grid worst':>12}"
+
+    def line(name: str, err: np.ndarray, n: int) -> str:
+        return (f"{name:>22}{n:>6}" + "".join(f"{err[i]:>11.1e}" for i in shown)
+                + f"{err.max():>8.1e} at T={GRID[int(err.argmax())]:.3g}")
+
+    print(f"max |Δ log Z(T)| over rows, vocabulary {vocab}, at T of the grid ({len(GRID)} points)")
+    print("log_partition against an exact float64 logsumexp of the same float32 logits:\n" + header)
+    for name, z in sets.items():
+        print(line(f"{name} logits", partition_error(z), len(z)))
+    stored = np.array([[round(v, LOG_Z_DECIMALS) for v in r["log_z"]]
+                       for rows in score_documents(model, docs, pad_id) for r in rows])
+    exact = np.stack([torch.logsumexp(naive.double() / t, dim=1).numpy() for t in GRID], axis=1)
+    print(f"a run's stored log_z (batched, padded, {LOG_Z_DECIMALS} decimals) against one unpadded forward:")
+    print(line("stored vs unpadded", np.abs(stored - exact).max(axis=0), len(stored)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="bundled")
@@ -91,6 +140,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--quick", action="store_true", help="16 documents of at most 192 tokens, 1 repeat: under a minute")
+    parser.add_argument("--accuracy", action="store_true", help="log_partition's error in log Z, not times")
     args = parser.parse_args()
     if args.quick:
         args.n, args.tokens, args.repeats = 16, 192, 1
@@ -104,6 +154,9 @@ def main() -> None:
     seqs = documents(tok, text, args.n, args.tokens, rng)
     vocab = model.get_output_embeddings().weight.shape[0]
     budget = batch_tokens(loaded.device)
+    if args.accuracy:
+        accuracy(model, seqs, vocab, pad_id, rng)
+        return
     print(f"{args.model} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}), vocabulary {vocab}, "
           f"{len(seqs)} documents of {min(map(len, seqs))}-{max(map(len, seqs))} tokens ({sum(map(len, seqs))} in all), "
           f"batch size {args.batch_size}, token budget {budget}, {torch.get_num_threads()} CPU threads, "

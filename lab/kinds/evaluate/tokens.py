@@ -49,7 +49,8 @@ SHOWN_CHARS = 40  # of an entity left out, quoted where it is named
 LISTED = 100  # entities left out that metrics.json names (all are counted)
 # predictions.jsonl's cap: a row is about 2 KB (its log_z grid), so 1 GiB is half a million targets.
 MAX_PREDICTIONS_BYTES = 2**30
-# log_z is kept to this many decimals: finer than log_partition's own error (< 1e-5), and a third shorter.
+# log_z is kept to this many decimals (5e-7): finer than the forward pass's own float32 noise in it (1e-5 / T,
+# bench/token_tasks.py --accuracy), if coarser than log_partition's (2e-7), and a third shorter.
 # The logits are kept whole: a top logit off by 1e-6 moves log Z(T) - z_top / T by 1e-4 at T = 0.01.
 LOG_Z_DECIMALS = 6
 
