@@ -21,9 +21,11 @@ PROGRESS_KEYS = ("step", "total")
 # Fields the pages do arithmetic on or draw (counts, the ETA, the training curves): an event holding one
 # that is no finite number (``"step": "x"``, ``"loss": [1]``; lab.core.events checks ``time`` and ``stage``)
 # is left out of every page rather than stop the poll that reads it.
-NUMBER_KEYS = ("step", "total", "tokens", "tokens_total", "loss", "lr", "epoch")
+NUMBER_KEYS = ("step", "total", "tokens", "tokens_total", "tokens_settled", "loss", "lr", "epoch")
 MARKERS = (START, STAGE)  # events that say a stage (with no count yet) began
 STARTING = "starting"  # what a worker does between its start event and its first stage
+ESTIMATE = "estimate at its pace of the last minute"  # what the ETA is: no promise, the load may change
+RECENT_S = 60.0  # the ETA's pace: the stage's work over about its last minute (eta_seconds says why)
 
 
 @dataclass
@@ -71,11 +73,12 @@ class Progress:
     def text(self) -> str:
         """One measure of how far the stage is: the share of its tokens where the events weigh
         them (``scoring 40% (by tokens, of 100)``), else the count (``scoring 16/100 (16%)``).
-        Never the count beside the tokens' share: the longest questions come first, so a count
-        of 0/100 at 40 % of the tokens reads as a contradiction."""
+        The ETA says it is an estimate (:func:`eta_seconds`). Never the count beside the tokens'
+        share: the longest questions come first, so a count of 0/100 at 40 % of the tokens reads as
+        a contradiction."""
         if self.step is None or self.total is None:
             return f"{self.stage}… {format_seconds(self.elapsed_s)}"
-        eta = f", ETA {format_seconds(self.eta_s)}" if self.eta_s is not None else ""
+        eta = f", ETA {format_seconds(self.eta_s)} ({ESTIMATE})" if self.eta_s is not None else ""
         if self.fraction is not None:
             return f"{self.stage} {100 * self.fraction:.0f}% (by tokens, of {self.total}){eta}"
         pct = 100 * self.step / self.total if self.total else 0
@@ -119,15 +122,23 @@ def progress(events: list[dict[str, Any]], now: Optional[float] = None) -> Optio
 
 
 def eta_seconds(events: list[dict[str, Any]]) -> Optional[float]:
-    """Seconds left in the stage of the last event (a counted one): its work at its own rate, plus
-    the pauses still to come at their measured length.
+    """Seconds left in the stage of the last event (a counted one), estimated from the job's own
+    recent pace: the wall time per unit of work over its last :data:`RECENT_S` of work, times the
+    work left, plus the pauses still to come at their measured length.
+
+    Its own pace, recent, because the machine's load moves: on a CPU shared with other jobs a
+    stage's pace halves when they start, and a rate averaged from the stage's start (what this was
+    before) kept the pace of its quieter minutes; a fixed idle-machine speed would be further off.
 
     The stage's run is its counted events back to the latest stage announcement (or an earlier
-    run of the same stage). Where the events carry ``tokens``/``tokens_total`` the work is in
-    tokens: scoring takes the longest questions first, so questions per second rise as it goes
-    and a rate in questions would over-estimate what is left two- to four-fold (BoolQ); else in
-    steps. Measured from the run's first event, a ``step`` 0 where the stage says one, so the
-    first batch's time counts too.
+    run of the same stage). The work is in the tokens of the finished batches (``tokens_settled``)
+    where the events carry them: scoring takes the longest questions first, so questions per second
+    rise as it goes and a rate in questions would over-estimate what is left two- to four-fold
+    (BoolQ); and ``tokens``, which moves inside a batch by a pass's share, reached a cloze batch's
+    end after its first pass although its options' passes take as long again, so an ETA timed on it
+    read half the time left. Else in ``tokens``, else in steps. Measured from the run's first event,
+    a ``step`` 0 where the stage says one, so the first batch's time counts too; the time already
+    spent on the batch in flight is taken off.
 
     A stage that stops for side work between two counts (``<stage>_eval``, the validation after
     each epoch; ``<stage>_estep``, RCFT's E-step) would swing an ETA taken over its whole run:
@@ -146,23 +157,60 @@ def eta_seconds(events: list[dict[str, Any]]) -> Optional[float]:
             if event["step"] > events[run[-1]]["step"] or event["total"] != last["total"]:
                 break  # an earlier run of the same stage
             run.append(i)
-    done_key, total_key = ("tokens", "tokens_total") if "tokens" in last and "tokens_total" in last else PROGRESS_KEYS
-    counted = [i for i in reversed(run) if done_key in events[i]]
-    done, left = last[done_key] - events[counted[0]][done_key], last[total_key] - last[done_key]
+    done_key, total_key = _work_keys(last)
+    points = _reached(events, [i for i in reversed(run) if done_key in events[i]], done_key)
+    done, left = events[points[-1]][done_key] - events[points[0]][done_key], last[total_key] - events[points[-1]][done_key]
     if done <= 0 or left <= 0:
         return None
-    work_s, work, pauses = 0.0, 0, []  # pauses: (kind, its step, the interval's seconds and work)
-    for a, b in zip(counted, counted[1:]):
+    clean, pauses = [], []  # clean: (seconds, work) between counts; pauses: (kind, its step, seconds, work)
+    for a, b in zip(points, points[1:]):
         seconds, units = events[b]["time"] - events[a]["time"], events[b][done_key] - events[a][done_key]
         side = [e for e in events[a + 1:b] if str(e.get("stage", "")).startswith(f"{last['stage']}_")]
         if side:
             pauses.append((side[0]["stage"], side[0].get("step", events[a]["step"]), seconds, units))
         else:
-            work_s, work = work_s + seconds, work + units
-    if work <= 0:  # every interval held a pause: no clean rate, so the whole run's
-        return (last["time"] - events[counted[0]]["time"]) / done * left
-    rate = work_s / work
-    return rate * left + sum(_pauses_left(pauses, kind, rate, last) for kind in {p[0] for p in pauses})
+            clean.append((seconds, units))
+    # Time already spent on the batch in flight, which tokens_settled does not count yet (the
+    # other measures move with the work, so nothing of it is left out)
+    in_flight = last["time"] - events[points[-1]]["time"] if done_key == "tokens_settled" else 0.0
+    if not clean:  # every interval held a pause: no clean rate, so the whole run's
+        return max(0.0, (events[points[-1]]["time"] - events[points[0]]["time"]) / done * left - in_flight)
+    rate = _recent_rate(clean)
+    pending = sum(_pauses_left(pauses, kind, rate, last) for kind in {p[0] for p in pauses})
+    return max(0.0, rate * left - in_flight) + pending
+
+
+def _work_keys(last: dict[str, Any]) -> tuple[str, str]:
+    """The fields that count a stage's work done and in all: the finished batches' tokens, else
+    the tokens with the batch in flight's share (events of before ``tokens_settled``), else steps."""
+    if "tokens_total" in last:
+        for key in ("tokens_settled", "tokens"):
+            if key in last:
+                return key, "tokens_total"
+    return PROGRESS_KEYS
+
+
+def _reached(events: list[dict[str, Any]], counted: list[int], key: str) -> list[int]:
+    """Of ``counted`` (indices, oldest first), the first event to say each new ``key`` value: when
+    the work reached it (the events after it, until the next value, are time spent on the next)."""
+    points = counted[:1]
+    for i in counted[1:]:
+        if events[i][key] != events[points[-1]][key]:
+            points.append(i)
+    return points
+
+
+def _recent_rate(clean: list[tuple[float, int]]) -> float:
+    """Seconds per unit of work over the newest intervals that together last :data:`RECENT_S`
+    (all of them where the stage is younger): the pace the machine gives the job now."""
+    seconds, units = 0.0, 0
+    for interval_s, interval_units in reversed(clean):
+        seconds, units = seconds + interval_s, units + interval_units
+        if seconds >= RECENT_S and units > 0:
+            break
+    if units <= 0:  # no work in the newest intervals: the whole run's
+        seconds, units = sum(s for s, _ in clean), sum(u for _, u in clean)
+    return seconds / units if units > 0 else 0.0
 
 
 def _pauses_left(pauses: list[tuple[str, int, float, int]], kind: str, rate: float, last: dict[str, Any]) -> float:

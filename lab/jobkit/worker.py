@@ -87,16 +87,21 @@ class Counter:
         if self.said == 0 or self.done == self.total or time.monotonic() - self.last >= PROGRESS_EVERY_S:
             self._emit()
 
-    def _tokens(self) -> int:
-        """Tokens done: the finished batches', and the batch in flight's share."""
+    def _tokens(self) -> tuple[int, int]:
+        """Tokens done: the finished batches', and with the batch in flight's share."""
         k = bisect.bisect_right(self.items_at, self.done) - 1
         inflight = self.tokens_at[k + 1] - self.tokens_at[k] if k + 1 < len(self.tokens_at) else 0
-        return self.tokens_at[k] + round(self.partial * inflight)
+        return self.tokens_at[k], self.tokens_at[k] + round(self.partial * inflight)
 
     def _emit(self) -> None:
         fields = {"step": self.done, "total": self.total}
         if self.tokens_at:
-            fields.update(tokens=self._tokens(), tokens_total=self.tokens_at[-1])
+            # ``tokens_settled`` leaves the batch in flight out: its share is a pass's, and cloze runs
+            # more passes after the first (its options), so ``tokens`` reaches a batch's end while
+            # half of its time is still to come. The share is for the page; the ETA's rate is timed
+            # on finished batches (ui.progress.eta_seconds).
+            settled, tokens = self._tokens()
+            fields.update(tokens=tokens, tokens_total=self.tokens_at[-1], tokens_settled=settled)
         self.ctx.events.emit(self.stage, **fields)
         self.said, self.last = self.done, time.monotonic()
 
