@@ -70,7 +70,7 @@ def test_the_binned_log_partition_is_the_logsumexp_at_every_grid_temperature(nam
     exact = _exact_log_z(z.astype(np.float64), TOKEN_GRID)
     got = log_partition(torch.from_numpy(z), torch.from_numpy(z.max(axis=1)),
                         torch.tensor(1.0 / TOKEN_GRID, dtype=torch.float64)).numpy()
-    assert np.abs(got - exact).max() < 1e-5  # log_partition's docstring: 1e-7, and 2e-6 on the clusters
+    assert np.abs(got - exact).max() < 1e-5  # log_partition's docstring: 2.3e-7 at most, 2e-6 on the clusters
 
 
 @pytest.fixture(scope="module")
