@@ -126,7 +126,4 @@ def picked_calibrator(ctx: LabContext, name: Any) -> Optional[calibrators.Calibr
     directory = runs.calibrator_dir(ctx.runs, name)
     if directory is None:
         raise ValueError(f"No saved calibrator called {name!r}: pick one from the list.")
-    try:
-        return calibrators.load(directory)
-    except ValueError as e:  # it names the file by its path, which the page must not show: by the run's name
-        raise ValueError(str(e).replace(str(directory / CALIBRATOR_FILE), f"{name}/{CALIBRATOR_FILE}")) from None
+    return calibrators.load(directory, f"{name}/{CALIBRATOR_FILE}")

@@ -52,6 +52,12 @@ BASELINE = {"logit": "at T = 1, unscaled", "paper": "unscaled"}  # the run's own
 STEPS_PER_DECADE = 1000  # the slider's step in log10 T: a factor 1.0023, finer than the 4 digits a move shows
 SHOWN_DIGITS = 4  # significant digits of a T read off the slider: the step cannot tell finer ones apart
 BOX_DIGITS = 6  # ... and of the T the box shows (an optimum is dialled exactly: the state keeps every digit)
+FORM_INFO = "logit: softmax(log p / T); paper: FIRST's softmax(p / c)"
+# A token run keeps its top tokens and the log-partition, not every probability of the vocabulary
+# that FIRST's softmax(p / c) divides: the radio offers it the logit form only, and says why.
+PAPER_NOT_FOR_TOKENS = ("The paper form, FIRST's softmax(p / c), does not apply to a token run (clm, facts): it "
+                        "divides every probability of the vocabulary, and a token run keeps only its top tokens. "
+                        "Drawn in the logit form, softmax(z / T) over the whole vocabulary.")
 LIMITS = (1e-6, 1e6)  # a typed T outside is refused: rows are one-hot or uniform long before, and floats overflow
 START = (0.1, 10.0)  # the slider's range before a run is drawn: the logit sweep's default grid
 GO_TO = {"ece": "Go to lowest ECE", "nll": "Go to lowest NLL"}
@@ -78,6 +84,7 @@ class PageView(NamedTuple):
     sweep: Any
     go_ece: Any  # the two go-to-optimum buttons, labelled with the optimum
     go_nll: Any
+    form: Any = gr.skip()  # the form radio: a token run offers the logit form only
 
 
 # ---------------------------------------------------------------- numbers in, numbers shown
@@ -238,6 +245,14 @@ def _within(pred: analysis.Predictions, t: float) -> tuple[float, str]:
                          f"log-partition at ({limits[0]:g} to {limits[1]:g}): drawn at T = {nearest:g}.")
 
 
+def _form_choices(pred: analysis.Predictions, form: str) -> tuple[str, Any]:
+    """The form a run is drawn in and the radio's update: a token run is drawn in the logit form, the
+    only one it offers (the paper form said not to apply to it), a multiple-choice run in either."""
+    if analysis.is_token_run(pred):
+        return "logit", gr.update(choices=["logit"], value="logit", info=PAPER_NOT_FOR_TOKENS)
+    return form, gr.update(choices=list(FORMS), info=FORM_INFO)
+
+
 def _blank(message: str) -> PageView:
     """Nothing drawn (no run, or it cannot be read): the figures cleared, the controls left as they are."""
     return PageView(None, gr.skip(), "", message, None, "", None, gr.skip(), gr.skip())
@@ -266,6 +281,7 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
     try:
         pred = ctx.results.predictions(run)
         closed = bin_edges(edges, pred.bin_edges)
+        asked, (form, radio) = form, _form_choices(pred, form)
         t, clamped = _within(pred, t)
         summary = analysis.temperature_summary(pred, t, form, n_bins, strategy, closed, BOOT)
         base = analysis.temperature_summary(pred, None, form, n_bins, strategy, closed)
@@ -278,13 +294,14 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
         drawn={"name": name, "temperature": t, "form": form, "bins": bins, "edges": edges},
         slider=slider_update(*slider_span(sweep, t), t, form, move or not inside or bool(clamped)),
         box=gr.update(value=_show(t), label=f"{FIELD[form]} (type a value, then Enter)"),
-        message=clamped,
+        message=(note(PAPER_NOT_FOR_TOKENS) if form != asked else "") + clamped,
         reliability=reliability_figure(summary, f"{symbol} = {t:.{SHOWN_DIGITS}g} · {run.label}", TITLE_CHARS),
         text=_metrics_text(run, t, form, summary, base, sweep,
                            TOKEN_FORMULA if analysis.is_token_run(pred) else None),
         sweep=_sweep_plot(sweep, t, form),
         go_ece=gr.update(value=f"{GO_TO['ece']} ({symbol} = {sweep.best_ece:.3g})"),
         go_nll=gr.update(value=f"{GO_TO['nll']} ({symbol} = {sweep.best_nll:.3g})"),
+        form=radio,
     )
 
 
@@ -383,7 +400,7 @@ def save_chosen_temperature(ctx: LabContext, name: Optional[str], temperature: A
                          ece_after=after["ece"], bin_edges=closed, searched=searched, widened=bool(sweep.widened),
                          at_bound=any(best in bounds for best in (sweep.best_ece, sweep.best_nll)))
     path = save_temperature(run.path, fit, fitted_on=run.name, strategy=strategy)
-    return ok(f"Saved T = {t:.{BOX_DIGITS}g} to {path} (ECE {100 * before['ece']:.2f}% → {100 * after['ece']:.2f}% "
+    return ok(f"Saved T = {t:.{BOX_DIGITS}g} to {run.name}/{path.name} (ECE {100 * before['ece']:.2f}% → {100 * after['ece']:.2f}% "
               f"with {n_bins} equal-{strategy} bins, {closed}-closed): pass it as `temperature` to an evaluate "
               "job, or pick it on the Compare page.")
 
@@ -408,7 +425,7 @@ def build_temperature(ctx: LabContext) -> gr.Dropdown:
         box = gr.Textbox(_show(1.0), label=f"{FIELD['logit']} (type a value, then Enter)", max_lines=1,
                          elem_id="temperature-value", scale=1)
     with gr.Row():
-        form = gr.Radio(list(FORMS), value="logit", label="Form", scale=1)
+        form = gr.Radio(list(FORMS), value="logit", label="Form", info=FORM_INFO, scale=1)
         bins = binning_radio(scale=2)
         edges = edges_radio(scale=2)
     message = gr.HTML(elem_id="temperature-message")
@@ -424,7 +441,7 @@ def build_temperature(ctx: LabContext) -> gr.Dropdown:
         saved = gr.HTML()
 
     controls, outputs = [form, bins, edges], list(PageView(drawn, slider, box, message, plot, text, sweep, go_ece,
-                                                           go_nll))
+                                                           go_nll, form))
     name.change(functools.partial(pick_run, ctx), inputs=[name, *controls], outputs=outputs)
     # Unprocessed: gradio refuses a typed slider value outside its range with a toast; this handler takes it.
     slider.input(functools.partial(slider_moved, ctx), inputs=[name, slider, drawn, *controls], outputs=outputs,

@@ -340,19 +340,24 @@ def _numbers(value: Any, what: str) -> list[float]:
     return [float(v) for v in value]
 
 
-def load(path: Path) -> Calibrator:
+def load(path: Path, name: Optional[str] = None) -> Calibrator:
     """A :class:`Calibrator` from ``calibrator.json`` or the folder holding it, every field checked
-    (it may come from anywhere): ValueError naming the file and what is wrong."""
+    (it may come from anywhere): ValueError naming the file and what is wrong. ``name``: what messages
+    call the file (a page passes the run's name); by default its folder and its own name, never the
+    absolute path, which a page or a job's error would show."""
     path = Path(path)
     file = path / CALIBRATOR_FILE if path.is_dir() else path
+    where = name or f"{file.parent.name}/{file.name}"
     try:
-        data = stored.parse(read_text(file, encoding="utf-8"), CALIBRATOR_FILE)  # depth-bounded: any file may come
+        data = stored.parse(read_text(file, encoding="utf-8"), where)  # depth-bounded: any file may come
     except PathNotAllowed:
         raise
     except FileNotFoundError:
-        raise FileNotFoundError(f"No calibrator at {file}: fit one in the Recalibration workbench") from None
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{file}: not a calibrator file ({e})") from None
+        raise FileNotFoundError(f"No calibrator at {where}: fit one in the Recalibration workbench") from None
+    except OSError as e:  # its own text names the absolute path
+        raise ValueError(f"{where}: not a calibrator file ({e.strerror or type(e).__name__})") from None
+    except ValueError as e:
+        raise ValueError(f"{where}: not a calibrator file ({e})") from None
     try:
         if not isinstance(data, dict):
             raise ValueError("expected a JSON object")
@@ -373,7 +378,7 @@ def load(path: Path) -> Calibrator:
         if not isinstance(tokens, bool):
             raise ValueError("tokens must be true or false")
     except ValueError as e:
-        raise ValueError(f"{file}: {e}") from None
+        raise ValueError(f"{where}: {e}") from None
     return Calibrator(method, signal, checked, fitted_on, questions, tokens)
 
 

@@ -65,6 +65,16 @@ class Policy:
     def allows(self, real: Path) -> bool:
         return inside(real, self.roots)
 
+    def shown(self, real: Path) -> str:
+        """How a message names the resolved path ``real``: from the allowed folder holding it, that
+        folder by its own name (``calibration-lab/data/mmlu/test``), never the server's absolute path;
+        on a command line run without roots (the user's own machine), the path itself."""
+        holders = [root for root in self.roots or () if real == root or root in real.parents]
+        if not holders:
+            return str(real)
+        root = max(holders, key=lambda r: len(r.parts))  # the innermost: the uploads folder inside runs/
+        return (Path(root.name) / real.relative_to(root)).as_posix()
+
     def check(self, field: str, real: Path, given: str) -> None:
         if self.allows(real):
             return
@@ -121,7 +131,7 @@ def _expand(field: str, given: str, extensions: tuple[str, ...], policy: Policy)
         elif real.is_file():
             files.append(real)
         elif literal:  # inside the roots (checked above): saying it is missing tells nothing outside
-            raise ConfigError(f"{field}: file not found: {given!r} (looked for {real})")
+            raise ConfigError(f"{field}: file not found: {given!r} (looked for {policy.shown(real)})")
     for path in files:
         if glob.has_magic(str(path)):
             raise ConfigError(f"{field}: {str(path)!r} has a wildcard character (*, ? or [) in its name; rename it")
@@ -221,8 +231,8 @@ def _temperature(field: str, value: Any, holder: dict[str, Any], owner: type, po
         return found
     if not _names_a_path(value):
         raise ConfigError(expected)
-    raise ConfigError(f"{expected}: there is none at {real}. Fit one first (the CFT job's ts/ folder or the "
-                      "temperature lab's Save button writes one)")
+    raise ConfigError(f"{expected}: there is none at {policy.shown(real)}. Fit one first (the CFT job's ts/ folder "
+                      "or the temperature lab's Save button writes one)")
 
 
 def _calibrator(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
@@ -236,7 +246,8 @@ def _calibrator(field: str, value: str, holder: dict[str, Any], owner: type, pol
     found = _saved_file(field, real, value, policy, CALIBRATOR_FILE)
     if found:
         return found
-    raise ConfigError(f"{expected}, but there is none at {real}. Fit one in the Recalibration workbench and save it")
+    raise ConfigError(f"{expected}, but there is none at {policy.shown(real)}. Fit one in the Recalibration "
+                      "workbench and save it")
 
 
 def _saved_file(field: str, real: Path, given: str, policy: Policy, name: str) -> Optional[str]:

@@ -1,0 +1,95 @@
+"""What a newcomer's walk of the app found (issue 43, round 3), through the pages' handlers: the Temperature
+lab's paper form on a token run, messages that named the server's absolute paths, the Results page's
+stale export and its filter, the Life cycle page's stale picker, clicks on its plot and pipelines shown as
+series. The one browser test (a click on the Life cycle plot) is at the end."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.special import logsumexp, softmax
+
+from lab.calibration import calibrators
+from lab.calibration.temperature import TOKEN_GRID
+from lab.core.config import ConfigError
+from lab.core.layout import CALIBRATOR_FILE
+from ui import temperature_page
+from ui.context import LabContext
+
+pytestmark = pytest.mark.unit
+
+
+def _no_path(text: str, root: Path) -> None:
+    assert str(root) not in text and str(root.resolve()) not in text, text
+
+
+def write_token_run(directory: Path, n: int = 40, vocab: int = 30, k: int = 5, seed: int = 0) -> None:
+    """A clm run as the scorer writes it, over a random vocabulary of ``vocab`` logits per target:
+    its top ``k`` tokens, the rest mass, the target's logit and log Z at every temperature of the grid."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        z = rng.normal(0.0, 3.0, vocab)
+        p, top, target = softmax(z), np.argsort(-z)[:k], int(rng.integers(vocab))
+        rows.append({"i": i, "target_id": target, "top_ids": top.tolist(), "top_probs": p[top].tolist(),
+                     "rest": float(1 - p[top].sum()), "confidence": float(p[top[0]]),
+                     "correct": bool(top[0] == target), "top_logits": z[top].tolist(), "target_logit": float(z[target]),
+                     "log_z": [float(logsumexp(z / t)) for t in TOKEN_GRID], "sum_sq": float((p ** 2).sum())})
+    directory.mkdir(parents=True)
+    (directory / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    accuracy = float(np.mean([r["correct"] for r in rows]))
+    (directory / "metrics.json").write_text(json.dumps({
+        "task": "clm", "n": n, "accuracy": accuracy, "ece": 0.1, "temperature_grid": TOKEN_GRID.tolist(),
+        "model": "bundled", "dataset": "text", "split": "test"}))
+
+
+# ---------------------------------------------------------------- Temperature lab: the paper form on a token run
+def test_the_paper_form_on_a_token_run_keeps_the_plots_and_t_and_says_it_does_not_apply(tmp_path):
+    write_token_run(tmp_path / "00002-evaluate")
+    ctx = LabContext(tmp_path)
+    drawn = temperature_page.pick_run(ctx, "00002-evaluate", "logit", None)
+    moved = temperature_page.typed_temperature(ctx, "00002-evaluate", "1.5", drawn.drawn, "logit", None)
+    view = temperature_page.settings_changed(ctx, "00002-evaluate", moved.drawn, "paper", None)
+    assert view.reliability is not None and view.sweep is not None  # both plots kept
+    assert view.box["value"] == "1.5" and view.drawn == {**moved.drawn, "form": "logit"}
+    assert "does not apply to a token run" in view.message and "lab-error" not in view.message
+    assert view.form["choices"] == ["logit"] and view.form["value"] == "logit"  # paper not offered here
+    _no_path(view.message, tmp_path)
+
+
+def test_saving_a_temperature_names_the_run_not_the_server_path(tmp_path):
+    write_token_run(tmp_path / "00002-evaluate")
+    said = temperature_page.save_chosen_temperature(LabContext(tmp_path), "00002-evaluate", 1.5, "logit")
+    assert "Saved T = 1.5 to 00002-evaluate/temperature.json" in said
+    _no_path(said, tmp_path)
+
+
+# ---------------------------------------------------------------- no server path in a message
+def test_a_calibrator_that_cannot_be_loaded_is_named_without_the_server_path(tmp_path):
+    folder = tmp_path / "calibrators" / "mine"
+    folder.mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as missing:
+        calibrators.load(folder)
+    assert f"mine/{CALIBRATOR_FILE}" in str(missing.value)
+    (folder / CALIBRATOR_FILE).write_text("{not json")
+    with pytest.raises(ValueError) as damaged:
+        calibrators.load(folder)
+    assert f"mine/{CALIBRATOR_FILE}: not a calibrator file" in str(damaged.value)
+    (folder / CALIBRATOR_FILE).unlink()
+    (folder / CALIBRATOR_FILE).mkdir()  # a folder where the file belongs: the OSError's text holds the path
+    with pytest.raises(ValueError) as unreadable:
+        calibrators.load(folder)
+    for caught in (missing, damaged, unreadable):
+        _no_path(str(caught.value), tmp_path)
+
+
+def test_a_missing_data_file_is_named_from_the_allowed_folder_holding_it(tmp_path):
+    ctx = LabContext(tmp_path / "runs")
+    missing = ctx.runs / "uploads" / "mine.jsonl"
+    with pytest.raises(ConfigError) as refused:
+        ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": [str(missing)]})
+    assert str(refused.value).endswith("(looked for runs/uploads/mine.jsonl)")
+    assert str(refused.value).count(str(tmp_path)) == 1  # only in the name the user typed, quoted back
