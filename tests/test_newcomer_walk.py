@@ -16,7 +16,8 @@ from lab.calibration import calibrators
 from lab.calibration.temperature import TOKEN_GRID
 from lab.core.config import ConfigError
 from lab.core.layout import CALIBRATOR_FILE
-from ui import temperature_page
+from tests.helpers import row, write_eval
+from ui import results_page, temperature_page
 from ui.context import LabContext
 
 pytestmark = pytest.mark.unit
@@ -93,3 +94,49 @@ def test_a_missing_data_file_is_named_from_the_allowed_folder_holding_it(tmp_pat
         ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": [str(missing)]})
     assert str(refused.value).endswith("(looked for runs/uploads/mine.jsonl)")
     assert str(refused.value).count(str(tmp_path)) == 1  # only in the name the user typed, quoted back
+
+
+# ---------------------------------------------------------------- Results: the filter, the series cells, the export
+def _results_runs(root: Path) -> LabContext:
+    """Two evaluations and a series of three cells, each with its evaluation."""
+    rows = [row(i, [0.7, 0.3], i % 2) for i in range(10)]
+    write_eval(root / "00001-evaluate", rows, dataset="arc_easy", scoring="cloze", accuracy=0.523, ece=0.0841)
+    write_eval(root / "00002-evaluate", rows, dataset="obqa")
+    (root / "00003-series").mkdir()
+    for point in ("m0", "m1", "m2"):
+        write_eval(root / "00003-series" / "cells" / f"{point}_t0-mcq", rows, dataset="synthetic")
+    (root / "00003-series" / "series.json").write_text("{}")
+    return LabContext(root)
+
+
+def test_results_hide_series_cells_until_asked_and_filter_by_words(tmp_path):
+    ctx = _results_runs(tmp_path)
+    table, seen, said = results_page.follow_results(ctx, None)
+    assert sorted(table["folder"]) == ["00001-evaluate", "00002-evaluate"]
+    assert "Showing 2 of 5 evaluations; 3 series cells hidden" in said
+    everything, _, said = results_page.follow_results(ctx, seen, "", True)
+    assert len(everything) == 5 and said == ""
+    narrowed, _, said = results_page.follow_results(ctx, seen, " ARC_easy  cloze ")
+    assert narrowed["folder"].tolist() == ["00001-evaluate"] and "Showing 1 of 5" in said
+    assert results_page.follow_results(ctx, seen, "arc_easy obqa")[0].empty  # every word must be found
+    csv = Path(results_page.export_csv(ctx, "arc_easy")["value"]).read_text()
+    assert "00001-evaluate" in csv and "00002-evaluate" not in csv
+
+
+def test_results_show_ece_and_accuracy_in_percent_as_the_other_pages_do(tmp_path):
+    table = results_page.follow_results(_results_runs(tmp_path), None, "arc_easy")[0]
+    assert table.loc[table.index[0], "accuracy"] == pytest.approx(52.3)
+    assert table.loc[table.index[0], "ECE"] == pytest.approx(8.41)
+    assert table.loc[table.index[0], "Trust"] == pytest.approx(0.4)  # a score, not a fraction of questions
+
+
+def test_the_results_export_link_goes_away_when_the_table_changes(tmp_path):
+    import gradio as gr
+
+    with gr.Blocks() as demo:
+        results_page.build_results(LabContext(tmp_path))
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    table, csv_file = by_id["results-table"], by_id["results-csv"]
+    hiding = [fn for fn in demo.fns.values() if (table._id, "change") in fn.targets
+              and [o._id for o in fn.outputs] == [csv_file._id]]
+    assert len(hiding) == 1 and hiding[0].fn() == {"value": None, "visible": False, "__type__": "update"}

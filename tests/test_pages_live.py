@@ -267,11 +267,11 @@ def test_the_results_table_follows_the_runs_folder(tmp_path):
     from ui.results_page import follow_results
 
     ctx = LabContext(tmp_path)
-    table, seen = follow_results(ctx, None)
-    assert table.empty and follow_results(ctx, seen) == (SKIP, seen)
+    table, seen, _ = follow_results(ctx, None)
+    assert table.empty and follow_results(ctx, seen) == (SKIP, seen, SKIP)
     _evaluation(tmp_path / "00001-evaluate")
-    table, seen = follow_results(ctx, seen)
-    assert table["folder"].tolist() == ["00001-evaluate"] and follow_results(ctx, seen) == (SKIP, seen)
+    table, seen, _ = follow_results(ctx, seen)
+    assert table["folder"].tolist() == ["00001-evaluate"] and follow_results(ctx, seen) == (SKIP, seen, SKIP)
 
 
 def test_the_knowledge_page_says_what_fills_it_before_anything_has(tmp_path):
