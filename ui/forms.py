@@ -11,6 +11,8 @@ refusal is a message naming the field, never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,10 @@ from lab.jobkit.pipeline import is_pipeline
 from lab.kinds.evaluate.config import MCQ_DATASET, MCQ_SPLIT, TOKEN_DATASETS, TOKEN_SPLIT
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# How long an example took, as bench/presets.py measured it and the example's comment says it:
+# "# Measured (bench/presets.py, on a loaded 2-core CPU): 7m02s wall, 4m10s CPU".
+MEASURED = re.compile(r"^# Measured \(bench/presets\.py, on (?P<where>[^)]+)\): "
+                      r"(?P<wall>\d+)m(?P<wall_s>\d\d)s wall, (?P<cpu>\d+)m(?P<cpu_s>\d\d)s CPU", re.MULTILINE)
 # What an evaluation's dataset and split resolve to for each task when left at the defaults
 # (lab.kinds.evaluate.config: a token task given ARC-Easy's validation split reads its own).
 TASK_DEFAULTS = {"mcq": (MCQ_DATASET, MCQ_SPLIT),
@@ -178,6 +184,27 @@ def presets(kind: str) -> dict[str, dict[str, Any]]:
         if isinstance(data, dict) and data.get("kind") == kind:
             found[path.stem] = {k: v for k, v in data.items() if k != "kind"}
     return found
+
+
+def preset_time(name: str) -> Optional[str]:
+    """What an example's comment says it took, as the Launch page shows it beside the name: at most
+    the whole minutes of its wall time or its CPU time, whichever is less, on two idle cores. Both
+    bound it: a loaded machine's wall time is longer than an idle one's, and on two idle cores a run
+    that keeps a core busy takes no longer than its CPU time (which load inflates, never shrinks).
+    None where the example states no measurement."""
+    try:
+        found = MEASURED.search((EXAMPLES / f"{name}.yaml").read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    if not found:
+        return None
+    wall, cpu = (60 * int(found[key]) + int(found[f"{key}_s"]) for key in ("wall", "cpu"))
+    return f"≤ {max(1, math.ceil(min(wall, cpu) / 60))} min on 2 idle cores (measured on {found['where']})"
+
+
+def preset_choices(names: Iterable[str]) -> list[tuple[str, str]]:
+    """The Launch page's preset list: each name with its measured time where its file states one."""
+    return [(f"{name} · {preset_time(name)}" if preset_time(name) else name, name) for name in names]
 
 
 def pipelines() -> dict[str, str]:

@@ -215,8 +215,9 @@ def _upload_box(ctx: LabContext, kind: str, components: list[gr.components.Compo
 
 def _kind_tab(ctx: LabContext, kind: str) -> None:
     with gr.Row():
-        preset = gr.Dropdown(list(forms.presets(kind)), value="defaults", label="Preset", scale=3,
-                             info="defaults, or an example config (…-quick: offline on a CPU; …-paper: the paper's recipe)")
+        preset = gr.Dropdown(forms.preset_choices(forms.presets(kind)), value="defaults", label="Preset", scale=3,
+                             info="defaults, or an example config (…-quick: offline on a CPU, with the time "
+                                  "bench/presets.py measured; …-paper: the paper's recipe)")
         # Text, not gr.Number, as every number of the form: gr.Number raises on NaN or text before any
         # handler runs (a bare "Error"); the store answers each bad value naming the field.
         gpus = gr.Textbox(value="0", label="GPUs", scale=1, info="0: run on the CPU", elem_id=f"launch-gpus-{kind}")
@@ -270,7 +271,7 @@ def _pipeline_tab(ctx: LabContext) -> None:
     presets = forms.pipelines()
     first = next(iter(presets), None)
     with gr.Row():
-        preset = gr.Dropdown(list(presets), value=first, label="Pipeline", scale=3,
+        preset = gr.Dropdown(forms.preset_choices(presets), value=first, label="Pipeline", scale=3,
                              info="several jobs in one go; `model: stage:NAME` starts a stage from an earlier one's "
                                   "trained weights")
         gpus = gr.Textbox(value="0", label="GPUs", scale=1, info="for each stage; 0: the CPU",
