@@ -16,12 +16,10 @@ from lab.calibration import calibrators
 from lab.calibration.temperature import TOKEN_GRID
 from lab.core.config import ConfigError
 from lab.core.layout import CALIBRATOR_FILE
+from lab.results import series
 from tests.helpers import row, write_eval
 from ui import results_page, temperature_page
 from ui.context import LabContext
-
-pytestmark = pytest.mark.unit
-
 
 def _no_path(text: str, root: Path) -> None:
     assert str(root) not in text and str(root.resolve()) not in text, text
@@ -48,6 +46,7 @@ def write_token_run(directory: Path, n: int = 40, vocab: int = 30, k: int = 5, s
 
 
 # ---------------------------------------------------------------- Temperature lab: the paper form on a token run
+@pytest.mark.unit
 def test_the_paper_form_on_a_token_run_keeps_the_plots_and_t_and_says_it_does_not_apply(tmp_path):
     write_token_run(tmp_path / "00002-evaluate")
     ctx = LabContext(tmp_path)
@@ -61,6 +60,7 @@ def test_the_paper_form_on_a_token_run_keeps_the_plots_and_t_and_says_it_does_no
     _no_path(view.message, tmp_path)
 
 
+@pytest.mark.unit
 def test_saving_a_temperature_names_the_run_not_the_server_path(tmp_path):
     write_token_run(tmp_path / "00002-evaluate")
     said = temperature_page.save_chosen_temperature(LabContext(tmp_path), "00002-evaluate", 1.5, "logit")
@@ -69,6 +69,7 @@ def test_saving_a_temperature_names_the_run_not_the_server_path(tmp_path):
 
 
 # ---------------------------------------------------------------- no server path in a message
+@pytest.mark.unit
 def test_a_calibrator_that_cannot_be_loaded_is_named_without_the_server_path(tmp_path):
     folder = tmp_path / "calibrators" / "mine"
     folder.mkdir(parents=True)
@@ -87,6 +88,7 @@ def test_a_calibrator_that_cannot_be_loaded_is_named_without_the_server_path(tmp
         _no_path(str(caught.value), tmp_path)
 
 
+@pytest.mark.unit
 def test_a_missing_data_file_is_named_from_the_allowed_folder_holding_it(tmp_path):
     ctx = LabContext(tmp_path / "runs")
     missing = ctx.runs / "uploads" / "mine.jsonl"
@@ -94,6 +96,31 @@ def test_a_missing_data_file_is_named_from_the_allowed_folder_holding_it(tmp_pat
         ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": [str(missing)]})
     assert str(refused.value).endswith("(looked for runs/uploads/mine.jsonl)")
     assert str(refused.value).count(str(tmp_path)) == 1  # only in the name the user typed, quoted back
+
+
+# ---------------------------------------------------------------- series written here, with the series' own writer
+TASK = {"key": "t0-mcq", "task": "mcq", "dataset": "synthetic", "split": "test", "label": "mcq · synthetic/test"}
+
+
+def _cell(i: int) -> dict:
+    ece, acc = 0.05 + 0.02 * i, 0.4 + 0.1 * i
+    return {"task": TASK["key"], "entry": i, "point": f"m{i}", "stage": None, "seed": None, "step": None,
+            "params": 10 ** (6 + i), "model": f"m{i}", "adapter": None, "revision": None, "n": 10,
+            "accuracy": acc, "accuracy_low": acc - 0.05, "accuracy_high": acc + 0.05, "ece": ece,
+            "ece_low": ece - 0.02, "ece_high": ece + 0.03, "oracle_ece": None,
+            "run": f"00003-series/cells/m{i}_t0-mcq"}
+
+
+def _series(root: Path, points: int) -> Path:
+    """``root/00003-series`` with ``points`` cells done, each with its evaluation."""
+    directory = root / "00003-series"
+    directory.mkdir(parents=True, exist_ok=True)
+    cells = [_cell(i) for i in range(points)]
+    for cell in cells:
+        if not (root / cell["run"]).is_dir():
+            write_eval(root / cell["run"], [row(i, [0.7, 0.3], i % 2) for i in range(10)], dataset="synthetic")
+    series.write(directory, series.document("params", [TASK], cells))
+    return directory
 
 
 # ---------------------------------------------------------------- Results: the filter, the series cells, the export
@@ -109,6 +136,7 @@ def _results_runs(root: Path) -> LabContext:
     return LabContext(root)
 
 
+@pytest.mark.unit
 def test_results_hide_series_cells_until_asked_and_filter_by_words(tmp_path):
     ctx = _results_runs(tmp_path)
     table, seen, said = results_page.follow_results(ctx, None)
@@ -123,6 +151,7 @@ def test_results_hide_series_cells_until_asked_and_filter_by_words(tmp_path):
     assert "00001-evaluate" in csv and "00002-evaluate" not in csv
 
 
+@pytest.mark.unit
 def test_results_show_ece_and_accuracy_in_percent_as_the_other_pages_do(tmp_path):
     table = results_page.follow_results(_results_runs(tmp_path), None, "arc_easy")[0]
     assert table.loc[table.index[0], "accuracy"] == pytest.approx(52.3)
@@ -130,6 +159,7 @@ def test_results_show_ece_and_accuracy_in_percent_as_the_other_pages_do(tmp_path
     assert table.loc[table.index[0], "Trust"] == pytest.approx(0.4)  # a score, not a fraction of questions
 
 
+@pytest.mark.unit
 def test_the_results_export_link_goes_away_when_the_table_changes(tmp_path):
     import gradio as gr
 
@@ -140,3 +170,50 @@ def test_the_results_export_link_goes_away_when_the_table_changes(tmp_path):
     hiding = [fn for fn in demo.fns.values() if (table._id, "change") in fn.targets
               and [o._id for o in fn.outputs] == [csv_file._id]]
     assert len(hiding) == 1 and hiding[0].fn() == {"value": None, "visible": False, "__type__": "update"}
+
+
+# ---------------------------------------------------------------- Life cycle: a click on a marker
+@pytest.fixture
+def lifecycle_app(tmp_path):
+    """The app on a runs folder holding a finished series of three sizes on one task, no model."""
+    from tests.helpers import free_port
+    from ui.app import build
+    from ui.messages import CSS
+
+    ctx = LabContext(tmp_path / "runs")
+    _series(ctx.runs, 3)
+    demo = build(ctx)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    try:
+        yield ctx, f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_clicking_a_marker_on_the_life_cycle_plot_opens_its_run_in_reliability(lifecycle_app):
+    import re
+
+    from tests.browser_helpers import open_page, shot
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ctx, url = lifecycle_app
+    with sync_api.sync_playwright() as p:
+        browser, page = open_page(p, height=1000, width=1440)
+        try:
+            page.goto(url)
+            page.get_by_role("tab", name="Life cycle").click()
+            markers = page.locator("#lifecycle-plot .subplot.xy .scatterlayer .trace .points path")
+            page.wait_for_function("() => document.querySelectorAll("
+                                   "'#lifecycle-plot .subplot.xy .scatterlayer .trace .points path').length >= 3")
+            middle = markers.nth(1).bounding_box()
+            x, y = middle["x"] + middle["width"] / 2, middle["y"] + middle["height"] / 2
+            page.mouse.move(x, y)
+            page.mouse.click(x, y)
+            page.get_by_role("tab", name="Reliability", selected=True).wait_for()
+            page.locator("#reliability-runs").get_by_text(re.compile(r"^00003 · cells/m1_t0-mcq")).wait_for()
+            shot(page, "newcomer-lifecycle-click.png")
+        finally:
+            browser.close()

@@ -34,13 +34,37 @@ INTRO = ("How calibration changes along a model's life: with its size, its pre-t
          "stages, or its training seed. Top row: ECE (how far confidence is from accuracy); bottom row: accuracy. "
          "Each marker is one run with its 95 % bootstrap interval over questions; where seeds repeat a point, the "
          "dark line is their mean with a 95 % t-interval over seeds, shown as computed: over two or three seeds it can "
-         "pass 0 % or 100 %, and the axes widen to hold it. Select a row of the cells table to open that run in "
-         "Reliability.")
+         "pass 0 % or 100 %, and the axes widen to hold it. Click a marker, or select a row of the cells table, to "
+         "open that run in Reliability.")
 NO_SERIES = ("No series yet. A series evaluates a list of models on a list of tasks: run `python -m lab run "
              "examples/series-scale-quick.yaml`, or fill in the Launch page's series tab.")
 CELL_COLUMNS = ["task", "x", "point", "n", "accuracy (95% CI)", "ECE (95% CI)", "oracle ECE", "run"]
 SUMMARY_COLUMNS = ["task", "x", "runs", "accuracy mean (95% t-interval)", "ECE mean (95% t-interval)"]
 CELL_WIDTHS = ["170px", "110px", "120px", "60px", "190px", "190px", "90px", "280px"]
+# gr.Plot has no click event (gradio 6: change only), so the browser listens for plotly's own
+# plotly_click on the drawn figure, whose run markers carry their cell's run as customdata
+# (ui.plots.lifecycle_figure), and types that run into a hidden box; the box's input event picks the
+# cell on the server as a row of the table does, then the Open button (enabled only if it was picked)
+# is clicked. The figure is redrawn as a series runs: the listener is bound again to each new plot.
+CLICK_JS = """() => {
+    const send = (data) => {
+        const run = data && data.points && data.points.length ? data.points[0].customdata : null;
+        const box = document.querySelector('#lifecycle-clicked textarea, #lifecycle-clicked input');
+        if (typeof run !== 'string' || !box) return;
+        box.value = run + '\\t' + Date.now();  // the time: a second click on the same marker is an input too
+        box.dispatchEvent(new Event('input', {bubbles: true}));
+    };
+    const bind = () => {
+        const plot = document.querySelector('#lifecycle-plot .js-plotly-plot');
+        if (plot && plot.on && plot.__labClick !== plot._ev) {
+            plot.on('plotly_click', send);
+            plot.__labClick = plot._ev;  // plotly replaces its emitter when it purges a plot: bind again then
+        }
+    };
+    new MutationObserver(bind).observe(document.body, {childList: true, subtree: true});
+    bind();
+}"""
+OPEN_JS = "() => { const b = document.querySelector('#lifecycle-open'); if (b && !b.disabled) b.click(); }"
 
 
 class LifecycleLink(NamedTuple):
@@ -215,6 +239,13 @@ def picked_cell(ctx: LabContext, name: Any, index: Any, row: Any = None):
             gr.update(interactive=True))
 
 
+def clicked_marker(ctx: LabContext, name: Any, sent: Any):
+    """:func:`picked_cell` of the marker clicked on the plot: ``sent`` is its run and the time of the
+    click, tab-separated; anything else picks nothing."""
+    run = sent.split("\t", 1)[0] if isinstance(sent, str) else None
+    return picked_cell(ctx, name, None, [run]) if run else (None, "", gr.update(interactive=False))
+
+
 def empty_state(ctx: LabContext) -> Any:
     """What the page says as it opens with no series to pick: the picker then picks nothing, so its
     change, which draws the page (and says this), never fires. Nothing sent when there are series."""
@@ -231,7 +262,8 @@ def build_lifecycle(ctx: LabContext) -> LifecycleLink:
     gr.Markdown(INTRO)
     picker, _ = run_picker(ctx, "Series", catalogue=runs.series_choices, elem_id="lifecycle-series")
     message = gr.HTML(elem_id="lifecycle-message")
-    plot = gr.Plot(label="ECE and accuracy along the series (hover a marker: its model, n, intervals)",
+    plot = gr.Plot(label="ECE and accuracy along the series (hover a marker: its model, n, intervals; click it: "
+                         "Reliability)",
                    elem_id="lifecycle-plot")
     cells = gr.Dataframe(pd.DataFrame(columns=CELL_COLUMNS), interactive=False, wrap=True, max_height=420,
                          elem_id="lifecycle-cells",
@@ -258,4 +290,8 @@ def build_lifecycle(ctx: LabContext) -> LifecycleLink:
         return picked_cell(ctx, name, evt.index, evt.row_value)
 
     cells.select(select_cell, inputs=picker, outputs=[run, picked, button], show_progress="hidden")
+    clicked = gr.Textbox(elem_id="lifecycle-clicked", elem_classes=["lab-hidden"], container=False, max_lines=1)
+    gr.on(None, None, js=CLICK_JS)
+    clicked.change(functools.partial(clicked_marker, ctx), inputs=[picker, clicked], outputs=[run, picked, button],
+                  show_progress="hidden").then(None, js=OPEN_JS)
     return LifecycleLink(button, run)

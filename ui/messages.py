@@ -16,6 +16,8 @@ CSS = """
 .lab-refused { box-shadow: inset 0 0 0 2px #b00020 !important; --block-info-text-color: #b00020; }
 /* a table header wraps between words, never inside one ("confide nce"): its column is at least a word wide */
 th.header-cell span.header { word-break: normal !important; overflow-wrap: normal !important; }
+/* a box the browser's own scripts fill (the Life cycle plot's clicks): in the page, never seen */
+.lab-hidden { display: none !important; }
 /* gradio clips its container with overflow: hidden, which also stops a sticky bar; clip does not */
 .gradio-container { overflow: clip !important; }
 """

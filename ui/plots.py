@@ -729,6 +729,7 @@ def lifecycle_figure(doc: dict[str, Any]) -> go.Figure:
                 error_y=_error_bars(values, [c.get(f"{metric}_low") for c in mine],
                                     [c.get(f"{metric}_high") for c in mine], colour, 1.5, 4),
                 hovertext=[_cell_hover(axis, axis_title, c) for c in mine],
+                customdata=[c.get("run") for c in mine],  # what a click on the marker opens (ui.lifecycle_page)
                 hovertemplate=f"%{{hovertext}}<extra>{plain(task.get('label') or '')}</extra>"), **where)
             for rows in _mean_lines(axis, [r for r in summary if r.get("task") == task.get("key")]):
                 means, at = _seed_rows(axis, rows, mine, order)
