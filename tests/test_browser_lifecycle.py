@@ -59,7 +59,7 @@ def test_life_cycle_draws_three_points_per_task_and_opens_a_row_in_reliability(b
     page.get_by_role("tab", name="Life cycle").click()
     page.wait_for_function(f"() => document.querySelector('#lifecycle-plot .js-plotly-plot') "
                            f"&& Object.keys(({POINTS_JS})()).length === 4")
-    assert re.match(r"00001 · params · 3 points × 2 tasks · ", box(page, "lifecycle-series").input_value())
+    assert re.match(r"00001 · params · 6 cells: 3 points × 2 tasks · ", box(page, "lifecycle-series").input_value())
     per_subplot = page.evaluate(POINTS_JS)
     # 2 tasks × (ECE, accuracy): each panel one trace of the runs, one marker per model
     assert per_subplot == {"xy": [3], "x2y2": [3], "x3y3": [3], "x4y4": [3]}, per_subplot

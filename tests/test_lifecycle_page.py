@@ -174,7 +174,7 @@ def test_the_catalogue_finds_series_newest_first_and_refuses_names_outside(tmp_p
     os.utime(older / SERIES_FILE, (stamp, stamp))
     assert list(runs.scan(tmp_path).series) == ["00003-series", "00002-series"]
     (label, name), _ = runs.series_choices(tmp_path)
-    assert name == "00003-series" and label.startswith("00003 · params · 6 points × 2 tasks · ")
+    assert name == "00003-series" and label.startswith("00003 · params · 12 cells: 6 points × 2 tasks · ")
     runs.write_label(older, "Pythia sizes")
     assert runs.series_choices(tmp_path)[1] == ("Pythia sizes", "00002-series")
     assert runs.series_dir(tmp_path, "00003-series") == newer.resolve()

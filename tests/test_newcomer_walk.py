@@ -217,3 +217,22 @@ def test_clicking_a_marker_on_the_life_cycle_plot_opens_its_run_in_reliability(l
             shot(page, "newcomer-lifecycle-click.png")
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------- Life cycle: the picker's count while a series runs
+@pytest.mark.unit
+def test_the_series_picker_counts_every_new_cell_even_within_one_tick_of_the_clock(tmp_path):
+    """A resumed series rewrites series.json once per finished cell, faster than the file system's clock
+    ticks: the picker, refreshed after each, must count the cells there are, not the first count."""
+    from lab.results import runs
+    from ui.components import follow_catalogue
+
+    ctx = LabContext(tmp_path)
+    directory = _series(tmp_path, 1)
+    stamp = (directory / "series.json").stat().st_mtime_ns
+    first, seen = follow_catalogue(ctx, runs.series_choices, False, True, None, None)
+    assert first["choices"][0][0].startswith("00003 · params · 1 cells: 1 points × 1 tasks")
+    _series(tmp_path, 2)
+    os.utime(directory / "series.json", ns=(stamp, stamp))  # the same tick
+    grown, _ = follow_catalogue(ctx, runs.series_choices, False, True, "00003-series", seen)
+    assert grown["choices"][0][0].startswith("00003 · params · 2 cells: 2 points × 1 tasks")

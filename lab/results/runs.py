@@ -474,21 +474,23 @@ def series_dir(root: Path, name: Any) -> Optional[Path]:
 
 def series_choices(root: Path) -> list[tuple[str, str]]:
     """(label, name) of every series, newest first: the user's name for it, else its job, axis, size
-    and date (``00007 · params · 4 points × 2 tasks · 11-23 10:58``)."""
+    and date (``00007 · params · 8 cells: 4 points × 2 tasks · 11-23 10:58``)."""
     choices = []
     for name, directory in scan(root).series.items():
         try:
-            version = (directory / SERIES_FILE).stat().st_mtime_ns
+            stat = (directory / SERIES_FILE).stat()
         except OSError:  # removed meanwhile
             continue
-        choices.append((read_label(directory) or _series_label(name, directory, version), name))
+        choices.append((read_label(directory) or _series_label(name, directory, stat.st_mtime_ns, stat.st_size), name))
     return choices
 
 
 @functools.lru_cache(maxsize=256)
-def _series_label(name: str, directory: Path, mtime_ns: int) -> str:
+def _series_label(name: str, directory: Path, mtime_ns: int, size: int) -> str:
     """A series' description, read once per version of its table: it is rewritten after every cell,
-    and the pickers that list series follow the runs directory every few seconds."""
+    and the pickers that list series follow the runs directory every few seconds. A version is its
+    time and its size: a resumed series rewrites its table once per finished cell within the same
+    tick of the file system's clock, and a label cached by time alone kept the first count."""
     first, _, rest = name.partition("/")
     job = JOB_NUMBER.match(first)
     head = " · ".join(p for p in (job[1] if job else first, rest) if p)
@@ -497,4 +499,5 @@ def _series_label(name: str, directory: Path, mtime_ns: int) -> str:
     if doc is None:
         return f"{head} · (unreadable) · {stamp}"
     points = len({cell.get("point") for cell in doc["cells"]})
-    return f"{head} · {doc['axis']} · {points} points × {len(doc['tasks'])} tasks · {stamp}"
+    return (f"{head} · {doc['axis']} · {len(doc['cells'])} cells: {points} points × {len(doc['tasks'])} tasks "
+            f"· {stamp}")
