@@ -236,3 +236,17 @@ def test_the_series_picker_counts_every_new_cell_even_within_one_tick_of_the_clo
     os.utime(directory / "series.json", ns=(stamp, stamp))  # the same tick
     grown, _ = follow_catalogue(ctx, runs.series_choices, False, True, "00003-series", seen)
     assert grown["choices"][0][0].startswith("00003 · params · 2 cells: 2 points × 1 tasks")
+
+
+# ---------------------------------------------------------------- the app's CSS (seen in tests/output/ screenshots)
+@pytest.mark.unit
+def test_the_sticky_bar_is_opaque_above_labels_and_a_dropdown_text_stops_before_its_arrow():
+    import re
+
+    from ui.messages import CSS
+
+    bar = re.search(r"\.lab-submit-bar \{([^}]*)\}", CSS)[1]
+    assert "background: var(--background-fill-primary, #fff) !important" in bar
+    assert int(re.search(r"z-index: (\d+)", bar)[1]) >= 1000  # gradio's labels sat above 20
+    combobox = re.search(r'\.secondary-wrap input\[role="combobox"\] \{([^}]*)\}', CSS)[1]
+    assert "padding-right" in combobox and "text-overflow: ellipsis" in combobox

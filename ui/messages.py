@@ -10,12 +10,16 @@ CSS = """
 .lab-error { color: #b00020; background: #fdecea; border-radius: 6px; padding: 8px 12px; }
 .lab-ok { color: #1b5e20; background: #e8f5e9; border-radius: 6px; padding: 8px 12px; }
 .lab-note { color: #5d4037; background: #fff8e1; border-radius: 6px; padding: 8px 12px; }
-.lab-submit-bar { position: sticky; bottom: 0; z-index: 20; background: var(--body-background-fill);
+/* opaque, and above the form's labels (gradio lifts a block's label onto a layer of its own) */
+.lab-submit-bar { position: sticky; bottom: 0; z-index: 1000; isolation: isolate;
+                  background: var(--background-fill-primary, #fff) !important;
                   padding: 8px 0; border-top: 1px solid var(--border-color-primary); }
 .lab-submit-bar .lab-error, .lab-submit-bar .lab-ok, .lab-submit-bar .lab-note { max-height: 25vh; overflow: auto; }
 .lab-refused { box-shadow: inset 0 0 0 2px #b00020 !important; --block-info-text-color: #b00020; }
 /* a table header wraps between words, never inside one ("confide nce"): its column is at least a word wide */
 th.header-cell span.header { word-break: normal !important; overflow-wrap: normal !important; }
+/* a dropdown's chosen text stops before its arrow ("Sort by": "dataset, then confidence…") */
+.secondary-wrap input[role="combobox"] { padding-right: 28px !important; text-overflow: ellipsis; }
 /* a box the browser's own scripts fill (the Life cycle plot's clicks): in the page, never seen */
 .lab-hidden { display: none !important; }
 /* gradio clips its container with overflow: hidden, which also stops a sticky bar; clip does not */
