@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lab.core.layout import EVENTS_FILE
+from lab.core.stored import depth
 
 START = "start"  # the worker is alive (its first event, before any heavy import)
 STAGE = "stage"  # a named stage began; it may count steps later under its own ``stage``
@@ -61,17 +62,6 @@ class EventsRead:
     skipped: list[str]
 
 
-def _depth(value: Any) -> int:
-    """How deeply ``value`` nests lists and objects, counted without recursion."""
-    deepest, todo = 0, [(value, 1)]
-    while todo:
-        item, depth = todo.pop()
-        if isinstance(item, (list, dict)):
-            deepest = max(deepest, depth)
-            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
 def _problem(raw: bytes) -> tuple[Optional[dict[str, Any]], Optional[str]]:
     """A line as an event, or why it is none: a reader that trusted it would fail on it (a list has no
     ``get``, a ``time`` of text takes no arithmetic, a 100,000-deep line overflows ``json.loads``)."""
@@ -90,7 +80,7 @@ def _problem(raw: bytes) -> tuple[Optional[dict[str, Any]], Optional[str]]:
         return None, f"its time is not a number ({time_!r:.40})"
     if not isinstance(event.get("stage"), str):
         return None, f"its stage is not text ({event.get('stage')!r:.40})"
-    if _depth(event) > MAX_DEPTH:
+    if depth(event) > MAX_DEPTH:
         return None, f"nested more than {MAX_DEPTH} deep"
     return event, None
 
