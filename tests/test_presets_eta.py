@@ -75,3 +75,47 @@ def test_the_counter_says_the_finished_batches_tokens_apart_from_the_one_in_flig
     count.within(0.5)
     said = [(e.get("tokens"), e.get("tokens_settled")) for e in read_events(tmp_path / "events.jsonl")[0]]
     assert said == [(None, None), (0, 0), (60, 0), (60, 60), (70, 60)]
+
+
+# ---------------------------------------------------------------- the presets' measured times
+QUICK = sorted(path.stem for path in (REPO / "examples").glob("*-quick.yaml"))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", QUICK)
+def test_every_quick_preset_states_its_measured_time_within_five_minutes(name):
+    """A newcomer's walk found sft-quick at 26 minutes where the README said 7: each -quick example
+    now carries what bench/presets.py measured, and what that bounds on two idle cores is ≤ 5 min."""
+    text = (REPO / "examples" / f"{name}.yaml").read_text(encoding="utf-8")
+    assert forms.MEASURED.search(text), f"{name}.yaml states no '# Measured (bench/presets.py, …)' line"
+    minutes = int(re.search(r"≤ (\d+) min", forms.preset_time(name))[1])
+    assert 1 <= minutes <= 5, forms.preset_time(name)
+
+
+@pytest.mark.unit
+def test_the_launch_list_shows_each_quick_presets_time_and_keeps_its_name():
+    choices = dict((value, label) for label, value in forms.preset_choices(forms.presets("evaluate")))
+    assert choices["defaults"] == "defaults"  # no file, no time: the name alone
+    assert choices["evaluate-quick"] == f"evaluate-quick · {forms.preset_time('evaluate-quick')}"
+    assert "on 2 idle cores (measured on a loaded 2-core CPU)" in choices["evaluate-quick"]
+    pipeline = dict((value, label) for label, value in forms.preset_choices(forms.pipelines()))
+    assert "pipeline-quick · ≤" in pipeline["pipeline-quick"]
+
+
+@pytest.mark.unit
+def test_a_measured_time_reads_as_the_lesser_of_wall_and_cpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(forms, "EXAMPLES", tmp_path)
+    (tmp_path / "x-quick.yaml").write_text(
+        "# Measured (bench/presets.py, on a loaded 2-core CPU): 7m02s wall, 4m10s CPU\nkind: evaluate\n")
+    (tmp_path / "y-quick.yaml").write_text("# no time stated\nkind: evaluate\n")
+    assert forms.preset_time("x-quick") == "≤ 5 min on 2 idle cores (measured on a loaded 2-core CPU)"
+    assert forms.preset_time("y-quick") is None and forms.preset_time("absent") is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", QUICK)
+def test_the_examples_readme_gives_each_quick_presets_measured_times(name):
+    found = forms.MEASURED.search((REPO / "examples" / f"{name}.yaml").read_text(encoding="utf-8"))
+    readme = (REPO / "examples" / "README.md").read_text(encoding="utf-8")
+    wall, cpu = f"{found['wall']}m{found['wall_s']}s", f"{found['cpu']}m{found['cpu_s']}s"
+    assert re.search(rf"^\| `{name}` \| {wall} \| {cpu} \|", readme, re.MULTILINE), f"{name}: {wall}, {cpu}"

@@ -42,7 +42,7 @@ def test_presets_come_from_the_examples():
     assert {"defaults", "cft-quick", "cft-paper", "cft-cpu"} <= set(forms.presets("cft"))
     values = forms.preset_values("cft", "cft-quick")
     config = forms.config_from_values("cft", values)
-    assert config["train_size"] == 16 and config["training"]["method"] == "lora"
+    assert config["train_size"] == 8 and config["training"]["method"] == "lora"
 
 
 @pytest.mark.unit
