@@ -2,7 +2,10 @@
 or training seeds), one panel per task, as the alignment-calibration paper's Figures 3–5.
 
 Drawn from the series' ``series.json`` (:mod:`lab.results.series`), which its job rewrites after every
-cell: the page re-reads it while the series runs and draws the cells done so far. Each run carries
+cell: the page re-reads it while the series runs and draws the cells done so far. A chain of runs (a
+pipeline's base → SFT → DPO, jobs linked by ``run:<id>``) whose stages were evaluated on one task is
+listed beside the series and drawn the same way over its stages, its table built from the run folders
+(:mod:`lab.results.stages`): one run per stage, so no interval over seeds. Each run carries
 its bootstrap interval over questions; where training seeds repeat a point, their mean carries a
 Student-t interval over seeds. A row of the cells table picks that cell's evaluation, which "Open in
 Reliability" opens there (the app wires the button to the Reliability tab); the cells download as
@@ -11,6 +14,7 @@ series.csv. Every name and row index the browser sends is checked against the se
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -22,7 +26,8 @@ import pandas as pd
 
 from lab.core import stored
 from lab.core.layout import SERIES_CSV, SERIES_FILE
-from lab.results import runs, series
+from lab.results import runs, series, stages
+from lab.results.reports import csv_text
 from ui.components import export, run_picker
 from ui.context import LabContext
 from ui.messages import STORE_FAULTS, error, note, ok
@@ -35,9 +40,15 @@ INTRO = ("How calibration changes along a model's life: with its size, its pre-t
          "Each marker is one run with its 95 % bootstrap interval over questions; where seeds repeat a point, the "
          "dark line is their mean with a 95 % t-interval over seeds, shown as computed: over two or three seeds it can "
          "pass 0 % or 100 %, and the axes widen to hold it. Click a marker, or select a row of the cells table, to "
-         "open that run in Reliability.")
-NO_SERIES = ("No series yet. A series evaluates a list of models on a list of tasks: run `python -m lab run "
-             "examples/series-scale-quick.yaml`, or fill in the Launch page's series tab.")
+         "open that run in Reliability. A chain of runs (a pipeline's base → SFT → DPO, or jobs linked by run:<id>) is "
+         "listed too once two of its stages are evaluated on the same task, drawn over its stages.")
+NO_SERIES = ("No series yet, and no chain of runs with two stages evaluated on the same task. A series evaluates a "
+             "list of models on a list of tasks: run `python -m lab run examples/series-scale-quick.yaml`, or fill in "
+             "the Launch page's series tab. A pipeline such as examples/pipeline-quick.yaml (base → SFT → DPO) "
+             "appears here by itself: its SFT and DPO stages evaluate their calibration tasks before and after "
+             "training.")
+ONE_RUN = ("One run per stage (1 seed): each marker's bars are its 95 % bootstrap interval over questions; there is "
+           "no interval over seeds.")
 CELL_COLUMNS = ["task", "x", "point", "n", "accuracy (95% CI)", "ECE (95% CI)", "oracle ECE", "run"]
 SUMMARY_COLUMNS = ["task", "x", "runs", "accuracy mean (95% t-interval)", "ECE mean (95% t-interval)"]
 CELL_WIDTHS = ["170px", "110px", "120px", "60px", "190px", "190px", "90px", "280px"]
@@ -163,27 +174,73 @@ def version(ctx: LabContext, directory: Optional[Path]) -> Optional[str]:
     return " ".join([*stamps, str(running(ctx, directory))])
 
 
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:80] or "series"
+
+
 def _download(ctx: LabContext, directory: Path, name: str) -> Any:
     """series.csv, copied where the server may hand it to the browser (``<runs>/exports``)."""
     if not (directory / SERIES_CSV).is_file():
         return gr.update(visible=False)
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:80] or "series"
     try:
-        return export(ctx, f"series-{slug}.csv", lambda target: shutil.copyfile(directory / SERIES_CSV, target))
+        return export(ctx, f"series-{_slug(name)}.csv", lambda target: shutil.copyfile(directory / SERIES_CSV, target))
     except OSError:  # removed meanwhile, or exports/ not writable: the rest of the page still draws
         return gr.update(visible=False)
+
+
+def choices(root: Path) -> list[tuple[str, str]]:
+    """What the picker lists: every series, then every chain of runs drawn over its stages, each newest first."""
+    return [*runs.series_choices(root), *stages.chain_choices(root)]
+
+
+def chain_jobs_live(ctx: LabContext, chain: stages.Chain) -> list[Any]:
+    """The jobs of ``chain`` queued or running (none when the job store cannot be read right now)."""
+    try:
+        live = {os.path.realpath(job.run_dir): job for job in ctx.store.list(LIVE) if job.run_dir}
+    except STORE_FAULTS:
+        return []
+    base = os.path.realpath(ctx.runs)
+    return [live[path] for folder in chain.doc["folders"] if (path := os.path.join(base, folder)) in live]
+
+
+def chain_version(ctx: LabContext, chain: stages.Chain) -> str:
+    """What changes when a chain's drawing must: its cells (a stage evaluated, or evaluated again) or a job
+    of it ending."""
+    cells = [[c["run"], c["n"], c["accuracy"], c["ece"]] for c in chain.doc["cells"]]
+    return json.dumps([cells, [job.id for job in chain_jobs_live(ctx, chain)]])
+
+
+def chain_view(ctx: LabContext, chain: stages.Chain):
+    """:func:`series_view` of a chain of runs: its stages as a series over stages, its cells as CSV."""
+    live = chain_jobs_live(ctx, chain)
+    said = note(ONE_RUN) + (note(f"Job {live[0].id} ({live[0].kind}) of this chain is {live[0].status}: its "
+                                 "evaluations are drawn as they finish.") if live else "")
+    try:
+        text = csv_text(series.cells_frame(chain.doc)).encode("utf-8")
+        download = export(ctx, f"stages-{_slug(chain.name.removeprefix(stages.CHAIN))}.csv",
+                          lambda target: target.write_bytes(text))
+    except OSError:  # exports/ not writable: the rest of the page still draws
+        download = gr.update(visible=False)
+    return (lifecycle_figure(chain.doc), cells_table(chain.doc), gr.update(value=None, visible=False), said, download,
+            chain_version(ctx, chain))
 
 
 def series_view(ctx: LabContext, name: Any):
     """(figure, cells table, summary table, message, download, version) of the series picked."""
     empty = pd.DataFrame(columns=CELL_COLUMNS)
     nothing = gr.update(value=None, visible=False)
+    if stages.is_chain(name):
+        chain = stages.chain(ctx.runs, name)
+        if chain is not None:
+            return chain_view(ctx, chain)
+        return (None, empty, nothing, error(f"No chain of runs called {name[:100]!r} here (any more): pick one from "
+                                            "the list."), gr.update(visible=False), None)
     directory = runs.series_dir(ctx.runs, name) if name else None
     if directory is None:
         if name:
             said = error(f"No series called {str(name)[:100]!r} here: pick one from the list.")
-        elif runs.series_choices(ctx.runs):
-            said = "Pick a series."
+        elif choices(ctx.runs):
+            said = "Pick a series or a chain of runs."
         else:
             jobs = live_series_jobs(ctx)
             said = note(NO_SERIES) + (note(f"Series job {jobs[0].id} is {jobs[0].status}: it appears here when "
@@ -205,7 +262,10 @@ def series_view(ctx: LabContext, name: Any):
 
 
 def redraw(ctx: LabContext, name: Any, drawn: Optional[str]):
-    """:func:`series_view` when the series changed since ``drawn`` (its version), else nothing sent."""
+    """:func:`series_view` when the series or chain changed since ``drawn`` (its version), else nothing sent."""
+    if stages.is_chain(name):
+        chain = stages.chain(ctx.runs, name)
+        return (gr.skip(),) * 6 if chain is None or chain_version(ctx, chain) == drawn else chain_view(ctx, chain)
     directory = runs.series_dir(ctx.runs, name) if name else None
     if directory is None or version(ctx, directory) == drawn:
         return (gr.skip(),) * 6
@@ -218,12 +278,20 @@ def _row_index(index: Any) -> Optional[int]:
     return row if isinstance(row, int) and not isinstance(row, bool) else None
 
 
+def picked_table(ctx: LabContext, name: Any) -> Optional[dict[str, Any]]:
+    """The table of the series or chain picked, as the page drew it; None when there is none of that name."""
+    if stages.is_chain(name):
+        chain = stages.chain(ctx.runs, name)
+        return chain.doc if chain is not None else None
+    directory = runs.series_dir(ctx.runs, name) if name else None
+    return read_series(directory, name) if directory is not None else None
+
+
 def picked_cell(ctx: LabContext, name: Any, index: Any, row: Any = None):
     """(the evaluation's name, what the page says, the Open button) for the selected row of the cells
     table. The row's own run (its last column) wins when it is one of this series' cells, as it
     stays right after the user sorts the table; else the row index, within the series' cells."""
-    directory = runs.series_dir(ctx.runs, name) if name else None
-    doc = read_series(directory, name) if directory is not None else None
+    doc = picked_table(ctx, name)
     cells = doc["cells"] if doc else []
     shown = row[-1] if isinstance(row, (list, tuple)) and row else None
     i = _row_index(index)
@@ -249,7 +317,7 @@ def clicked_marker(ctx: LabContext, name: Any, sent: Any):
 def empty_state(ctx: LabContext) -> Any:
     """What the page says as it opens with no series to pick: the picker then picks nothing, so its
     change, which draws the page (and says this), never fires. Nothing sent when there are series."""
-    return gr.skip() if runs.series_choices(ctx.runs) else series_view(ctx, None)[3]
+    return gr.skip() if choices(ctx.runs) else series_view(ctx, None)[3]
 
 
 def show_series(ctx: LabContext, name: Any):
@@ -260,7 +328,8 @@ def show_series(ctx: LabContext, name: Any):
 # ---------------------------------------------------------------- layout and wiring
 def build_lifecycle(ctx: LabContext) -> LifecycleLink:
     gr.Markdown(INTRO)
-    picker, _ = run_picker(ctx, "Series", catalogue=runs.series_choices, elem_id="lifecycle-series")
+    picker, _ = run_picker(ctx, "Series, or chain of runs over its stages", catalogue=choices,
+                           elem_id="lifecycle-series")
     message = gr.HTML(elem_id="lifecycle-message")
     plot = gr.Plot(label="ECE and accuracy along the series (hover a marker: its model, n, intervals; click it: "
                          "Reliability)",
@@ -272,7 +341,7 @@ def build_lifecycle(ctx: LabContext) -> LifecycleLink:
     with gr.Row():
         picked = gr.HTML(elem_id="lifecycle-picked")
         button = gr.Button("Open in Reliability", interactive=False, elem_id="lifecycle-open", scale=0, min_width=200)
-        download = gr.DownloadButton("Download series.csv", visible=False, elem_id="lifecycle-csv", scale=0,
+        download = gr.DownloadButton("Download the cells (CSV)", visible=False, elem_id="lifecycle-csv", scale=0,
                                      min_width=240)
     summary = gr.Dataframe(interactive=False, wrap=True, visible=False, elem_id="lifecycle-summary",
                            label="Means over training seeds, with their 95 % Student-t interval")

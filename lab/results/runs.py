@@ -167,7 +167,7 @@ def _text(value: Any) -> Optional[str]:
     return None if value is None else str(value)
 
 
-def _short(path: Optional[str]) -> Optional[str]:
+def short_model(path: Optional[str]) -> Optional[str]:
     """A model or adapter as a reader knows it: ``bundled`` or a hub id as given, a folder by its
     last two parts (``00005-cft/adapter`` rather than the whole absolute path)."""
     if not path:
@@ -182,9 +182,9 @@ def describe_run(model: Optional[str], adapter: Optional[str], dataset: Optional
                  scoring: Optional[str], template: Optional[str], n: Optional[int], created: float, name: str) -> str:
     """``00003 · bundled · obqa/test · cloze (cloze_plain) · n=500 · 11-23 10:58``: the folder's
     first part (the job), then what was evaluated, how, on how many questions, and when."""
-    what = _short(model) or "?"
+    what = short_model(model) or "?"
     if adapter:
-        what += f" + {_short(adapter)}"
+        what += f" + {short_model(adapter)}"
     how = f"{scoring} ({template})" if scoring and template else (scoring or template)
     when = time.strftime("%m-%d %H:%M", time.localtime(created)) if created else None
     where = "/".join(p for p in (dataset, split) if p) or None
