@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -17,6 +19,23 @@ def chromium() -> str:
     if not path:
         pytest.skip("no Chromium on this machine (scripts/install_browser.sh installs Debian's where it can)")
     return path
+
+
+@contextmanager
+def serving(ctx) -> Iterator[str]:
+    """The app built on ``ctx`` (a ``ui.context.LabContext``), served on a free local port with the
+    app's CSS, no scheduler; yields its address and closes it after."""
+    from tests.helpers import free_port
+    from ui.app import build
+    from ui.messages import CSS
+
+    demo = build(ctx)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
 
 
 def open_page(playwright, height: int = 1000, width: int = 1440):

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port, make_tiny_model
+from tests.browser_helpers import serving
+from tests.helpers import make_tiny_model
 
 KINDS = ("unit", "model", "e2e", "browser", "slurm")  # what a test does; `slow` (the fast tier's cut) is apart
 NEEDS = {"bundled": "model", "tiny_model_dir": "model", "served": "e2e", "served_bare": "e2e"}  # fixture: marker
@@ -94,19 +95,14 @@ def csqa_files(shared_data):
 def _serve(ctx):
     """The app for ``ctx`` with its scheduler on a free loopback port; yields its URL."""
     from jobs.scheduler import Scheduler
-    from ui.app import build
-    from ui.messages import CSS
 
     stop = threading.Event()
     threading.Thread(target=Scheduler(ctx.store).run_forever, args=(stop, 0.2), daemon=True).start()
-    demo = build(ctx)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
     try:
-        yield f"http://127.0.0.1:{port}/"
+        with serving(ctx) as url:
+            yield url
     finally:
         stop.set()
-        demo.close()
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from tests.browser_helpers import box, open_page, shot
-from tests.helpers import SERIES_SIZES, SERIES_TASKS, free_port, run_series, tiny_models
+from tests.browser_helpers import box, open_page, serving, shot
+from tests.helpers import SERIES_SIZES, SERIES_TASKS, run_series, tiny_models
 
 pytestmark = [pytest.mark.browser, pytest.mark.model]
 
@@ -29,19 +29,12 @@ POINTS_JS = """() => {
 @pytest.fixture
 def app(tmp_path):
     """The app on a runs folder holding one finished series, with no scheduler."""
-    from ui.app import build
     from ui.context import LabContext
-    from ui.messages import CSS
 
     ctx = LabContext(tmp_path / "runs")
     run_series(ctx.runs / "00001-series", tiny_models(tmp_path / "models"))
-    demo = build(ctx)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
-    try:
-        yield ctx, f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with serving(ctx) as url:
+        yield ctx, url
 
 
 @pytest.fixture

@@ -20,8 +20,9 @@ from tests.browser_helpers import fill as _fill
 from tests.browser_helpers import open_page as _page
 from tests.browser_helpers import pick as _pick
 from tests.browser_helpers import recalibrate as _recalibrate
+from tests.browser_helpers import serving
 from tests.browser_helpers import shot as _shot
-from tests.helpers import RUNS, free_port, write_runs
+from tests.helpers import RUNS, write_runs
 from ui.components import PICKER_POLL_S
 
 pytestmark = pytest.mark.browser
@@ -56,20 +57,13 @@ def poll_s() -> float:
 def app(tmp_path, poll_s, monkeypatch):
     """The app on an empty runs folder, with no scheduler: jobs stay as a test sets them."""
     from ui import components
-    from ui.app import build
     from ui.context import LabContext
-    from ui.messages import CSS
 
     monkeypatch.setattr(components, "PICKER_POLL_S", poll_s)
     ctx = LabContext(tmp_path / "runs")
     ctx.runs.mkdir(parents=True)
-    demo = build(ctx)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
-    try:
-        yield ctx, f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with serving(ctx) as url:
+        yield ctx, url
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from lab.calibration.temperature import TOKEN_GRID
 from lab.core.config import ConfigError
 from lab.core.layout import CALIBRATOR_FILE
 from lab.results import series
+from tests.browser_helpers import serving
 from tests.helpers import row, write_eval
 from ui import results_page, temperature_page
 from ui.context import LabContext
@@ -176,19 +177,10 @@ def test_the_results_export_link_goes_away_when_the_table_changes(tmp_path):
 @pytest.fixture
 def lifecycle_app(tmp_path):
     """The app on a runs folder holding a finished series of three sizes on one task, no model."""
-    from tests.helpers import free_port
-    from ui.app import build
-    from ui.messages import CSS
-
     ctx = LabContext(tmp_path / "runs")
     _series(ctx.runs, 3)
-    demo = build(ctx)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
-    try:
-        yield ctx, f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with serving(ctx) as url:
+        yield ctx, url
 
 
 @pytest.mark.browser
