@@ -31,6 +31,7 @@ model: its disk need is a lower bound, and the check before each save covers the
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import subprocess
 import sys
@@ -293,8 +294,8 @@ def check_disk(kind: str, config: Mapping[str, Any], root: Path) -> None:
     smaller = (f"; save_optimizer: false (weights only) needs {size_text(disk_need(plans, weights_only=True))}"
                if training_settings(kind, config)["save_optimizer"] else "")
     raise ConfigError(f"{field}: the checkpoints need {size_text(need)} of disk at once ({KEPT_CHECKPOINTS} kept, "
-                      f"a new one written beside it, and the trained weights), but {root} has {size_text(free)} "
-                      f"free: free space{smaller}")
+                      f"a new one written beside it, and the trained weights), but the disk of "
+                      f"{Path(os.path.abspath(root)).name}/ has {size_text(free)} free: free space{smaller}")
 
 
 def submit_notes(kind: str, config: Mapping[str, Any], gpus: int) -> list[str]:

@@ -88,7 +88,7 @@ def test_submit_refuses_checkpoints_that_will_not_fit_naming_needed_and_free(tin
     weights_only = 2 * (4 * n + CHECKPOINT_EXTRA)
     assert str(refused.value) == (
         f"save_optimizer: the checkpoints need {size_text(need)} of disk at once (1 kept, a new one written "
-        f"beside it, and the trained weights), but {store.root} has {size_text(need - 1)} free: free space; "
+        f"beside it, and the trained weights), but the disk of runs/ has {size_text(need - 1)} free: free space; "
         f"save_optimizer: false (weights only) needs {size_text(weights_only)}")
     # The field it names is where each kind keeps it: sft's own (the form marks it), a pipeline's training section.
     for config, field in (({"kind": "sft", "model": str(tiny_model_dir)}, "save_optimizer"),

@@ -17,7 +17,7 @@ from lab.core.config import ConfigError
 from lab.core.yamlio import load_yaml
 from lab.results import analysis, runs
 from ui.context import LabContext
-from ui.messages import STORE_FAULTS, store_fault
+from ui.messages import STORE_FAULTS, server_free, store_fault
 from ui.progress import progress
 
 API_NAMES = ("submit_job", "job_status", "run_metrics")  # what the README documents, and nothing else
@@ -35,7 +35,7 @@ def submit_job(ctx: LabContext, config_yaml: str, gpus: int = 0, processes: int 
             raise ConfigError(f"config: must be YAML text, got {type(config_yaml).__name__}")
         job = ctx.submit(load_yaml(config_yaml), gpus=gpus, processes=processes, executor=executor, slurm=slurm or None)
     except ConfigError as e:
-        return {"ok": False, "error": str(e)}
+        return {"ok": False, "error": server_free(str(e), ctx.roots)}
     except STORE_FAULTS as e:
         return {"ok": False, "error": store_fault(ctx.runs, e)}
     return {"ok": True, "id": job.id, "status": job.status}
@@ -51,7 +51,8 @@ def job_status(ctx: LabContext, job_id: int) -> dict[str, Any]:
         return {"ok": False, "error": store_fault(ctx.runs, e)}
     p = progress(ctx.events.events(job.run_dir)) if job.status == "running" else None
     evaluations = [run.name for run in runs.job_evaluations(ctx.runs, job.run_dir)]
-    return {"ok": True, "id": job.id, "kind": job.kind, "status": job.status, "error": job.error,
+    return {"ok": True, "id": job.id, "kind": job.kind, "status": job.status,
+            "error": server_free(job.error, ctx.roots) if job.error else job.error,
             "progress": p.text if p else None, "evaluations": evaluations,
             "log_tail": log_tail(job.run_dir, LOG_LINES)}
 
@@ -65,7 +66,7 @@ def run_metrics(ctx: LabContext, name: str) -> dict[str, Any]:
     try:
         pred = ctx.results.predictions(run)
     except (ValueError, OSError) as e:
-        return {"ok": False, "error": f"Cannot read evaluation {name!r}: {e}"}
+        return {"ok": False, "error": server_free(f"Cannot read evaluation {name!r}: {e}", ctx.roots)}
     return {"ok": True, "name": run.name, "model": run.model, "dataset": run.dataset,
             **analysis.reported_summary(pred)}
 

@@ -24,7 +24,7 @@ from lab.results import analysis, runs
 from lab.training.estimates import MEMORY_EVENT
 from ui.context import LabContext
 from ui.job_results import NOTHING, job_results
-from ui.messages import error, note, ok
+from ui.messages import error, note, ok, server_free
 from ui.plots import sweep_figure, training_figure
 from ui.progress import format_seconds, progress
 
@@ -49,7 +49,7 @@ def jobs_table(ctx: LabContext, jobs: Optional[list[Job]] = None) -> pd.DataFram
         rows.append([job.id, job.kind, job.status,
                      p.text if p else ("done" if job.status == "succeeded" else waiting),
                      format_seconds(job.elapsed()), format_seconds(p.eta_s) if p else "", job.devices or "",
-                     (job.error or "") if job.status in WENT_WRONG else ""])
+                     server_free(job.error, ctx.roots) if job.status in WENT_WRONG else ""])
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
 
 
@@ -97,16 +97,16 @@ def job_view(ctx: LabContext, job_id: Optional[int], job: Any = UNREAD) -> JobVi
     p = progress(events) if job.status == "running" else None
     lines = [f"### Job {job.id} · {job.kind} · **{job.status}**",
              f"Elapsed {format_seconds(job.elapsed()) or '–'}" + (f" · {p.text}" if p else "")
-             + (f" · runs on {job.devices}" if job.devices else "") + f" · run directory `{job.run_dir}`"]
+             + (f" · runs on {job.devices}" if job.devices else "") + f" · run directory `{server_free(job.run_dir, ctx.roots)}`"]
     if job.status == "queued" and job.waits_for:
         lines.append(note(waiting_for(ctx, job.waits_for)))
     memory = [e["message"] for e in events if e.get("stage") == MEMORY_EVENT and e.get("message")]
     if memory:  # the training stage's own estimate, at its longest example (docs/jobs.md, "Memory and disk")
         lines.append(f"Memory (estimate): {memory[-1]}")
     if job.status in WENT_WRONG and job.error:
-        lines.append(error(f"What went wrong: {job.error}"))
+        lines.append(error(f"What went wrong: {server_free(job.error, ctx.roots)}"))
     elif job.error:  # a cancellation's reason ("stopped by request"): said, not as an error
-        lines.append(note(f"{job.status.capitalize()}: {job.error}"))
+        lines.append(note(f"{job.status.capitalize()}: {server_free(job.error, ctx.roots)}"))
     return JobView("\n\n".join(lines), events, activity(events, job.run_dir), job.config)
 
 

@@ -55,12 +55,15 @@ def knowledge_view(ctx: LabContext, name: Optional[str]):
     path = runs.topk_store(ctx.runs, name)
     if path is None:
         return None, NO_STORE
+    where = f"{name}/{path.name}"  # by the store's name, as the picker shows it: never the server's path
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
-        return None, error(f"Cannot read {path}: {e}")
+    except OSError as e:  # its own text names the absolute path
+        return None, error(f"Cannot read {where}: {e.strerror or type(e).__name__}")
+    except ValueError as e:  # not JSON, or not UTF-8
+        return None, error(f"Cannot read {where}: {e}")
     if not isinstance(manifest, dict):
-        return None, error(f"Cannot read {path}: expected a JSON object, got {type(manifest).__name__}")
+        return None, error(f"Cannot read {where}: expected a JSON object, got {type(manifest).__name__}")
     return coverage_figure(manifest), caption(manifest)
 
 

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import html
+import os
 import sqlite3
 from pathlib import Path
+from typing import Iterable, Optional
+
+from lab.core.reads import shown_in
+from lab.data import samples
 
 CSS = """
 .lab-error { color: #b00020; background: #fdecea; border-radius: 6px; padding: 8px 12px; }
@@ -52,8 +57,16 @@ def note(message: str) -> str:
 STORE_FAULTS = (sqlite3.Error, OSError)
 
 
+def server_free(text: Optional[str], roots: Iterable[Path]) -> str:
+    """A text the lab did not word for a page (a job's error, written by a worker whatever raised it;
+    a library's OSError) as a page or the API shows it: each of the server's folders (``roots``, the
+    package's bundled samples) named by its own name, never by where it lies on the server."""
+    return shown_in(text or "", [*roots, samples.ROOT])
+
+
 def store_fault(runs: Path, e: BaseException) -> str:
-    """One line (plain text) on a job store that cannot be used right now, with what to do."""
-    what = getattr(e, "strerror", None) or str(e) or type(e).__name__
-    return (f"the job store in {runs} cannot be used right now ({what}); check that its disk has free space and "
-            "that the server may write there, then try again")
+    """One line (plain text) on a job store that cannot be used right now, with what to do. The runs
+    folder by its own name: an OSError's text, and the folder's path, are the server's, not the user's."""
+    what = getattr(e, "strerror", None) or (type(e).__name__ if isinstance(e, OSError) else str(e)) or type(e).__name__
+    return (f"the job store in {Path(os.path.abspath(runs)).name}/ cannot be used right now ({what}); check that its "
+            "disk has free space and that the server may write there, then try again")

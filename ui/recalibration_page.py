@@ -127,9 +127,9 @@ def save_calibrator(ctx: LabContext, cal: Optional[calibrators.Calibrator]) -> s
         return error("Fit a calibrator first.")
     directory = ctx.runs / CALIBRATORS_DIR / calibrator_folder(cal)
     calibrators.save(cal, directory)
-    name = directory.relative_to(ctx.runs).as_posix()
+    name = directory.relative_to(ctx.runs).as_posix()  # what the job store's folder finds it by (lab.jobkit.paths)
     return ok(f"Saved as {name}. The Reliability and Compare pages offer it; an evaluation applies it with "
-              f"calibrator: {directory}")
+              f"calibrator: {name}")
 
 
 def build_recalibration(ctx: LabContext) -> None:

@@ -73,7 +73,7 @@ from lab.core.files import write_atomic
 from lab.core.layout import TEMPERATURE_FILE
 from lab.core.limits import TEMPERATURE_RANGE
 from lab.core import stored
-from lab.core.reads import read_text
+from lab.core.reads import read_text, shown_here
 
 Form = Literal["logit", "paper"]  # which scaling: softmax(log p / T), or FIRST's softmax(p / c)
 FORMS: tuple[str, ...] = ("logit", "paper")
@@ -649,13 +649,14 @@ def load_temperature(source: float | int | str | Path | None) -> Optional[float]
         if path.is_dir():
             path = path / TEMPERATURE_FILE
         if not path.is_file():
-            raise FileNotFoundError(f"No temperature file at {path}: fit one first (the CFT job's ts/ directory "
-                                    "or the temperature lab's save button writes it)")
+            raise FileNotFoundError(f"No temperature file at {shown_here(path)}: fit one first (the CFT job's ts/ "
+                                    "directory or the temperature lab's save button writes it)")
         text = read_text(path, encoding="utf-8")
         try:
             value = float(stored.parse(text, TEMPERATURE_FILE)["temperature"])  # depth-bounded: any file may come
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path} is not a temperature file (expected JSON with a 'temperature' number): {e}") from None
+            raise ValueError(f"{shown_here(path)} is not a temperature file (expected JSON with a 'temperature' "
+                             f"number): {e}") from None
     low, high = TEMPERATURE_RANGE
     if not (np.isfinite(value) and low <= value <= high):
         raise ValueError(f"Expected a temperature from {low:g} to {high:g}, but got {value!r}")

@@ -13,12 +13,17 @@ itself, is walked again just before it is loaded (:func:`check_folder`).
 
 Outside :func:`restricted` (the command line, a config run by hand) every path is allowed, as
 before: the user who types the path is the one who reads the file.
+
+A message a browser or the API shows names a file as :func:`shown` does, from the allowed folder
+holding it (``runs/00012-evaluate/temperature.json``), never by the server's absolute path: who reads
+the message knows the folders by the names the operator gave them, not where they lie on the server.
 """
 from __future__ import annotations
 
 import errno
 import itertools
 import os
+import re
 import stat
 import sys
 from contextlib import contextmanager
@@ -56,10 +61,60 @@ def allowed(real: Path) -> bool:
     return inside(real, _roots)
 
 
-def _outside(path: Path, real: Path) -> PathNotAllowed:
-    return PathNotAllowed(f"{path} now leads to {real}, outside the folders this job was submitted under "
-                          f"({', '.join(map(str, _roots or ()))}); it was changed after the job was queued, "
-                          "so the job does not read it")
+def _forms(path: Path) -> list[Path]:
+    """``path`` as written (made absolute) and as it resolves: a root named through a link, or a file
+    reached through one, is recognised either way."""
+    expanded = os.path.expanduser(path)
+    return list(dict.fromkeys((Path(os.path.abspath(expanded)), Path(os.path.realpath(expanded)))))
+
+
+def shown(path: Path | str, roots: Optional[Iterable[Path]]) -> str:
+    """How a message a user may see names ``path``: from the folder of ``roots`` holding it, that folder
+    by its own name as the operator gave it (``runs/00012-evaluate/temperature.json``, ``data/mmlu/test``),
+    the innermost where they nest; outside every root, by its folder and its own name. Never the
+    server's absolute path, which a page or the API would show to whoever is logged in.
+    ``roots`` None: the operator's own shell (``python -m jobs``, ``python -m lab``), the path itself."""
+    if roots is None:
+        return str(path)
+    path = Path(path)
+    held = [(len(form.parts), Path(Path(os.path.abspath(os.path.expanduser(root))).name) / where.relative_to(form))
+            for root in roots for form in _forms(Path(root)) for where in _forms(path)
+            if where == form or form in where.parents]
+    if held:
+        return max(held, key=lambda h: h[0])[1].as_posix()
+    return (Path(path.parent.name) / path.name).as_posix() if path.parent.name else path.name
+
+
+def shown_here(path: Path | str) -> str:
+    """:func:`shown` from the folders of the job this process runs (:func:`restricted`); by the file's
+    folder and own name when there are none: a config's own checks run both in a server and on a
+    command line, and cannot tell which."""
+    return shown(path, _roots or ())
+
+
+def shown_roots(roots: Iterable[Path]) -> str:
+    """The allowed folders as a message lists them: each by its own name, never where it lies."""
+    return ", ".join(dict.fromkeys(shown(root, [root]) for root in roots))
+
+
+def shown_in(text: str, roots: Optional[Iterable[Path]]) -> str:
+    """``text`` (a job's error, whatever raised it: a library's OSError names files by their paths)
+    with every allowed folder's absolute path replaced by the folder's own name, as :func:`shown`
+    names it; ``roots`` None: unchanged, the operator's own shell."""
+    if roots is None:
+        return text
+    named = {str(form): shown(root, [root]) for root in roots for form in _forms(Path(root)) if form.parent != form}
+    for where in sorted(named, key=len, reverse=True):  # the innermost first: runs/uploads before runs
+        # where a path starts, not inside one (a root /data within /home/op/data)
+        text = re.sub(r"(?<![\w.~/-])" + re.escape(where), lambda _: named[where], text)
+    return text
+
+
+def _outside(path: Path) -> PathNotAllowed:
+    """Where the link now leads is not said: it is a place outside the folders, which no message names."""
+    return PathNotAllowed(f"{shown(path, _roots)} now leads outside the folders this job was submitted under "
+                          f"({shown_roots(_roots or ())}); it was changed after the job was queued, so the job "
+                          "does not read it")
 
 
 def _descriptor_path(fd: int, given: Path) -> Path:
@@ -71,7 +126,7 @@ def _descriptor_path(fd: int, given: Path) -> Path:
     real = Path(os.path.realpath(given))
     opened, now = os.fstat(fd), os.stat(real)
     if (opened.st_dev, opened.st_ino) != (now.st_dev, now.st_ino):
-        raise PathNotAllowed(f"{given} changed while it was being opened; run the job again")
+        raise PathNotAllowed(f"{shown(given, _roots)} changed while it was being opened; run the job again")
     return real
 
 
@@ -84,15 +139,15 @@ def open_text(path: Path, encoding: str = "utf-8-sig", newline: Optional[str] = 
         fd = os.open(path, flags)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise PathNotAllowed(f"{path} was replaced by a symbolic link after the job was queued; the job reads "
-                                 "only the files it was submitted with. Submit it again") from None
+            raise PathNotAllowed(f"{shown(path, _roots)} was replaced by a symbolic link after the job was queued; "
+                                 "the job reads only the files it was submitted with. Submit it again") from None
         raise
     try:
         real = _descriptor_path(fd, Path(path))
         if not allowed(real):
-            raise _outside(Path(path), real)
+            raise _outside(Path(path))
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PathNotAllowed(f"{path} is no longer a regular file; submit the job again")
+            raise PathNotAllowed(f"{shown(path, _roots)} is no longer a regular file; submit the job again")
         os.set_blocking(fd, True)
         return open(fd, encoding=encoding, newline=newline)
     except BaseException:
@@ -121,7 +176,7 @@ def check_folder(folder: Path) -> None:
         return
     real = Path(os.path.realpath(folder))
     if not allowed(real):
-        raise _outside(Path(folder), real)
+        raise _outside(Path(folder))
     for entry, resolved in resolved_entries(real):
         if not allowed(resolved):
-            raise _outside(entry, resolved)
+            raise _outside(entry)

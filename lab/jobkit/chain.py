@@ -87,18 +87,21 @@ class Runs:
     trainers: tuple[str, ...]
 
     def find(self, field: str, job: int) -> tuple[Path, str]:
-        """Job ``job``'s run directory in the store's folder, and its kind."""
+        """Job ``job``'s run directory in the store's folder, and its kind. Messages name the folder by
+        its own name, a run by its directory's: a page or the API shows them, never the server's paths."""
         folder = Path(os.path.realpath(self.folder))
+        store = f"the job store {Path(os.path.abspath(self.folder)).name}/"
         found = [p for p in folder.glob(run_dir_name(job, "*")) if RUN_DIR_NAME.fullmatch(p.name)]
         if not found:
-            raise ConfigError(f"{field}: there is no job {job} in {self.folder} (python -m jobs list shows the jobs)")
+            raise ConfigError(f"{field}: there is no job {job} in {store} (the Jobs page, or python -m jobs list, "
+                              "shows the jobs)")
         if len(found) > 1:
-            raise ConfigError(f"{field}: job {job} has several run directories in {folder} "
+            raise ConfigError(f"{field}: job {job} has several run directories in {store} "
                               f"({', '.join(sorted(p.name for p in found))}); name the one meant by its model/ folder")
         path = found[0]
         if path.is_symlink() or not path.is_dir():
-            raise ConfigError(f"{field}: {path} is a link or not a folder; run:<id> names only a run directory "
-                              "the job store made")
+            raise ConfigError(f"{field}: {path.name} in {store} is a link or not a folder; run:<id> names only a "
+                              "run directory the job store made")
         kind = RUN_DIR_NAME.fullmatch(path.name)[2]
         if kind not in self.trainers:
             raise ConfigError(f"{field}: job {job} is {a_kind(kind)} job, which leaves no trained model; run:<id> "
@@ -129,7 +132,7 @@ class Runs:
         weights = saved_weights(path, base_model(path))
         if weights is None:
             raise ConfigError(f"{field}: job {job} ({kind}) succeeded but left no trained weights ({MODEL_DIR}/ or "
-                              f"{ADAPTER_DIR}/) in {path}")
+                              f"{ADAPTER_DIR}/) in {path.name}")
         return weights
 
 

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Optional
 from lab.core.config import PATH_ROLES, ConfigError, spec_of, validate, walk
 from lab.core.errors import ModelLoadError
 from lab.core.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
-from lab.core.reads import PathNotAllowed, inside, resolved_entries
+from lab.core.reads import PathNotAllowed, inside, resolved_entries, shown, shown_roots
 from lab.data import DATASETS, DataError, samples, with_sample
 from lab.data.loaders import hub_copy_problem, list_folder, split_entry
 from lab.jobkit import chain
@@ -58,28 +58,25 @@ class Policy:
     the job store ``run:<id>`` is looked up in (``runs`` None: none, so a reference is refused)."""
 
     def __init__(self, roots: Optional[Iterable[Path]], runs: Optional[chain.Runs] = None) -> None:
-        self.roots = None if roots is None else [Path(os.path.realpath(os.path.expanduser(r)))
-                                                 for r in (*roots, samples.ROOT)]
+        given = None if roots is None else [*roots, samples.ROOT]
+        self.roots = None if given is None else [Path(os.path.realpath(os.path.expanduser(r))) for r in given]
+        self.named = given  # as the operator named them: what messages call them (:meth:`shown`)
         self.runs = runs
 
     def allows(self, real: Path) -> bool:
         return inside(real, self.roots)
 
     def shown(self, real: Path) -> str:
-        """How a message names the resolved path ``real``: from the allowed folder holding it, that
-        folder by its own name (``calibration-lab/data/mmlu/test``), never the server's absolute path;
-        on a command line run without roots (the user's own machine), the path itself."""
-        holders = [root for root in self.roots or () if real == root or root in real.parents]
-        if not holders:
-            return str(real)
-        root = max(holders, key=lambda r: len(r.parts))  # the innermost: the uploads folder inside runs/
-        return (Path(root.name) / real.relative_to(root)).as_posix()
+        """How a message names the resolved path ``real`` (:func:`lab.core.reads.shown`): from the
+        allowed folder holding it (``calibration-lab/data/mmlu/test``), never the server's absolute
+        path; on a command line run without roots (the operator's own shell), the path itself."""
+        return shown(real, self.named)
 
     def check(self, field: str, real: Path, given: str) -> None:
         if self.allows(real):
             return
-        allowed = ", ".join(map(str, self.roots))
-        raise PathNotAllowed(f"{field}: {given!r} leads outside the folders this server may read ({allowed}). "
+        raise PathNotAllowed(f"{field}: {given!r} leads outside the folders this server may read "
+                             f"({shown_roots(self.named)}). "
                              "Upload the file on the launch page, or ask the operator to start the app with "
                              "--allow-path for its folder.")
 
@@ -134,7 +131,8 @@ def _expand(field: str, given: str, extensions: tuple[str, ...], policy: Policy)
             raise ConfigError(f"{field}: file not found: {given!r} (looked for {policy.shown(real)})")
     for path in files:
         if glob.has_magic(str(path)):
-            raise ConfigError(f"{field}: {str(path)!r} has a wildcard character (*, ? or [) in its name; rename it")
+            raise ConfigError(f"{field}: {policy.shown(path)!r} has a wildcard character (*, ? or [) in its name; "
+                              "rename it")
     return files
 
 
@@ -221,7 +219,7 @@ def _temperature(field: str, value: Any, holder: dict[str, Any], owner: type, po
         return value
     expected = f"{field}: expected a positive number or a {TEMPERATURE_FILE} (file or folder), got {value!r}"
     try:
-        real = _real(value)
+        real = _artefact(value, policy)
     except OSError:  # a relative value, and the server's working folder is gone: nothing to find it in
         raise ConfigError(expected) from None
     if not policy.allows(real) and not _names_a_path(value):
@@ -240,7 +238,7 @@ def _calibrator(field: str, value: str, holder: dict[str, Any], owner: type, pol
     reads exactly the file that was checked, even if a folder gains another later."""
     expected = f"{field}: expected a {CALIBRATOR_FILE} (file or folder)"
     try:
-        real = _real(value)
+        real = _artefact(value, policy)
     except OSError:  # a relative value, and the server's working folder is gone: nothing to find it in
         raise ConfigError(f"{expected}, got {value!r}") from None
     found = _saved_file(field, real, value, policy, CALIBRATOR_FILE)
@@ -248,6 +246,17 @@ def _calibrator(field: str, value: str, holder: dict[str, Any], owner: type, pol
         return found
     raise ConfigError(f"{expected}, but there is none at {policy.shown(real)}. Fit one in the Recalibration "
                       "workbench and save it")
+
+
+def _artefact(value: str, policy: Policy) -> Path:
+    """Where a saved temperature or calibrator ``value`` names is, resolved: the path as given where it
+    exists; else, for a relative one, in the job store's folder. Pages name what they save from there
+    (``00012-evaluate/temperature.json``, ``calibrators/<name>``), and a browser's user knows no other
+    folder of the server to type. A ``..`` is never looked for there: it climbs out of the store."""
+    text = os.path.expanduser(value)
+    if policy.runs is None or os.path.isabs(text) or os.path.lexists(text) or ".." in Path(text).parts:
+        return _real(value)
+    return _real(str(Path(policy.runs.folder) / text))
 
 
 def _saved_file(field: str, real: Path, given: str, policy: Policy, name: str) -> Optional[str]:
@@ -342,7 +351,7 @@ def resolve_paths(cls: type, values: dict[str, Any], roots: Optional[Iterable[Pa
             try:
                 holder[key] = RESOLVERS[spec.role](field, holder[key], holder, owner, policy)
             except OSError as e:  # a folder that cannot be listed, a file vanishing while it is checked
-                raise ConfigError(f"{field}: cannot read {holder[key]!r}: {e.strerror or e}") from None
+                raise ConfigError(f"{field}: cannot read {holder[key]!r}: {e.strerror or type(e).__name__}") from None
     return values
 
 
@@ -362,7 +371,7 @@ def path_problems(cls: type, values: Any, roots: Optional[Iterable[Path]] = None
             except ConfigError as e:  # a one-entry list is refused as entry [0]: name it by its own index
                 problems.append(where + str(e).removeprefix(f"{field}[0]" if isinstance(value, list) else field))
             except OSError as e:
-                problems.append(f"{where}: cannot read {single!r}: {e.strerror or e}")
+                problems.append(f"{where}: cannot read {single!r}: {e.strerror or type(e).__name__}")
     return problems
 
 

@@ -9,6 +9,7 @@ from lab.calibration import calibrators
 from lab.calibration.temperature import load_temperature
 from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
+from lab.core.reads import shown_here
 from lab.core.limits import MAX_BATCH, MAX_TOKENS
 from lab.data import DATASETS
 from lab.data.loaders import not_for_task
@@ -73,9 +74,9 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
             fitted = calibrators.load(Path(self.calibrator))
             if fitted.tokens != (self.task != "mcq"):
                 kinds = {True: "a token-level run (task clm or facts)", False: "a multiple-choice run"}
-                raise ValueError(f"calibrator: {self.calibrator} was fitted on {kinds[fitted.tokens]}, and this is "
-                                 f"{kinds[not fitted.tokens]}: fit one on a run like this one in the Recalibration "
-                                 "workbench")
+                raise ValueError(f"calibrator: {shown_here(self.calibrator)} was fitted on {kinds[fitted.tokens]}, "
+                                 f"and this is {kinds[not fitted.tokens]}: fit one on a run like this one in the "
+                                 "Recalibration workbench")
         if self.task != "mcq":
             self._check_token_task()
         elif self.dataset in DATASETS and "mcq" not in DATASETS.get(self.dataset).tasks:
