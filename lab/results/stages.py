@@ -369,6 +369,12 @@ def is_chain(name: Any) -> bool:
 
 
 def chain(root: Path, name: Any) -> Optional[Chain]:
-    """The chain called ``name`` (a :attr:`Chain.name`) under ``root``, or None: the name is only compared
-    with those found, never used as a path."""
-    return next((c for c in find_chains(root) if c.name == name), None) if is_chain(name) else None
+    """The chain called ``name`` (a :attr:`Chain.name`) under ``root``, else the one it grew into (a run
+    started from its last run has evaluated since, and the chain is now named for that run), else None.
+    The name is only compared with those found, never used as a path."""
+    if not is_chain(name):
+        return None
+    found = find_chains(root)
+    last = name[len(CHAIN):]
+    return next((c for c in found if c.name == name), None) or next((c for c in found if last in c.doc["folders"]),
+                                                                     None)
