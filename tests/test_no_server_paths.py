@@ -176,3 +176,4 @@ def test_shown_names_a_path_from_the_innermost_allowed_folder_and_never_its_loca
     assert shown_in(text, [runs]) == f"bad input: 'runs/00001-evaluate/q.jsonl' and {tmp_path}/other/b.json " \
                                       f"and /home{runs}"  # a root found where a path starts, not inside one
     assert shown_in(text, None) == text
+

@@ -18,6 +18,11 @@ is cloned or run, and reads the same on another clone; the loader expands it to 
 ``SPLIT=PATH`` files. Those lie in ``lab/data/bundled/``, which is always an allowed root, read-only,
 so naming one of them by its path is allowed too.
 
+A saved temperature or calibrator may also be named as the pages name it, relative to the job
+store's folder (``00012-evaluate``, ``calibrators/<name>``): a browser's user knows no other folder of
+the server. Messages name every file as :func:`lab.core.reads.shown` does, from the allowed folder
+holding it, never by the server's absolute path.
+
 A model field may name another job's result instead, ``run:<id>`` (:mod:`lab.jobkit.chain`): it is
 checked against the job store the config is submitted to and kept as written, for the worker
 resolves it again when the job starts.

@@ -63,9 +63,11 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
     batch_size: int = field(default=16, metadata=doc("questions per forward pass", ge=1, le=MAX_BATCH))
     on_bad_rows: Literal["skip", "error"] = field(default="skip", metadata=doc("skip or reject malformed rows"))
     temperature: Optional[str] = field(default=None, metadata=doc(
-        "scale probabilities by T: a number, a temperature.json or its directory", role="temperature"))
+        "scale probabilities by T: a number, a temperature.json or its directory (a run's name in the runs folder "
+        "too)", role="temperature"))
     calibrator: Optional[str] = field(default=None, metadata=doc(
-        "also report a saved recalibration (fitted on another run): a calibrator.json or its directory",
+        "also report a saved recalibration (fitted on another run): a calibrator.json or its directory "
+        "(calibrators/<name>, as the Recalibration page saves it)",
         role="calibrator"))
 
     def __post_init__(self) -> None:
