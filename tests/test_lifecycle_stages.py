@@ -21,7 +21,7 @@ from lab.jobkit.kinds import write_config
 from lab.kinds.dpo.config import DpoConfig
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.sft.config import CALIBRATION_DIR, SftConfig
-from lab.results import series, stages
+from lab.results import runs, series, stages
 from lab.results.reports import csv_text
 from tests.helpers import row, write_eval
 from ui.app import open_in_reliability
@@ -271,16 +271,16 @@ def test_a_real_base_sft_dpo_pipeline_of_the_tiny_model_is_drawn_over_its_stages
         {"name": "sft", "kind": "sft", "model": str(tiny_model_dir), "dataset": "alpaca", "data_files": ["bundled"],
          **train},
         {"name": "dpo", "kind": "dpo", "model": "stage:sft", "preferences": ["bundled"], **train}]}
-    out = tmp_path / "runs"
+    out = tmp_path / "runs" / "pipeline-quick"  # lab run … --out runs/pipeline-quick: jobs one level down
     assert pipeline.run_here(pipeline.parse_pipeline(data, runs=out), out) == 0
-    ctx = LabContext(out)
+    ctx = LabContext(tmp_path / "runs")
     (_, name), = choices(ctx.runs)
     figure, cells, _, message, _, _ = series_view(ctx, name)
-    assert name == "chain:00003-dpo" and list(cells["stage"]) == ["base", "sft", "dpo"]
-    assert list(cells["run"]) == ["00001-evaluate", "00002-sft/calibration/step-1/t0-mcq",
-                                  "00003-dpo/calibration/step-1/t0-mcq"]
+    assert name == "chain:pipeline-quick/00003-dpo" and list(cells["stage"]) == ["base", "sft", "dpo"]
+    assert list(cells["run"]) == ["pipeline-quick/00001-evaluate", "pipeline-quick/00002-sft/calibration/step-1/t0-mcq",
+                                  "pipeline-quick/00003-dpo/calibration/step-1/t0-mcq"]
+    assert all(runs.evaluation(ctx.runs, run) for run in cells["run"])  # each opens in Reliability
     assert "model: run:2" in (out / "00003-dpo" / CONFIG_FILE).read_text()  # linked through run:<id>, as queued
     assert list(figure.layout.xaxis.categoryarray) == ["base", "sft", "dpo"] and "1 seed" in message
-    assert str(tmp_path) not in json.dumps([cells.to_dict(), [t.hovertext for t in figure.data if t.hovertext]],
-                                           default=list)
-    assert np.isfinite([c for c in cells["n"]]).all()
+    shown = json.dumps([cells.to_dict(), [list(t.hovertext) for t in figure.data if t.hovertext is not None]])
+    assert str(tmp_path) not in shown and all(np.isfinite(cells["n"]))

@@ -37,7 +37,7 @@ def root(tmp_path):
     _touch(root / "00006-cft" / "models" / "cft" / "checkpoints" / "checkpoint-3" / "model" / "config.json")
     _touch(root / "00006-cft" / "models" / "cft" / "checkpoints" / "checkpoint-3" / "adapter" / "adapter_config.json")
     write_eval(root / ".trash" / "old", ROWS)  # hidden
-    write_eval(root / "a" / "b" / "c" / "d" / "e", ROWS)  # deeper than MAX_DEPTH
+    write_eval(root / "a" / "b" / "c" / "d" / "e" / "f", ROWS)  # deeper than MAX_DEPTH
     outside = write_eval(tmp_path / "elsewhere", ROWS)
     (root / "link").symlink_to(outside)  # a link out of the runs directory is not walked
     return root
@@ -67,7 +67,7 @@ def test_find_evaluations_finds_plain_and_nested_runs_newest_first_and_skips_dam
     write_eval(tmp_path / "00004-evaluate", rows).joinpath("metrics.json").write_text("[1, 2]")
     (tmp_path / "00005-evaluate").mkdir()
     (tmp_path / "00005-evaluate" / "metrics.json").write_text("{}")  # no predictions.jsonl: not an evaluation
-    write_eval(tmp_path / "a" / "b" / "c" / "d" / "e", rows)  # deeper than the search goes
+    write_eval(tmp_path / "a" / "b" / "c" / "d" / "e" / "f", rows)  # deeper than the search goes
 
     runs = find_evaluations(tmp_path)
 
@@ -97,7 +97,7 @@ def test_evaluation_looks_up_one_name_and_nothing_outside_the_root(tmp_path):
 
 
 @pytest.mark.parametrize("name", [None, "", "..", "../elsewhere", "/etc", "/etc/passwd", "link", "link/..",
-                                  "00001-evaluate/../../elsewhere", "00001-evaluate\x00", ".trash/old", "a/b/c/d/e",
+                                  "00001-evaluate/../../elsewhere", "00001-evaluate\x00", ".trash/old", "a/b/c/d/e/f",
                                   "00006-cft/models/cft/checkpoints", 7, ["00001-evaluate"]])
 def test_a_name_leading_outside_deeper_or_into_hidden_folders_resolves_to_none(root, name):
     assert resolve(root, name) is None
@@ -108,7 +108,7 @@ def test_a_listed_name_resolves_to_its_directory(root):
     assert resolve(root, "00002-cft/eval/base-in_domain") == real / "00002-cft" / "eval" / "base-in_domain"
     assert resolve(root, "00002-cft/eval/../eval/base-in_domain") == real / "00002-cft" / "eval" / "base-in_domain"
     assert resolve(root, ".") == real
-    assert resolve(root, "a/b/c/d") == real / "a" / "b" / "c" / "d" and MAX_DEPTH == 4
+    assert resolve(root, "a/b/c/d/e") == real / "a" / "b" / "c" / "d" / "e" and MAX_DEPTH == 5
 
 
 def test_a_store_name_resolves_to_its_manifest_only_for_a_top_k_store(root):

@@ -41,7 +41,9 @@ from lab.core.trained import ADAPTER_CONFIG, HF_CONFIG, started_from
 from lab.core.yamlio import load_yaml
 from lab.results import series as series_table
 
-MAX_DEPTH = 4  # runs/<job>/models/<row>/ and runs/<job>/eval/<row>-<set>/ are depth 3; a checkpoint is deeper
+# runs/<job>/models/<row>/ and runs/<job>/eval/<row>-<set>/ are depth 3, an sft run's calibration/step-<n>/<task>/
+# depth 4, and 5 in a pipeline run here (lab run pipeline.yaml --out runs/<name>); checkpoints are never entered
+MAX_DEPTH = 5
 BASE_MODEL_KEYS = ("model", "student", "teacher")  # where a job's config names the model it trained
 MAX_LABEL = 120  # characters of a user-given run name
 JOB_NUMBER = re.compile(r"(\d+)-")  # a job's run folder: 00003-evaluate
