@@ -139,8 +139,8 @@ class Links:
 
     def numbered(self, store: Path, number: int) -> Optional[Job]:
         """Job ``number`` of the store whose folder is ``store``: the one folder ``NNNNN-kind`` there."""
-        found = [p for p in store.glob(f"{number:05d}-*") if RUN_DIR_NAME.fullmatch(p.name)
-                 and int(RUN_DIR_NAME.fullmatch(p.name)[1]) == number and p.is_dir() and not p.is_symlink()]
+        found = [p for p in store.glob(f"{number:05d}-*")
+                 if RUN_DIR_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
         return self.job(found[0]) if len(found) == 1 else None
 
     def node(self, store: Path, model: Any, adapter: Any, links: int = 0) -> Optional[Node]:
@@ -153,8 +153,8 @@ class Links:
             match = REFERENCE.fullmatch(model)
             job = self.numbered(store, int(match[1])) if match else None
             return ("run", job.name) if job is not None and job.kind in TRAINERS else None
-        for path in (adapter, model):
-            if isinstance(path, str) and os.path.isabs(path):
+        for path in (adapter, model):  # a folder as given: absolute, or relative to where the lab runs
+            if isinstance(path, str) and path and (os.path.isabs(path) or os.path.isdir(path)):
                 real = Path(os.path.realpath(path))
                 if real == self.base or self.base in real.parents:
                     return self._weights(real, links)
@@ -186,7 +186,7 @@ class Links:
 
 def _external(model: str) -> str:
     """A model outside the runs folder as one name: a folder by its real path, anything else as given."""
-    return os.path.realpath(model) if os.path.isabs(model) else model
+    return os.path.realpath(model) if os.path.isabs(model) or os.path.isdir(model) else model
 
 
 # ---------------------------------------------------------------- evaluations found
@@ -312,10 +312,10 @@ def _cell(m: Measured, key: str, entry: int, label: str) -> dict[str, Any]:
 def _chain(links: Links, leaf: str, found: dict[Node, list[Measured]], steps: dict[str, list[int]]) -> Optional[Chain]:
     """The chain ending at ``leaf``'s weights as a series over stages; None unless some task was evaluated
     at two or more of its stages."""
-    stages = _stages(links, _ancestry(links, leaf), steps)
+    placed = _stages(links, _ancestry(links, leaf), steps)
     chosen: dict[tuple, dict[Node, Measured]] = {}
     described: dict[tuple, dict[str, Any]] = {}
-    for node, _ in stages:
+    for node, _ in placed:
         for m in sorted(found.get(node, []), key=lambda m: (m.rank, -m.run.created, m.run.name)):
             chosen.setdefault(m.task, {}).setdefault(node, m)
             described.setdefault(m.task, m.described)
@@ -323,11 +323,11 @@ def _chain(links: Links, leaf: str, found: dict[Node, list[Measured]], steps: di
     if not shown:
         return None
     tasks = [{"key": f"t{j}-{described[task]['task']}", **described[task]} for j, task in enumerate(shown)]
-    cells = [_cell(chosen[task][node], info["key"], i, label) for i, (node, label) in enumerate(stages)
+    cells = [_cell(chosen[task][node], info["key"], i, label) for i, (node, label) in enumerate(placed)
              for task, info in zip(shown, tasks) if node in chosen[task]]
-    folders = list(dict.fromkeys(node[1] for node, _ in stages if node[0] != "model"))
+    folders = list(dict.fromkeys(node[1] for node, _ in placed if node[0] != "model"))
     doc = {**series.document("stage", tasks, cells), "folders": folders, "problems": []}
-    drawn = [label for node, label in stages if any(c["stage"] == label for c in cells)]
+    drawn = [label for node, label in placed if any(c["stage"] == label for c in cells)]
     newest = max(chosen[task][node].run.created for task in shown for node in chosen[task])
     return Chain(CHAIN + leaf, doc, tuple(drawn), newest)
 
