@@ -26,7 +26,6 @@ bootstrap over questions (the accuracy's drawn from n and the accuracy as a seri
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -38,8 +37,7 @@ from typing import Any, Optional
 import numpy as np
 
 from lab.calibration.spread import accuracy_bootstrap
-from lab.core.layout import ADAPTER_DIR, CONFIG_FILE, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE
-from lab.core.yamlio import load_yaml
+from lab.core.layout import ADAPTER_DIR, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE
 from lab.results import runs, series
 
 CHAIN = "chain:"  # a chain's name (what a picker sends back): its last training run's, so prefixed
@@ -82,24 +80,9 @@ class Measured:
 
 
 # ---------------------------------------------------------------- files read
-@functools.lru_cache(maxsize=1024)
-def _yaml(path: Path, mtime_ns: int, size: int) -> Optional[dict[str, Any]]:
-    """A config.yaml, parsed once per version: the page re-reads the chains every few seconds."""
-    try:
-        data = load_yaml(path.read_bytes(), str(path))
-    except (OSError, ValueError):  # gone meanwhile, or no YAML (ConfigError is a ValueError)
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _config(directory: Path) -> dict[str, Any]:
     """``config.yaml`` of ``directory``; empty when absent or unreadable."""
-    path = directory / CONFIG_FILE
-    try:
-        stat = path.stat()
-    except OSError:
-        return {}
-    return _yaml(path, stat.st_mtime_ns, stat.st_size) or {}
+    return runs.read_config(directory) or {}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -309,16 +292,17 @@ def _cell(m: Measured, key: str, entry: int, label: str) -> dict[str, Any]:
             "oracle_ece": m.run.oracle_ece, "run": m.run.name}
 
 
-def _chain(links: Links, leaf: str, found: dict[Node, list[Measured]], steps: dict[str, list[int]]) -> Optional[Chain]:
-    """The chain ending at ``leaf``'s weights as a series over stages; None unless some task was evaluated
-    at two or more of its stages."""
+def _chain(links: Links, leaf: str, best: dict[Node, dict[tuple, Measured]],
+           steps: dict[str, list[int]]) -> Optional[Chain]:
+    """The chain ending at ``leaf``'s weights as a series over stages (``best``: each stage's evaluation
+    drawn per task); None unless some task was evaluated at two or more of its stages."""
     placed = _stages(links, _ancestry(links, leaf), steps)
     chosen: dict[tuple, dict[Node, Measured]] = {}
     described: dict[tuple, dict[str, Any]] = {}
     for node, _ in placed:
-        for m in sorted(found.get(node, []), key=lambda m: (m.rank, -m.run.created, m.run.name)):
-            chosen.setdefault(m.task, {}).setdefault(node, m)
-            described.setdefault(m.task, m.described)
+        for task, m in best.get(node, {}).items():
+            chosen.setdefault(task, {})[node] = m
+            described.setdefault(task, m.described)
     shown = [task for task, measured in chosen.items() if len(measured) > 1]
     if not shown:
         return None
@@ -336,16 +320,17 @@ def find_chains(root: Path) -> list[Chain]:
     """Every chain of ``root`` with a task evaluated at two or more of its stages, newest first: one per run
     no other run of the folder started from (a run trained twice from one base makes two chains)."""
     links = Links(root)
-    found: dict[Node, list[Measured]] = {}
-    for m in _finals(links, [m for run in runs.scan(root).evaluations if (m := _measured(links, run))]):
-        found.setdefault(m.node, []).append(m)
+    measured = _finals(links, [m for run in runs.scan(root).evaluations if (m := _measured(links, run))])
+    best: dict[Node, dict[tuple, Measured]] = {}  # per stage and task, the one drawn
+    for m in sorted(measured, key=lambda m: (m.rank, -m.run.created, m.run.name)):
+        best.setdefault(m.node, {}).setdefault(m.task, m)
     steps: dict[str, list[int]] = {}
-    for node in found:
+    for node in best:
         if node[0] == "step":
             steps.setdefault(node[1], []).append(node[2])
-    known = {node[1] for node in found if node[0] != "model"}
+    known = {node[1] for node in best if node[0] != "model"}
     inner = {node[1] for leaf in known for node in _ancestry(links, leaf)[:-1] if node[0] == "run"}
-    chains = [c for leaf in sorted(known - inner) if (c := _chain(links, leaf, found, steps))]
+    chains = [c for leaf in sorted(known - inner) if (c := _chain(links, leaf, best, steps))]
     return sorted(chains, key=lambda c: (-c.newest, c.name))
 
 
