@@ -20,7 +20,7 @@ def stored(uploads: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name, content, message", [
-    ("broken.jsonl", b"{not json\n", "No usable rows in custom test from broken.jsonl"),
+    ("broken.jsonl", b"{not json\n", "No usable questions in broken.jsonl: all 1 rows were rejected"),
     ("latin1.csv", "question,A,B,answer\ncaf\xe9?,x,y,A\n".encode("latin-1"), "latin1.csv is not UTF-8 text"),
     ("deep.jsonl", ('{"question": ' + DEEP + "}\n").encode(), "The first: deep.jsonl:1: nested too deeply"),
     ("deep.json", DEEP.encode(), "deep.json:1: the list element that starts here is nested too deeply"),
@@ -55,7 +55,7 @@ def test_the_quota_names_its_limit_and_what_to_do(tmp_path):
     first.write_text(GOOD)
     second.write_text(GOOD.replace("q1", "q2"))
     kept = accept_upload(first, "a.jsonl", uploads, max_files=1)
-    with pytest.raises(DataError, match=f"holds 1 files .*; the limit is 1 files. Delete old uploads in {uploads}"):
+    with pytest.raises(DataError, match=f"holds 1 files .*; the limit is 1 files. Delete old uploads in {uploads.parent.name}/uploads"):
         accept_upload(second, "b.jsonl", uploads, max_files=1)
     assert accept_upload(first, "a.jsonl", uploads, max_files=1).path == kept.path  # already stored: no new file
     limit = len(GOOD) + 10

@@ -87,7 +87,8 @@ def cases_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: f
     except (ValueError, OSError) as e:
         return empty, gr.update(), error(str(e))
     datasets = sorted(set(table["dataset"]) - {""})
-    note = f"**{len(filtered)} of {len(table)} questions.** {note}"
+    unit = "targets" if analysis.is_token_run(pred) else "questions"  # a token run's rows are its target tokens
+    note = f"**{len(filtered)} of {len(table)} {unit}.** {note}"
     return shown_cases(filtered, column), gr.update(choices=[""] + datasets), note
 
 

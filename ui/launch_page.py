@@ -9,6 +9,7 @@ user can cause with a message, never with Gradio's bare "Error".
 from __future__ import annotations
 
 import functools
+import html
 import re
 import shutil
 import sqlite3
@@ -26,7 +27,7 @@ from lab.models.weights import NAMED_MODELS
 from ui import forms
 from ui.context import LabContext
 from ui.messages import error, note, ok, refusal, store_fault
-from ui.uploads import accept_upload, upload_notes
+from ui.uploads import accept_upload, refused_notes, upload_notes
 
 UPLOAD_TYPES = [".jsonl", ".json", ".csv"]
 # What a user can cause while a config is checked: a refused field, unreadable data, a file that vanished
@@ -89,8 +90,9 @@ def submit_anywhere(ctx: LabContext, kind: str, gpus: Any, processes: Any, execu
 
 
 def _info(field: forms.Field) -> str:
-    """The line under a field's label: its help (a model field also says what else it takes)."""
-    return field.help + (" (type a hub id, a path or run:<id>)" if field.role == "model" else "")
+    """The line under a field's label: its help (a model field also says what else it takes), escaped:
+    Gradio renders an info line as Markdown/HTML, where ``run:<id>`` would vanish as an unknown tag."""
+    return html.escape(field.help + (" (type a hub id, a path or run:<id>)" if field.role == "model" else ""))
 
 
 def field_marks(kind: str, shown: str) -> list[Any]:
@@ -102,9 +104,18 @@ def field_marks(kind: str, shown: str) -> list[Any]:
     path = FIELD_PATH.match(text) if text else None
     form = forms.fields(kind)
     named = next((f for f in form if path and f.name == path.group(1)), None)
-    marks = [gr.update(elem_classes=[REFUSED], info=f"⚠️ {text}") if f is named else
+    marks = [gr.update(elem_classes=[REFUSED], info=f"⚠️ {html.escape(text)}") if f is named else
              gr.update(elem_classes=[], info=_info(f)) for f in form]
     return [*marks, gr.update(open=True) if named and not forms.is_key(kind, named.name) else gr.skip()]
+
+
+def clear_refusal(kind: str, shown: str) -> tuple[Any, ...]:
+    """A field was changed: a refusal beside Submit (and the field it marked) no longer describes the
+    form, so both go until Submit or "Show config" checks it again; any other message (a job queued)
+    stays true and stays, and nothing is redrawn."""
+    if refusal(shown) is None:
+        return (gr.skip(), *[gr.skip()] * (len(forms.fields(kind)) + 1))
+    return ("", *field_marks(kind, ""))
 
 
 def submit_and_mark(ctx: LabContext, kind: str, *args: Any) -> tuple[Any, ...]:
@@ -155,7 +166,9 @@ def upload_questions(ctx: LabContext, path: Optional[str]) -> tuple[Any, Any, st
         return gr.update(), gr.update(), "", gr.update(visible=False)
     try:
         up = accept_upload(path, path, ctx.uploads)
-    except (DataError, OSError) as e:
+    except DataError as e:
+        return gr.update(), gr.update(), refused_notes(e), gr.update(visible=False)
+    except OSError as e:
         return gr.update(), gr.update(), error(str(e)), gr.update(visible=False)
     return "custom", str(up.path), upload_notes(up), gr.update(value=up.preview, visible=True)
 
@@ -254,6 +267,9 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
                  inputs=[gpus, processes, executor, partition, nodes, per_node, minutes, account, extra, *components],
                  outputs=[message, *marked], show_progress_on=message).then(None, js=SCROLL_TO_REFUSED)
     preset.change(functools.partial(choose_preset, ctx, kind), inputs=preset, outputs=[*components, message])
+    for component in components:  # what the user types or picks; a preset filling the form says its own note
+        component.input(functools.partial(clear_refusal, kind), inputs=message, outputs=[message, *marked],
+                        show_progress="hidden")
     _follow_task(kind, components)
 
 

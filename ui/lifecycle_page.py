@@ -40,7 +40,7 @@ INTRO = ("How calibration changes along a model's life: with its size, its pre-t
          "Each marker is one run with its 95 % bootstrap interval over questions; where seeds repeat a point, the "
          "dark line is their mean with a 95 % t-interval over seeds, shown as computed: over two or three seeds it can "
          "pass 0 % or 100 %, and the axes widen to hold it. Click a marker, or select a row of the cells table, to "
-         "open that run in Reliability. A chain of runs (a pipeline's base → SFT → DPO, or jobs linked by run:<id>) is "
+         "open that run in Reliability. A chain of runs (a pipeline's base → SFT → DPO, or jobs linked by `run:<id>`) is "
          "listed too once two of its stages are evaluated on the same task, drawn over its stages.")
 NO_SERIES = ("No series yet, and no chain of runs with two stages evaluated on the same task. A series evaluates a "
              "list of models on a list of tasks: run `python -m lab run examples/series-scale-quick.yaml`, or fill in "

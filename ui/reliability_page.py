@@ -55,7 +55,7 @@ def drawn_confidence(ctx: LabContext, run: runs.EvalRun,
 def cautions_of(run: runs.EvalRun, pred: analysis.Predictions,
                 calibrator: Optional[calibrators.Calibrator]) -> list[str]:
     """What to say beside a drawn run: a calibrator fitted on some of its questions, too few questions."""
-    said = [calibrators.fitted_on_same(calibrator, pred.rows), analysis.small_sample_warning(len(pred.labels))]
+    said = [calibrators.fitted_on_same(calibrator, pred.rows), analysis.small_sample_warning(len(pred.labels), analysis.is_token_run(pred))]
     return [f"{run.label}: {c}" for c in said if c]
 
 

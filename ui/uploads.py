@@ -19,7 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from lab.core.files import write_atomic
+from lab.core.reads import shown
 from lab.data import DataError, MCQRecord, load_records
+from lab.data.custom import FORMAT
 from lab.data.templates import option_letter
 
 ALLOWED_SUFFIXES = (".jsonl", ".json", ".csv")
@@ -33,6 +35,7 @@ LISTED_PROBLEMS = 10  # skipped rows shown after an upload
 @dataclass(frozen=True)
 class Upload:
     path: Path  # the stored copy
+    name: str  # how a page names it: from the runs folder (runs/uploads/…), never the server's path
     n_questions: int
     problems: list[str]
     preview: pd.DataFrame
@@ -52,8 +55,9 @@ def _size(n: int) -> str:
 def _check_quota(uploads: Path, size: int, max_total_bytes: int, max_files: int) -> None:
     """Refuse a new file that would take the folder past ``max_files`` files or ``max_total_bytes``."""
     stored = [p.stat().st_size for p in uploads.iterdir() if p.is_file()] if uploads.is_dir() else []
-    what = f"The upload folder {uploads} holds {len(stored)} files ({_size(sum(stored))})"
-    todo = f"Delete old uploads in {uploads} (keep those a queued job still reads) and upload again."
+    folder = shown(uploads, [uploads.parent])  # runs/uploads: the page is no place for the server's path
+    what = f"The upload folder {folder} holds {len(stored)} files ({_size(sum(stored))})"
+    todo = f"Delete old uploads in {folder} (keep those a queued job still reads) and upload again."
     if len(stored) + 1 > max_files:
         raise DataError(f"{what}; the limit is {max_files} files. {todo}")
     if sum(stored) + size > max_total_bytes:
@@ -70,8 +74,19 @@ def _read(temp_path: Path, name: str) -> tuple[list[MCQRecord], list[str]]:
         try:
             data = load_records("custom", "test", [str(named)])
         except DataError as e:
-            raise DataError(str(e).replace(str(named), name), e.problems) from None
+            raise _refused(e, str(named), name) from None
         return data.records, [str(p).replace(str(named), name) for p in data.problems]
+
+
+def _refused(e: DataError, named: str, name: str) -> DataError:
+    """The loader's refusal as the upload box says it: of the file by its own name, not of a dataset
+    split ("custom test" is only how the check reads it, not the split the form will run), its rejected
+    rows all kept so :func:`refused_notes` can list them."""
+    problems = tuple(str(p).replace(named, name) for p in e.problems)
+    if not problems:
+        return DataError(str(e).replace(f"custom test from {named}", name).replace(named, name))
+    return DataError(f"No usable questions in {name}: all {len(problems)} rows were rejected, so nothing was "
+                     f"stored. The first: {problems[0]}. Fix them and upload it again. Expected {FORMAT}.", problems)
 
 
 def accept_upload(temp_path: str | Path, original_name: str, uploads: Path, *,
@@ -102,7 +117,7 @@ def accept_upload(temp_path: str | Path, original_name: str, uploads: Path, *,
     preview = pd.DataFrame([{"id": r.id, "question": r.question, "options": " | ".join(r.choices),
                              "answer": option_letter(r.answer)}
                             for r in records[:PREVIEW_ROWS]])
-    return Upload(target, len(records), problems, preview)
+    return Upload(target, shown(target, [uploads.parent]), len(records), problems, preview)
 
 
 def upload_notes(upload: Upload) -> str:
@@ -111,9 +126,22 @@ def upload_notes(upload: Upload) -> str:
     Skipped-row reasons quote the file's content (``<img onerror=…>`` in a question must show as
     text); one line, so that no Markdown around it reads the file's text as Markdown either.
     """
-    notes = (f"✅ {upload.n_questions} questions read; stored as <code>{html.escape(str(upload.path))}</code> "
+    notes = (f"✅ {upload.n_questions} questions read; stored as <code>{html.escape(upload.name)}</code> "
              "and set as the data file.")
     if upload.problems:
-        items = "".join(f"<li>{html.escape(' '.join(p.split()))}</li>" for p in upload.problems[:LISTED_PROBLEMS])
-        notes += f" {len(upload.problems)} rows skipped:<ul>{items}</ul>"
+        notes += f" {len(upload.problems)} rows skipped:{_listed(upload.problems)}"
     return f"<div class='lab-ok'>{notes}</div>"
+
+
+def refused_notes(e: DataError) -> str:
+    """What the launch page shows for a refused upload, as HTML: the reason, then the first
+    ``LISTED_PROBLEMS`` rejected rows as an accepted upload lists its skipped ones (every text escaped)."""
+    listed = _listed([str(p) for p in e.problems]) if e.problems else ""
+    return f"<div class='lab-error'>⚠️ {html.escape(' '.join(str(e).split()))}{listed}</div>"
+
+
+def _listed(problems: list[str]) -> str:
+    """Up to ``LISTED_PROBLEMS`` rows' reasons as one line of HTML (no Markdown reads the file's text)."""
+    items = "".join(f"<li>{html.escape(' '.join(p.split()))}</li>" for p in problems[:LISTED_PROBLEMS])
+    more = f"<li>… and {len(problems) - LISTED_PROBLEMS} more</li>" if len(problems) > LISTED_PROBLEMS else ""
+    return f"<ul>{items}{more}</ul>"

@@ -80,10 +80,13 @@ class Policy:
     def check(self, field: str, real: Path, given: str) -> None:
         if self.allows(real):
             return
+        # Only a question file can be uploaded (the Launch page's "Your own questions"); a model, an
+        # adapter or an output folder has to be where the server may read it.
+        upload = ("Upload it on the Launch page (\"Your own questions\"), put it under one of those folders"
+                  if field.startswith("data_files") else "Put it under one of those folders")
         raise PathNotAllowed(f"{field}: {given!r} leads outside the folders this server may read "
                              f"({shown_roots(self.named)}). "
-                             "Upload the file on the launch page, or ask the operator to start the app with "
-                             "--allow-path for its folder.")
+                             f"{upload}, or ask the operator to start the app with --allow-path for its folder.")
 
     def check_tree(self, field: str, folder: Path, given: str) -> None:
         """Every entry of ``folder`` (a model, an adapter) resolves inside the roots: no symlink leads out."""

@@ -73,7 +73,8 @@ class Dataset:
 @dataclass
 class DataSection(Dataset):
     split: str = field(default=DEFAULT_SPLIT, metadata=doc("split name, or SOURCE:PART for a seeded carve", **SPLIT))
-    limit: Optional[int] = field(default=None, metadata=doc("first N questions only (None: all)", ge=1, le=MAX_ROWS))
+    limit: Optional[int] = field(default=None, metadata=doc(
+        "first N questions only (a token task, clm / facts: N documents; None: all)", ge=1, le=MAX_ROWS))
 
 
 @dataclass

@@ -395,11 +395,13 @@ def ece_robustness(conf: Any, correct: Any, bin_counts: Sequence[int] = ROBUSTNE
     return pd.DataFrame(records), metrics.smooth_ece(conf, correct)
 
 
-def small_sample_warning(n: int) -> str:
-    """A sentence when ``n`` is below :data:`SMALL_N` (HELM's floor for reporting ECE), else ""."""
+def small_sample_warning(n: int, token: bool = False) -> str:
+    """A sentence when ``n`` is below :data:`SMALL_N` (HELM's floor for reporting ECE), else "";
+    ``token``: a token run (clm, facts), whose ``n`` counts target tokens, not questions."""
     if n >= SMALL_N:
         return ""
-    return (f"Only {n} questions: below {SMALL_N}, binned ECE is dominated by sampling noise and its upward "
+    counted = "targets" if token else "questions"
+    return (f"Only {n} {counted}: below {SMALL_N}, binned ECE is dominated by sampling noise and its upward "
             "bias; read the interval, not the point.")
 
 
