@@ -149,6 +149,10 @@ def _stats_text(summary: dict, bins: Sequence[dict], cols: int = 1) -> str:
     sep = "<br>" if cols >= 4 else " · "
     low, high = summary.get("ece_ci_low"), summary.get("ece_ci_high")
     interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None and high is not None else ""
+    ece = summary.get("ece")
+    # A percentile bootstrap of the upward-biased ECE can leave out the point: say whose interval it is.
+    if interval and ece is not None and not low <= ece <= high:
+        interval = f", {'below' if ece < low else 'above'} its bootstrap{interval}"
     parts = [f"ECE {_pct(summary.get('ece'))}{interval}", f"n={summary.get('n', '–')}"]
     if summary.get("trust") is not None:
         parts.append(f"Trust {_pct(summary.get('trust'))}")

@@ -61,7 +61,18 @@ PAPER_NOT_FOR_TOKENS = ("The paper form, FIRST's softmax(p / c), does not apply 
 LIMITS = (1e-6, 1e6)  # a typed T outside is refused: rows are one-hot or uniform long before, and floats overflow
 START = (0.1, 10.0)  # the slider's range before a run is drawn: the logit sweep's default grid
 GO_TO = {"ece": "Go to lowest ECE", "nll": "Go to lowest NLL"}
-BOOT = 1000  # bootstrap replicates of the drawn ECE's interval: ≈ 30 ms for 500 questions, per move
+# Where each form starts on a run it has not drawn: the logit form at the run's saved temperature, else
+# T = 1 (the run unscaled); the paper form, which has no unscaled value, at c = 1, the top of its grid.
+PAPER_START = 1.0
+# The drawn ECE's interval resamples as the run's evaluation did (its config.yaml's bootstrap and seed), so
+# at T = 1 it is the interval the run reported; these, the evaluation's defaults, where the run has none.
+# 1000 replicates take ≈ 30 ms for 500 questions, per move.
+BOOT, BOOT_SEED = 1000, 0
+# A bootstrap percentile interval of ECE may leave out the point: said beside it, never hidden.
+OUTSIDE_INTERVAL = ("ECE {side} its interval, a bootstrap percentile interval: ECE is biased upward under resampling, "
+                    "so the point may lie below it (each replicate adds resampling noise, which |confidence − "
+                    "accuracy| turns into error), the more so at a temperature fitted on these same questions. Read "
+                    "the interval as the estimate's sampling noise, not as bounds on the true calibration error.")
 # The diagram has half the row (≈ 650 px at 1440 px): at 15 px a title line of more than ≈ 60
 # characters runs past its edge, so the title leads with T and wraps the run's label narrower.
 TITLE_CHARS = 52
@@ -198,6 +209,15 @@ def _interval(summary: dict) -> str:
     return f" <span id='ece-interval'>[95% CI {100 * low:.1f}–{100 * high:.1f}%]</span>"
 
 
+def _outside_interval(summary: dict) -> str:
+    """The note under the metrics when the ECE lies outside its own interval (:data:`OUTSIDE_INTERVAL`), else ""."""
+    low, high, ece = summary.get("ece_ci_low"), summary.get("ece_ci_high"), summary["ece"]
+    if low is None or high is None or low <= ece <= high:
+        return ""
+    said = OUTSIDE_INTERVAL.format(side="below" if ece < low else "above")
+    return f"<div id='ece-outside-interval' style='{NOTE_STYLE}'>⚠ {html.escape(said)}</div>"
+
+
 def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, sweep: analysis.Sweep,
                   formula: Optional[str] = None) -> str:
     baseline = _baseline(run, form)
@@ -208,7 +228,8 @@ def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, 
             f"({baseline}: {100 * base['ece']:.2f}%) · "
             f"NLL {summary['nll']:.4f} ({BASELINE[form]}: {base['nll']:.4f}) · "
             f"accuracy {100 * summary['accuracy']:.1f}% · n = {summary['n']} · {binned}, "
-            f"bins {summary['bin_edges']}-closed</div>{_small_sample(summary['n'])}{_optima_text(sweep, form)}")
+            f"bins {summary['bin_edges']}-closed</div>{_outside_interval(summary)}{_small_sample(summary['n'])}"
+            f"{_optima_text(sweep, form)}")
 
 
 def _small_sample(n: int) -> str:
@@ -253,6 +274,18 @@ def _form_choices(pred: analysis.Predictions, form: str) -> tuple[str, Any]:
     return form, gr.update(choices=list(FORMS), info=FORM_INFO)
 
 
+def bootstrap_settings(run: EvalRun) -> tuple[int, int]:
+    """The replicates and seed the run's evaluation drew its ECE interval with (its config.yaml's
+    ``bootstrap`` and ``seed``), so that the page's interval at T = 1 is the one the run reported and at
+    any other T the same resampling; :data:`BOOT` and :data:`BOOT_SEED` where the run has none (no
+    config.yaml, or ``bootstrap: 0``: the page still shows an interval)."""
+    config = runs.read_config(run.path) or {}
+    n_boot, seed = config.get("bootstrap"), config.get("seed")
+    n_boot = n_boot if isinstance(n_boot, int) and not isinstance(n_boot, bool) and n_boot > 0 else BOOT
+    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else BOOT_SEED
+    return n_boot, seed
+
+
 def _blank(message: str) -> PageView:
     """Nothing drawn (no run, or it cannot be read): the figures cleared, the controls left as they are."""
     return PageView(None, gr.skip(), "", message, None, "", None, gr.skip(), gr.skip())
@@ -283,7 +316,7 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
         closed = bin_edges(edges, pred.bin_edges)
         asked, (form, radio) = form, _form_choices(pred, form)
         t, clamped = _within(pred, t)
-        summary = analysis.temperature_summary(pred, t, form, n_bins, strategy, closed, BOOT)
+        summary = analysis.temperature_summary(pred, t, form, n_bins, strategy, closed, *bootstrap_settings(run))
         base = analysis.temperature_summary(pred, None, form, n_bins, strategy, closed)
         sweep = ctx.results.sweep(run, form, n_bins, closed)
     except (ValueError, OSError) as e:
@@ -312,15 +345,19 @@ def stored_temperature(ctx: LabContext, name: Optional[str]) -> Optional[float]:
     return None if run is None else runs.saved_temperature(ctx.runs, run)
 
 
-def slider_start(ctx: LabContext, name: Optional[str]) -> float:
-    """Where a picked run starts: its saved or fitted temperature, else 1."""
+def slider_start(ctx: LabContext, name: Optional[str], form: str = "logit") -> float:
+    """Where a form starts on a run: the logit form at the run's saved or fitted temperature, else 1;
+    the paper form at :data:`PAPER_START`, inside its grid (a saved T is the logit form's: taken as c, a
+    T of 4 would lie past the end of the paper form's sweep)."""
+    if form == "paper":
+        return PAPER_START
     return stored_temperature(ctx, name) or 1.0
 
 
 def pick_run(ctx: LabContext, name: Optional[str], form: str, bins: Optional[str],
              edges: Optional[str] = AS_EVALUATED) -> PageView:
-    """A run picked (by hand, or given to the picker as the page opens): drawn at once, at its start."""
-    return draw(ctx, name, slider_start(ctx, name), form, bins, edges)
+    """A run picked (by hand, or given to the picker as the page opens): drawn at once, at its form's start."""
+    return draw(ctx, name, slider_start(ctx, name, form), form, bins, edges)
 
 
 def slider_moved(ctx: LabContext, name: Optional[str], position: Any, drawn: Optional[dict], form: str,
@@ -348,10 +385,11 @@ def typed_temperature(ctx: LabContext, name: Optional[str], value: Any, drawn: O
 
 def settings_changed(ctx: LabContext, name: Optional[str], drawn: Optional[dict], form: str, bins: Optional[str],
                      edges: Optional[str] = AS_EVALUATED) -> PageView:
-    """Another form or binning: the same T redrawn (the run's start before anything is drawn), the
-    slider's range following the new sweep, which may reach further."""
-    same = drawn is not None and drawn["name"] == name
-    return draw(ctx, name, drawn["temperature"] if same else slider_start(ctx, name), form, bins, edges)
+    """Another binning: the same T redrawn, the slider's range following the new sweep, which may reach
+    further. Another form (or run): drawn at that form's start (:func:`slider_start`), since a T of one
+    form is no value of the other: softmax(log p / T) and softmax(p / c) have different scales."""
+    same = drawn is not None and drawn["name"] == name and drawn["form"] == form
+    return draw(ctx, name, drawn["temperature"] if same else slider_start(ctx, name, form), form, bins, edges)
 
 
 def go_to_optimum(ctx: LabContext, name: Optional[str], form: str, bins: Optional[str],

@@ -244,10 +244,10 @@ def reported_summary(pred: Predictions, n_bins: int = 10, strategy: metrics.Stra
 
 
 def _token_summary(pred: Predictions, conf: np.ndarray, target_probs: Any, sum_sq: Optional[np.ndarray], n_bins: int,
-                   strategy: metrics.Strategy, edges: BinEdges, n_boot: int) -> dict[str, Any]:
+                   strategy: metrics.Strategy, edges: BinEdges, n_boot: int, seed: int = 0) -> dict[str, Any]:
     """A token run's summary from each target's confidence, probability and Σ p² over the vocabulary
     (None: Brier unknown): the keys of :func:`calibration_summary`, cw-ECE None."""
-    summary = confidence_summary(conf, reported_correct(pred), n_bins, strategy, edges, n_boot)
+    summary = confidence_summary(conf, reported_correct(pred), n_bins, strategy, edges, n_boot, seed)
     return {**summary, **token_scores(target_probs, sum_sq), "cw_ece": None,
             "trust": metrics.trust(summary["accuracy"], summary["ece"])}
 
@@ -321,20 +321,22 @@ def recalibrate(pred: Predictions, temperature: float, form: Form = "logit") -> 
 
 def temperature_summary(pred: Predictions, temperature: Optional[float], form: Form = "logit", n_bins: int = 10,
                         strategy: metrics.Strategy = "width", edges: BinEdges = "right",
-                        n_boot: int = 0) -> dict[str, Any]:
+                        n_boot: int = 0, seed: int = 0) -> dict[str, Any]:
     """:func:`calibration_summary` of the run at ``temperature`` (:func:`recalibrate`), or with None of
     the model unscaled (:attr:`Predictions.probs`). A token run gets :func:`reported_summary`'s keys at
     T over the whole vocabulary, from the log-partition each target kept (None: T = 1, whatever the
     run was evaluated at), its top token being every temperature's; the paper form, which needs
-    every probability, is refused there, and so is a run evaluated before the log-partition was kept."""
+    every probability, is refused there, and so is a run evaluated before the log-partition was kept.
+    The ECE's interval (``n_boot`` > 0) is the bootstrap of these probabilities, at ``temperature``:
+    with the run's ``bootstrap`` and ``seed``, at T = 1 it is the interval the evaluation reported."""
     if not is_token_run(pred):
         probs = pred.probs if temperature is None else recalibrate(pred, temperature, form)
-        return calibration_summary(probs, pred.mask, pred.labels, n_bins, strategy, edges, n_boot)
+        return calibration_summary(probs, pred.mask, pred.labels, n_bins, strategy, edges, n_boot, seed)
     _check_form(form)
     t = 1.0 if temperature is None else _check_temperature(temperature)
     vectors, target = _token_probs(pred, t, form)
     summary = _token_summary(pred, vectors[:, 0], target, token_sum_sq(token_logits(pred), t), n_bins, strategy,
-                             edges, n_boot)
+                             edges, n_boot, seed)
     if summary["brier"] is None:  # T / 2 below the grid the log-partition was kept at
         summary["brier_note"] = (f"Brier needs log Z at T / 2 = {t / 2:.3g}, below the temperatures this run kept "
                                  "its log-partition at")
@@ -342,7 +344,8 @@ def temperature_summary(pred: Predictions, temperature: Optional[float], form: F
 
 
 def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
-                        strategy: metrics.Strategy = "width", edges: BinEdges = "right", n_boot: int = 0) -> dict[str, Any]:
+                        strategy: metrics.Strategy = "width", edges: BinEdges = "right", n_boot: int = 0,
+                        seed: int = 0) -> dict[str, Any]:
     """Headline metrics and the reliability table of one set of probabilities, JSON-ready.
 
     Keys: ``n, accuracy, ece, ece_ci_low, ece_ci_high, nll, brier, cw_ece, trust, n_bins, strategy,
@@ -357,7 +360,7 @@ def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
     brier = metrics.brier(probs, labels, mask)  # checks probs, mask and labels before anything else
     probs = np.where(mask, np.asarray(probs, dtype=np.float64), 0.0)  # nll takes no mask: padding must be 0
     choice, conf = metrics.predictions(probs, mask)
-    summary = confidence_summary(conf, choice == labels, n_bins, strategy, edges, n_boot)
+    summary = confidence_summary(conf, choice == labels, n_bins, strategy, edges, n_boot, seed)
     return {
         **summary, "nll": metrics.nll(probs, labels), "brier": brier,
         "cw_ece": metrics.classwise_ece(probs, labels, n_bins, mask, edges),
@@ -366,14 +369,14 @@ def calibration_summary(probs: Any, mask: Any, labels: Any, n_bins: int = 10,
 
 
 def confidence_summary(conf: Any, correct: Any, n_bins: int = 10, strategy: metrics.Strategy = "width",
-                       edges: BinEdges = "right", n_boot: int = 0) -> dict[str, Any]:
+                       edges: BinEdges = "right", n_boot: int = 0, seed: int = 0) -> dict[str, Any]:
     """The reliability of one confidence vector (the top probability, or a calibrated one), JSON-ready:
     ``n, accuracy, ece, ece_ci_low, ece_ci_high, n_bins, strategy, bin_edges, reliability``. The
-    bootstrap interval (``n_boot`` > 0, equal-width bins only) is None otherwise."""
+    bootstrap interval (``n_boot`` > 0 replicates drawn with ``seed``, equal-width bins only) is None otherwise."""
     conf, correct = np.asarray(conf, dtype=np.float64), np.asarray(correct)
     low = high = None
     if n_boot > 0 and strategy == "width":
-        low, high = metrics.ece_bootstrap(conf, correct, n_bins, n_boot, metrics.CI_LEVEL, 0, edges)
+        low, high = metrics.ece_bootstrap(conf, correct, n_bins, n_boot, metrics.CI_LEVEL, seed, edges)
     return {
         "n": int(conf.size), "accuracy": float(np.mean(correct)), "ece": metrics.ece(conf, correct, n_bins, strategy, edges),
         "ece_ci_low": low, "ece_ci_high": high, "n_bins": int(n_bins), "strategy": strategy, "bin_edges": edges,
