@@ -5,6 +5,7 @@ take them (tests/test_token_temperature.py)."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -95,7 +96,7 @@ def test_selective_prediction_reads_a_token_run(lab):
 def test_case_studies_show_a_target_in_its_context_with_the_top_tokens(lab):
     rows, _ = _saved(lab, "facts")
     table, _, note = cases_view(lab, "facts", "all", 0.0, 1.0, "")
-    assert len(table) == len(rows) and note.startswith(f"**{len(rows)} of {len(rows)} questions.**")
+    assert len(table) == len(rows) and note.startswith(f"**{len(rows)} of {len(rows)} targets.** Keeps every target. Shown: {len(rows)} of {len(rows)} (100%) targets")
     shown = table.set_index("id")
     for row in rows:
         case = shown.loc[row["id"]]
@@ -115,4 +116,5 @@ def test_the_workbench_and_the_temperature_lab_take_a_token_run(lab):
     assert "lab-error" not in message and "; applied to " in message
     view = draw(lab, "clm", 1.5, "logit", None)
     assert view.message == "" and view.drawn["temperature"] == 1.5
+    assert re.search(r"Only \d+ targets: below", view.text) and not re.search(r"Only \d+ questions", view.text)  # n counts targets
     assert "Saved T = 1.5" in save_chosen_temperature(lab, "clm", 1.5, "logit")

@@ -82,12 +82,12 @@ def cases_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: f
             table[column] = confidence.values(signal, analysis.reported_probs(pred), pred.mask, pred.rows)
         by = column or "confidence"
         filtered = cases.filter_cases(table, kind, conf_range, dataset or None, by)
-        note = cases.describe_cases(table, filtered, kind, conf_range, dataset or None, by)
+        unit = "targets" if analysis.is_token_run(pred) else "questions"  # a token run's rows are its target tokens
+        note = cases.describe_cases(table, filtered, kind, conf_range, dataset or None, by, unit)
         filtered = cases.sort_cases(filtered, order or cases.DEFAULT_SORT)
     except (ValueError, OSError) as e:
         return empty, gr.update(), error(str(e))
     datasets = sorted(set(table["dataset"]) - {""})
-    unit = "targets" if analysis.is_token_run(pred) else "questions"  # a token run's rows are its target tokens
     note = f"**{len(filtered)} of {len(table)} {unit}.** {note}"
     return shown_cases(filtered, column), gr.update(choices=[""] + datasets), note
 

@@ -219,22 +219,23 @@ def _outside_interval(summary: dict) -> str:
 
 
 def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, sweep: analysis.Sweep,
-                  formula: Optional[str] = None) -> str:
+                  token: bool = False) -> str:
     baseline = _baseline(run, form)
     binned = f"{summary['n_bins']} equal-{'mass' if summary['strategy'] == 'mass' else 'width'} bins"
     return (f"<div id='temperature-metrics'>{SYMBOL[form]} = <b>{t:.{SHOWN_DIGITS}g}</b> "
-            f"({form} form, {formula or FORMULA[form]}) · "
+            f"({form} form, {TOKEN_FORMULA if token else FORMULA[form]}) · "
             f"ECE <b id='ece-value'>{100 * summary['ece']:.2f}%</b>{_interval(summary)} "
             f"({baseline}: {100 * base['ece']:.2f}%) · "
             f"NLL {summary['nll']:.4f} ({BASELINE[form]}: {base['nll']:.4f}) · "
             f"accuracy {100 * summary['accuracy']:.1f}% · n = {summary['n']} · {binned}, "
-            f"bins {summary['bin_edges']}-closed</div>{_outside_interval(summary)}{_small_sample(summary['n'])}"
+            f"bins {summary['bin_edges']}-closed</div>{_outside_interval(summary)}{_small_sample(summary['n'], token)}"
             f"{_optima_text(sweep, form)}")
 
 
-def _small_sample(n: int) -> str:
-    """The note the Reliability page and the workbench give a run under :data:`lab.results.analysis.SMALL_N` questions."""
-    said = analysis.small_sample_warning(n)
+def _small_sample(n: int, token: bool) -> str:
+    """The note the Reliability page and the workbench give a run under :data:`lab.results.analysis.SMALL_N`
+    questions (a token run's: targets)."""
+    said = analysis.small_sample_warning(n, token)
     return f"<div id='temperature-small-sample' style='{NOTE_STYLE}'>⚠ {html.escape(said)}</div>" if said else ""
 
 
@@ -329,8 +330,7 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
         box=gr.update(value=_show(t), label=f"{FIELD[form]} (type a value, then Enter)"),
         message=(note(PAPER_NOT_FOR_TOKENS) if form != asked else "") + clamped,
         reliability=reliability_figure(summary, f"{symbol} = {t:.{SHOWN_DIGITS}g} · {run.label}", TITLE_CHARS),
-        text=_metrics_text(run, t, form, summary, base, sweep,
-                           TOKEN_FORMULA if analysis.is_token_run(pred) else None),
+        text=_metrics_text(run, t, form, summary, base, sweep, analysis.is_token_run(pred)),
         sweep=_sweep_plot(sweep, t, form),
         go_ece=gr.update(value=f"{GO_TO['ece']} ({symbol} = {sweep.best_ece:.3g})"),
         go_nll=gr.update(value=f"{GO_TO['nll']} ({symbol} = {sweep.best_nll:.3g})"),

@@ -183,17 +183,17 @@ def _share(part: int, whole: int) -> str:
 
 
 def describe_cases(df: pd.DataFrame, shown: pd.DataFrame, kind: CaseKind, conf_range: tuple[float, float],
-                   dataset: Optional[str] = None, by: str = "confidence") -> str:
+                   dataset: Optional[str] = None, by: str = "confidence", unit: str = "questions") -> str:
     """What :func:`filter_cases` kept, in words: the rule with its threshold, how many of the
     questions of that kind it covers and at which confidences, e.g. "44 of 60 wrong answers (73%),
     at confidence 0.28–0.39". Numbers to 3 significant digits; ``by`` names the column the range
-    applied to, as :func:`filter_cases` takes it."""
+    applied to, as :func:`filter_cases` takes it; ``unit`` what a row is (a token run's: ``targets``)."""
     scope = _scope(df, dataset)
     wrong, right = int((~scope["correct"]).sum()), int(scope["correct"].sum())
     lo, hi = conf_range
     threshold = overconfidence_threshold(df, dataset)
     rule = {
-        "all": "every question",
+        "all": f"every {unit[:-1]}",  # every question, every target
         "correct": "the right answers",
         "wrong": "the wrong answers",
         "overconfident_wrong": (f"wrong answers given with a confidence above {threshold:.3g}, the accuracy of "
@@ -202,7 +202,7 @@ def describe_cases(df: pd.DataFrame, shown: pd.DataFrame, kind: CaseKind, conf_r
     if (lo, hi) != (0.0, 1.0):
         rule += f", {by} {lo:.3g}–{hi:.3g}"
     of = {"correct": f"{_share(len(shown), right)} right answers",
-          "all": f"{_share(len(shown), len(scope))} questions"}.get(kind, f"{_share(len(shown), wrong)} wrong answers")
+          "all": f"{_share(len(shown), len(scope))} {unit}"}.get(kind, f"{_share(len(shown), wrong)} wrong answers")
     where = f" at confidence {shown['confidence'].min():.3g}–{shown['confidence'].max():.3g}" if len(shown) else ""
     return f"Keeps {rule}{f' (dataset {dataset})' if dataset else ''}. Shown: {of}{where}."
 
