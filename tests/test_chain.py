@@ -301,7 +301,7 @@ def test_the_launch_page_queues_every_stage_of_a_pipeline_preset_and_lists_it_ap
     ctx = LabContext(tmp_path / "runs")
     text = forms.pipelines()["pipeline-quick"]
     assert all("pipeline-quick" not in forms.presets(name) for name in kinds.names())  # not one kind's preset
-    said = launch_page.submit_pipeline(ctx, text.replace("limit: 16\n    epochs", "limit: 0\n    epochs", 1), "0")
+    said = launch_page.submit_pipeline(ctx, text.replace("limit: 8\n    epochs", "limit: 0\n    epochs", 1), "0")
     assert "pipeline[1] (sft).limit: must be an integer ≥ 1" in said and ctx.store.list() == []
     said = launch_page.submit_pipeline(ctx, text, "0")
     assert "Jobs 1 (evaluate), 2 (sft), 3 (dpo, after 2), 4 (cft, after 3) queued" in said
