@@ -275,6 +275,16 @@ def _form_choices(pred: analysis.Predictions, form: str) -> tuple[str, Any]:
     return form, gr.update(choices=list(FORMS), info=FORM_INFO)
 
 
+def _drawn_form(ctx: LabContext, name: Optional[str], form: str) -> str:
+    """The form ``name`` is drawn in when ``form`` is asked (:func:`_form_choices`); ``form`` itself
+    where its predictions cannot be read (:func:`draw` then says why)."""
+    run = runs.evaluation(ctx.runs, name)
+    try:
+        return _form_choices(ctx.results.predictions(run), form)[0] if run is not None else form
+    except (ValueError, OSError):
+        return form
+
+
 def bootstrap_settings(run: EvalRun) -> tuple[int, int]:
     """The replicates and seed the run's evaluation drew its ECE interval with (its config.yaml's
     ``bootstrap`` and ``seed``), so that the page's interval at T = 1 is the one the run reported and at
@@ -387,8 +397,9 @@ def settings_changed(ctx: LabContext, name: Optional[str], drawn: Optional[dict]
                      edges: Optional[str] = AS_EVALUATED) -> PageView:
     """Another binning: the same T redrawn, the slider's range following the new sweep, which may reach
     further. Another form (or run): drawn at that form's start (:func:`slider_start`), since a T of one
-    form is no value of the other: softmax(log p / T) and softmax(p / c) have different scales."""
-    same = drawn is not None and drawn["name"] == name and drawn["form"] == form
+    form is no value of the other: softmax(log p / T) and softmax(p / c) have different scales. A form
+    the run does not take (the paper form on a token run) leaves it in the form drawn, at the T drawn."""
+    same = drawn is not None and drawn["name"] == name and drawn["form"] in (form, _drawn_form(ctx, name, form))
     return draw(ctx, name, drawn["temperature"] if same else slider_start(ctx, name, form), form, bins, edges)
 
 
