@@ -255,3 +255,17 @@ def test_a_second_folder_of_one_id_leaves_the_store_readable_and_says_what_is_tr
     assert store.list() == []
     err = capsys.readouterr().err
     assert "00001-dpo, 00001-evaluate (each records job 1" in err and ".broken" not in err
+
+
+@pytest.mark.unit
+def test_a_result_json_nested_past_any_ending_is_no_ending_and_the_rebuild_goes_on(tmp_path):
+    """json.loads of a 100,000-deep result.json raises RecursionError, which is no ValueError: the
+    rebuild and the scheduler's finish read every result.json through ended_as."""
+    root = tmp_path / "runs"
+    store = JobStore(root)
+    deep, good = store.submit(CONFIG), store.submit(CONFIG)
+    (Path(deep.run_dir) / RESULT_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    assert ended_as(Path(deep.run_dir)) is None
+    _lose_the_store(root)
+    assert store.get(deep.id).status == "failed" and "no status the lab records" in store.get(deep.id).error
+    assert store.get(good.id).status == "queued"

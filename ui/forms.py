@@ -204,7 +204,7 @@ def preset_time(name: str) -> Optional[str]:
 
 def preset_choices(names: Iterable[str]) -> list[tuple[str, str]]:
     """The Launch page's preset list: each name with its measured time where its file states one."""
-    return [(f"{name} · {preset_time(name)}" if preset_time(name) else name, name) for name in names]
+    return [(f"{name} · {took}" if (took := preset_time(name)) else name, name) for name in names]
 
 
 def pipelines() -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Optional
 
 import pandas as pd
 
+from lab.calibration.metrics import finite_or_none
 from lab.core import stored
 from lab.core.events import read_events
 from lab.core.layout import EVENTS_FILE, MANIFEST_FILE, REPORT_MD, TOPK_DIR
@@ -200,11 +201,6 @@ def _per_evaluation(cells: list[Cell], epochs: dict[int, float]) -> str:
                       "|---|---|---|---|---|---|---|", *rows])
 
 
-def _finite(value: Any) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
-        value) else None
-
-
 def reward_table(events: list[dict[str, Any]]) -> str:
     """DPO's reward figures as TRL logged them: the mean of each epoch's logs, then the last log.
     A step logged twice (a run resumed from a checkpoint before it) counts once, as last logged."""
@@ -214,13 +210,13 @@ def reward_table(events: list[dict[str, Any]]) -> str:
         return ""
     epochs: dict[int, list[dict[str, Any]]] = {}
     for e in logged:
-        epoch = _finite(e.get("epoch")) or 0.0
+        epoch = finite_or_none(e.get("epoch")) or 0.0
         epochs.setdefault(max(1, math.ceil(epoch - 1e-9)), []).append(e)
 
     def figures(group: list[dict[str, Any]]) -> str:
         means = []
         for key in REWARDS:
-            values = [v for v in (_finite(e.get(key)) for e in group) if v is not None]
+            values = [v for v in (finite_or_none(e.get(key)) for e in group) if v is not None]
             mean = sum(values) / len(values) if values else None
             means.append("–" if mean is None else _pct(mean) if key.endswith("accuracies") else f"{mean:+.3f}")
         return " | ".join(means)
@@ -238,7 +234,7 @@ def _alignment(ctx_runs: Path, kind: str, run_dir: str) -> JobResults:
     interval, DPO's rewards; the diagram of the first task's last evaluation."""
     events, _ = read_events(Path(run_dir) / EVENTS_FILE)
     epochs = {e["step"]: e["epoch"] for e in events if e.get("stage") == "train_eval"
-              and isinstance(e.get("step"), int) and _finite(e.get("epoch")) is not None}
+              and isinstance(e.get("step"), int) and finite_or_none(e.get("epoch")) is not None}
     cells = calibration_cells(ctx_runs, run_dir)
     parts = [_before_after(cells), _per_evaluation(cells, epochs)] if cells else []
     if kind == "dpo":

@@ -32,6 +32,7 @@ from lab.core.config import ConfigError, model_fields
 from lab.core.events import EventWriter
 from lab.core.files import write_atomic
 from lab.core.layout import ADAPTER_DIR, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE, run_dir_name
+from lab.core.stored import read_object
 from lab.core.trained import base_model, saved_weights
 from lab.jobkit.stages import stage
 from lab.models import distributed
@@ -72,10 +73,9 @@ def write_result(run_dir: Path, status: str, error: Optional[str] = None) -> Non
 def ended_as(run_dir: Path) -> Optional[dict[str, Any]]:
     """How a job's worker ended (``result.json``); None while it has not."""
     try:
-        result = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_object(run_dir / RESULT_FILE)
+    except (OSError, ValueError):  # StoredFileError too: torn, not an object, or nested past any result
         return None
-    return result if isinstance(result, dict) else None
 
 
 @dataclass(frozen=True)

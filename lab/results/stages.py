@@ -38,6 +38,7 @@ import numpy as np
 
 from lab.calibration.spread import accuracy_bootstrap
 from lab.core.layout import ADAPTER_DIR, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE
+from lab.core.stored import read_object
 from lab.results import runs, series
 
 CHAIN = "chain:"  # a chain's name (what a picker sends back): its last training run's, so prefixed
@@ -87,10 +88,9 @@ def _config(directory: Path) -> dict[str, Any]:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_object(path)
+    except (OSError, ValueError):  # StoredFileError too: a file no run wrote draws no link
         return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _given(directory: Path) -> Optional[str]:
