@@ -22,7 +22,7 @@ import psutil
 
 from jobs.slurm import parse_options
 from lab.core.config import ConfigError, check_int
-from lab.core.events import START, read_events
+from lab.core.events import QUEUED, START, read_events
 from lab.core.layout import CONFIG_FILE, EVENTS_FILE, JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STORE_FILE
 from lab.jobkit.chain import ENDINGS, ended_as
 
@@ -213,7 +213,9 @@ def _state_of(run_dir: Path) -> dict[str, Any]:
                     "error": f"its {RESULT_FILE} says no status the lab records ({status!r:.40})"}
         error = result.get("error")
         return {"status": status, "error": error if isinstance(error, str) else None, "finished": finished}
-    starts = [e for e in read_events(run_dir / EVENTS_FILE)[0] if e["stage"] == START]
+    events = read_events(run_dir / EVENTS_FILE)[0]
+    queued = max((i for i, e in enumerate(events) if e["stage"] == QUEUED), default=-1)  # resumed: read from there
+    starts = [e for e in events[queued + 1:] if e["stage"] == START]
     if not starts:
         return {"status": "queued"}
     start = starts[-1]

@@ -37,8 +37,9 @@ from jobs.preflight import check_devices, check_disk, check_gpu_request, check_l
 from jobs.rebuild import DB_FILE, EXECUTORS, MAX_PROCESSES, check_gpus, create, rebuild
 from jobs.slurm import SlurmOptions, parse_options
 from lab.core.config import ConfigError, check_int
+from lab.core.events import EVENTS_FILE, QUEUED, EventWriter
 from lab.core.files import write_atomic
-from lab.core.layout import (JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE, run_dir_name)
+from lab.core.layout import JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE, run_dir_name
 from lab.core.yamlio import load_yaml
 from lab.jobkit.chain import ENDINGS, references, write_result
 from lab.jobkit.kinds import JobKind, parse_config, write_config
@@ -430,6 +431,8 @@ class JobStore:
                 raise ValueError(f"Job {job_id} is {row['status']}; only a {', '.join(RESUMABLE)} job can be resumed")
             for name in (RESULT_FILE, STOP_FILE):  # the last attempt's ending, and its stop request
                 (Path(row["run_dir"]) / name).unlink(missing_ok=True)
+            # the folder says it waits again: a rebuild must not read the last attempt's start as this one's
+            EventWriter(Path(row["run_dir"]) / EVENTS_FILE).emit(QUEUED)
             last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             db.execute("UPDATE jobs SET status = 'queued', position = ?, devices = NULL, pid = NULL, pid_started = NULL, "
                        "started = NULL, finished = NULL, error = NULL, cancel_requested = 0, slurm_id = NULL "

@@ -269,3 +269,17 @@ def test_a_result_json_nested_past_any_ending_is_no_ending_and_the_rebuild_goes_
     _lose_the_store(root)
     assert store.get(deep.id).status == "failed" and "no status the lab records" in store.get(deep.id).error
     assert store.get(good.id).status == "queued"
+
+
+@pytest.mark.unit
+def test_a_resumed_job_is_queued_again_in_a_rebuilt_store_not_its_last_attempt_interrupted(tmp_path):
+    """Resume deletes the last attempt's result.json, but that attempt's start event stays: without a
+    mark in the folder, a rebuild took the job for one whose worker died, not one waiting to start."""
+    root = tmp_path / "runs"
+    store = JobStore(root)
+    job = store.submit(CONFIG)
+    (Path(job.run_dir) / EVENTS_FILE).write_text(json.dumps({"time": time.time(), "stage": "start", "pid": 2**22 + 17}) + "\n")
+    store.end(job.id, "failed", "its worker died")
+    store.resume(job.id)
+    _lose_the_store(root)
+    assert store.get(job.id).status == "queued"

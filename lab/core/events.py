@@ -26,6 +26,7 @@ from lab.core.stored import depth
 
 START = "start"  # the worker is alive (its first event, before any heavy import)
 STAGE = "stage"  # a named stage began; it may count steps later under its own ``stage``
+QUEUED = "queued"  # queued again (resumed): a ``start`` before it is an earlier attempt's
 
 
 class EventWriter:
