@@ -9,7 +9,8 @@ command line and serves them.
 It listens on 127.0.0.1. Any other address exposes it to a network, so it then requires a
 login (``--auth user:pass`` or ``CALIBRATION_LAB_AUTH=user:pass``) and refuses to start
 without one. Configs submitted from the browser may only name files under the runs directory
-(uploads included), the model cache and the folders given with ``--allow-path``.
+(uploads included), the model cache and the folders given with ``--allow-path``; an lm-eval include
+folder (task YAMLs, which may run Python) only from those given with ``--trust-tasks``.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from lab.versions import exit_if_unsupported
 exit_if_unsupported()  # before gradio and the pages load: an unsupported release refused in one line
 from jobs.scheduler import Scheduler, start_in_background
 from jobs.store import StoreError
+from lab.data.harness import TRUSTED_ENV
 from lab.training.config import TRACKERS_ONLINE_ENV
 from ui.app import build
 from ui.context import LabContext, LaneOptions
@@ -60,6 +62,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--auth", default=None, help="user:password login (required off loopback)")
     parser.add_argument("--allow-path", action="append", default=[], type=Path,
                         help="a folder browser-submitted jobs may read data from (repeatable)")
+    parser.add_argument("--trust-tasks", action="append", default=[], type=Path,
+                        help="a folder of lm-eval task YAMLs browser-submitted jobs may use as lm_eval_include "
+                             "(repeatable; it must also be an --allow-path folder). Such a folder is code: its "
+                             "YAMLs' !function runs Python, so name only folders whose files you trust")
     parser.add_argument("--runs", type=Path, default=RUNS, help="where jobs and their results live (default: runs/)")
     parser.add_argument("--cpu-slots", type=int, default=1, help="CPU jobs at once when there is no GPU")
     parser.add_argument("--executor", choices=("local", "slurm"), default="local",
@@ -90,6 +96,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     auth = resolve_auth(args.host, args.auth)
     if args.trackers_online:  # the scheduler's workers inherit it
         os.environ[TRACKERS_ONLINE_ENV] = "1"
+    if args.trust_tasks:  # ... and this
+        os.environ[TRUSTED_ENV] = os.pathsep.join(str(p.resolve()) for p in args.trust_tasks)
     lane = LaneOptions(args.lane_device, args.lane_memory, args.lane_idle, args.lane_preload)
     ctx = LabContext(args.runs, tuple(p for p in args.allow_path if p.is_dir()), lane, executor=args.executor)
     ctx.exports.mkdir(parents=True, exist_ok=True)

@@ -31,13 +31,14 @@ C = TypeVar("C", bound="ConfigMixin")
 #   dir         an existing directory (an adapter)
 #   temperature a positive number, or a temperature.json / a folder holding one
 #   calibrator  a calibrator.json / a folder holding one (lab.calibration.calibrators)
+#   tasks       a folder of lm-eval task YAMLs (lab.data.harness): code, so also a folder the server trusts
 #   model       'bundled', a local model directory, a Hugging Face hub id, or run:<id>: another job's
 #               trained weights (lab.jobkit.chain), a LoRA run's adapter going to `adapter_field`
 # The other roles never name a file:
 #   name        a name looked up in a registry (`registry`) or matched by `pattern`
 #   text        free text shown or scored, never opened
-Role = Literal["data_files", "files", "dir", "temperature", "calibrator", "model", "name", "text"]
-PATH_ROLES = ("data_files", "files", "dir", "temperature", "calibrator", "model")
+Role = Literal["data_files", "files", "dir", "tasks", "temperature", "calibrator", "model", "name", "text"]
+PATH_ROLES = ("data_files", "files", "dir", "tasks", "temperature", "calibrator", "model")
 MAX_TEXT = 4096  # characters of a text value, unless the field says otherwise
 MAX_ITEMS = 256  # entries of a list, unless the field says otherwise
 
@@ -167,10 +168,11 @@ def _check_text(path: str, value: Any, spec: Spec) -> str:
         raise _fail(path, "must be valid Unicode text (it holds a lone surrogate)") from None
     if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
         raise _fail(path, f"{_show(value)} is not valid here ({spec.help})")
-    if spec.registry is not None and value not in spec.registry:
+    if spec.registry is not None and not spec.registry.knows(value):
         close = suggest(value, list(spec.registry))
         hint = f" Did you mean {close!r}?" if close else ""
-        raise _fail(path, f"unknown {spec.registry.kind} {_show(value)}.{hint} Valid: {', '.join(spec.registry)}")
+        valid = [*spec.registry, *spec.registry.family_forms()]
+        raise _fail(path, f"unknown {spec.registry.kind} {_show(value)}.{hint} Valid: {', '.join(valid)}")
     return value
 
 

@@ -25,6 +25,22 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._families: dict[str, tuple[str, str]] = {}  # prefix -> (what follows it, where such names go)
+
+    def add_family(self, prefix: str, example: str, used_by: str) -> None:
+        """Names that start with ``prefix`` are valid too, though not listed: an open family whose members
+        another library knows (``lm-eval:<task>``), checked where they are used. ``example`` shows the form;
+        ``used_by`` says what takes them, for :meth:`get` to tell code that holds no object for them."""
+        self._families[prefix] = (example, used_by)
+
+    def knows(self, name: object) -> bool:
+        """A registered name, or one of a family's (:meth:`add_family`)."""
+        return name in self._items or (isinstance(name, str) and any(
+            name.startswith(p) and len(name) > len(p) for p in self._families))
+
+    def family_forms(self) -> list[str]:
+        """How each family's names are written (``lm-eval:<task>``), for messages that list the valid names."""
+        return [f"{p}{example}" for p, (example, _) in self._families.items()]
 
     def add(self, name: str, obj: T) -> None:
         if name in self._items:
@@ -35,6 +51,10 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
+            family = next((p for p in self._families if name.startswith(p)), None)
+            if family is not None:
+                raise UnknownNameError(f"{name!r} names no registered {self.kind}: {family}… names are read by "
+                                       f"{self._families[family][1]}") from None
             close = difflib.get_close_matches(name, self._items, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise UnknownNameError(

@@ -10,12 +10,14 @@ the instruction–response pairs of supervised fine-tuning, ``alpaca``, ``dolly`
 """
 from lab.core.errors import DataError
 
-from . import builtin, custom, instructions, synthetic, texts  # noqa: F401  (they register themselves in DATASETS)
+from . import builtin, custom, harness, instructions, synthetic, texts  # noqa: F401  (they register themselves)
 from .instructions import SFT_TASK, InstructionLoad, InstructionRecord, load_instructions
 from .loaders import DATASETS, DatasetSpec, LoadResult, dataset_names, load_records, with_sample
 from .record import MCQRecord, RowProblem
 from .split import carve
 from .texts import TEXT_TASKS, TextLoad, TextRecord, load_texts, text_dataset_names
+
+DATASETS.add_family(harness.PREFIX, "<task>", "the evaluate kind and series tasks (lm-evaluation-harness tasks)")
 
 __all__ = ["DATASETS", "DataError", "DatasetSpec", "InstructionLoad", "InstructionRecord", "LoadResult", "MCQRecord",
            "RowProblem", "SFT_TASK", "TEXT_TASKS", "TextLoad", "TextRecord", "carve", "dataset_names",

@@ -14,6 +14,8 @@ class MCQRecord:
     dataset names it, while prompts always letter the options A, B, C, ... by position.
     ``origin`` is where the loader read it (``(file, line)``, or ``(hub split, row index)``), so that
     later messages (a duplicate id, a question too long for the model) can point at the row.
+    ``requests``: the (context, continuation) pairs an lm-eval task built for it, one per choice
+    (:mod:`lab.data.harness`); its prompt is then the task's, and no template renders it.
     """
 
     id: str
@@ -25,6 +27,7 @@ class MCQRecord:
     labels: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     origin: Optional[tuple[str, int]] = field(default=None, compare=False, hash=False, repr=False)
+    requests: tuple[tuple[str, str], ...] = field(default=(), compare=False, hash=False, repr=False)
 
     @property
     def where(self) -> str:
@@ -38,6 +41,8 @@ class MCQRecord:
             raise ValueError(
                 f"record {self.id!r}: answer index {self.answer} is outside 0..{len(self.choices) - 1}"
             )
+        if self.requests and len(self.requests) != len(self.choices):
+            raise ValueError(f"record {self.id!r}: {len(self.requests)} requests for {len(self.choices)} choices")
         if self.labels and len(self.labels) != len(self.choices):
             raise ValueError(f"record {self.id!r}: {len(self.labels)} labels for {len(self.choices)} choices")
 

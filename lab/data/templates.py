@@ -52,13 +52,16 @@ class Prompt:
 
     ``options`` are the strings scored right after ``text`` (one per choice, in choice order);
     ``chat`` means ``text`` came from a chat template and already holds its special tokens;
-    ``suffix`` follows the chosen option in a training target (FIRST's "The answer is (a).").
+    ``suffix`` follows the chosen option in a training target (FIRST's "The answer is (a).");
+    ``spaces``: the trailing characters of ``text`` that move to the options when tokenising (a space:
+    most tokenizers glue it to the next word); None: all trailing whitespace, as lm-eval moves it.
     """
 
     text: str
     options: tuple[str, ...]
     chat: bool = False
     suffix: str = ""
+    spaces: Optional[str] = " "
 
     def target(self, answer: int) -> str:
         """The completion a model is trained to produce for the correct option."""
@@ -102,7 +105,9 @@ def get_template(name: str) -> Template:
 
 
 def template_names(kind: Optional[Kind] = None) -> list[str]:
-    return [n for n in TEMPLATES.names() if kind is None or TEMPLATES.get(n).kind == kind]
+    """The templates of ``kind`` a user can pick for a lab dataset (all with None); :data:`LM_EVAL`, which only
+    an lm-eval task takes (set by its config), is listed under None alone."""
+    return [n for n in TEMPLATES.names() if kind is None or (TEMPLATES.get(n).kind == kind and n != LM_EVAL)]
 
 
 def _letters(record: MCQRecord, lower: bool = False) -> list[str]:
@@ -364,6 +369,21 @@ def cloze_plain(record: MCQRecord, tokenizer=None) -> Prompt:
 def cloze_boolq(record: MCQRecord, tokenizer=None) -> Prompt:
     passage = f"{record.passage.strip()}\n" if record.passage else ""
     return Prompt(f"{passage}Question: {_asked(record.question)}\nAnswer:", tuple(f" {c.lower()}" for c in record.choices))
+
+
+LM_EVAL = "lm_eval"
+
+
+@register(LM_EVAL, "cloze", "an lm-evaluation-harness task's own prompt (dataset lm-eval:<task>): its context, with "
+          "its few-shot examples and description, then each option's continuation")
+def lm_eval(record: MCQRecord, tokenizer=None) -> Prompt:
+    contexts = {context for context, _ in record.requests}
+    if not contexts:  # a lab dataset's question: nothing to render (as text templates give code that renders every one)
+        return Prompt("", ())
+    if len(contexts) > 1:  # a multiple_input task: one prompt per context (lab.data.harness.prompts_of)
+        raise DataError(f"template {LM_EVAL!r} renders the questions of an lm-eval task (dataset lm-eval:<task>); "
+                        f"{record.id!r} has {len(contexts)} contexts")
+    return Prompt(record.requests[0][0], tuple(c for _, c in record.requests), spaces=None)
 
 
 # ---------------------------------------------------------------- texts (clm, facts)

@@ -44,7 +44,7 @@ from lab.core.config import PATH_ROLES, ConfigError, spec_of, validate, walk
 from lab.core.errors import ModelLoadError
 from lab.core.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
 from lab.core.reads import PathNotAllowed, inside, resolved_entries, shown, shown_roots
-from lab.data import DATASETS, DataError, samples, with_sample
+from lab.data import DATASETS, DataError, harness, samples, with_sample
 from lab.data.loaders import hub_copy_problem, list_folder, split_entry
 from lab.jobkit import chain
 from lab.models.tokenizers import check_folder_template
@@ -184,6 +184,8 @@ def _check_bundled(field: str, value: list[str], holder: dict[str, Any], owner: 
 
 def _data_files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
     name = _dataset_name(holder, owner)
+    if harness.is_task(name) and value == [samples.BUNDLED]:
+        return []  # the default [bundled] with an lm-eval task, whose YAML names its data (lm_eval_include)
     # No files here nor in data_files (val_data_files falls back on those): the job reads the hub copy,
     # so where it cannot (offline, say) Submit refuses now rather than the job failing once started.
     problem = None if value or holder.get("data_files") or name not in DATASETS else hub_copy_problem(name)
@@ -211,6 +213,25 @@ def _folder(field: str, value: str, policy: Policy, what: str) -> str:
 
 def _dir(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
     return _folder(field, value, policy, "a folder")
+
+
+def _tasks(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
+    """An lm-eval include folder: allowed, trusted with code where roots apply (a browser's config), every YAML
+    in it well-formed and its ``!function``\ s and includes inside it, and the data its YAMLs name allowed."""
+    real = Path(_folder(field, value, policy, "a folder"))
+    if policy.roots is not None and not inside(real, harness.trusted_folders()):
+        raise ConfigError(f"{field}: {value!r} is not a folder this server trusts with code. An lm-eval include "
+                          "folder runs the Python its YAMLs name (!function); ask the operator to start the app with "
+                          "--trust-tasks for it")
+    try:
+        scan = harness.scan_folder(real, policy.shown(real))
+    except DataError as e:
+        raise ConfigError(f"{field}: {e}") from None
+    for what, path in scan.data:
+        if not policy.allows(path):
+            raise PathNotAllowed(f"{field}: {what} leads outside the folders this server may read "
+                                 f"({shown_roots(policy.named)}); put the data under one of them")
+    return str(real)
 
 
 def _names_a_path(text: str) -> bool:
@@ -343,7 +364,7 @@ def _check_hub_model(field: str, name: str) -> None:
                       "hub id once online.")
 
 
-RESOLVERS: dict[str, Callable[..., Any]] = {"data_files": _data_files, "files": _files, "dir": _dir,
+RESOLVERS: dict[str, Callable[..., Any]] = {"data_files": _data_files, "files": _files, "dir": _dir, "tasks": _tasks,
                                             "temperature": _temperature, "calibrator": _calibrator, "model": _model}
 assert set(RESOLVERS) == set(PATH_ROLES)
 

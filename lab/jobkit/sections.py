@@ -10,6 +10,7 @@ every kind rather than a level of nesting.
     Dataset         dataset, data_files, subject which questions
     DataSection     + split, limit              ... and which part of them
     PromptSection   template                    how a question becomes a prompt
+    HarnessSection  num_fewshot, lm_eval_include ... an lm-eval task's shots and a folder of task YAMLs
     EvalSection     bins, bin_edges, bootstrap  how calibration is measured
     PipelineEvalSection + eval_batch_size       ... of every model a pipeline (FIRST, CFT) makes
     DeviceSection   device, dtype               where a model runs
@@ -31,7 +32,7 @@ from lab.calibration.checks import BinEdges
 from lab.core.config import doc, redeclare
 from lab.core.limits import DEVICE, MAX_BATCH, MAX_BINS, MAX_BOOTSTRAP, MAX_ROWS, SEED, SPLIT, SUBJECT, Dtype
 from lab.core.errors import DataError
-from lab.data import DATASETS, with_sample
+from lab.data import DATASETS, harness, with_sample
 from lab.data.split import canonical_split, parse_split
 from lab.data.templates import TEMPLATES
 
@@ -81,6 +82,17 @@ class DataSection(Dataset):
 class PromptSection:
     template: Optional[str] = field(default=None, metadata=doc("prompt template (None: the dataset's default)",
                                                                role="name", registry=TEMPLATES))
+
+
+@dataclass
+class HarnessSection:
+    num_fewshot: Optional[int] = field(default=None, metadata=doc(
+        "worked examples before each question, for dataset lm-eval:<task> (None: the task's own num_fewshot, as "
+        "lm_eval without --num_fewshot)", ge=0, le=harness.MAX_FEWSHOT))
+    lm_eval_include: Optional[str] = field(default=None, metadata=doc(
+        "a folder of your own lm-eval task YAMLs, as lm_eval --include_path (relative data files are read from it). "
+        "It is code: a !function runs Python from it, so a server reads it only from folders it trusts "
+        "(app.py --trust-tasks DIR)", role="tasks"))
 
 
 @dataclass

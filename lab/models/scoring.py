@@ -88,11 +88,11 @@ def split_pairs(tokenizer, prompt: Prompt, strict: bool = False) -> tuple[list[i
     context's own tokens, so an option is split the way the model would see it after the prompt.
     A trailing space of the context moves to the options (most tokenizers glue it to the next word);
     a trailing newline stays, since it is its own token and moving it would make every option start
-    with it. ``strict`` refuses a split where the option's tokens merge into the context's last token,
+    with it (an lm-eval request moves all trailing whitespace, as lm-eval does: ``Prompt.spaces``). ``strict`` refuses a split where the option's tokens merge into the context's last token,
     which would score the wrong position (letter scoring needs the exact answer position).
     """
     text, options = prompt.text, list(prompt.options)
-    stripped = text.rstrip(" ")
+    stripped = text.rstrip(prompt.spaces)
     if stripped != text:
         options = [text[len(stripped):] + o for o in options]
         text = stripped
@@ -417,6 +417,21 @@ def score_cloze(
         if progress:
             progress(len(batch))
     return results  # type: ignore[return-value]
+
+
+def regroup_cloze(scores: Sequence[ClozeScore], owners: Sequence[Sequence[tuple[int, int]]],
+                  choices: Sequence[Sequence[str]]) -> list[ClozeScore]:
+    """Per question, the option scores its prompts got (``owners[q][j] = (prompt, option)``: an lm-eval
+    task's requests, :func:`lab.data.harness.prompts_of`), normalised as lm-eval's ``acc_norm`` is: by
+    each choice's length in characters (``doc_to_choice``'s text, without the target delimiter)."""
+    out = []
+    for spots, options in zip(owners, choices):
+        ll = np.array([scores[p].logliks[o] for p, o in spots])
+        chars = np.array([max(len(c), 1) for c in options], dtype=float)
+        out.append(ClozeScore(probs=_softmax(ll), logliks=ll, norm_logliks=ll / chars,
+                              n_tokens=np.array([scores[p].n_tokens[o] for p, o in spots]),
+                              problem=nonfinite_cause(ll)))
+    return out
 
 
 def _continuation_logprobs(model: torch.nn.Module, context_cache, context_mask: torch.Tensor,

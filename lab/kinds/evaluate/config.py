@@ -11,12 +11,13 @@ from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
 from lab.core.reads import shown_here
 from lab.core.limits import MAX_BATCH, MAX_TOKENS
-from lab.data import DATASETS
+from lab.core.errors import DataError
+from lab.data import DATASETS, harness
 from lab.data.loaders import not_for_task
-from lab.data.templates import default_template, get_template, template_names
+from lab.data.templates import LM_EVAL, default_template, get_template, template_names
 from lab.data.texts import text_dataset_names
 from lab.jobkit.kinds import JobKind, register
-from lab.jobkit.sections import (AdaptedModel, DataSection, EvalSection, PromptSection, RunSection,
+from lab.jobkit.sections import (BUNDLED, AdaptedModel, DataSection, EvalSection, HarnessSection, PromptSection, RunSection,
                                  bundled_split_problem)
 
 Scoring = Literal["letter", "cloze"]
@@ -35,7 +36,7 @@ MAX_POSITIONS = 1000  # sampled positions per document
 
 
 @dataclass
-class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSection, AdaptedModel):
+class EvalConfig(ConfigMixin, RunSection, EvalSection, HarnessSection, PromptSection, DataSection, AdaptedModel):
     """Everything that defines an evaluation: the shared sections (model, data, prompt, ECE,
     device) and what only an evaluation has; unknown keys refused."""
 
@@ -79,6 +80,14 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
                 raise ValueError(f"calibrator: {shown_here(self.calibrator)} was fitted on {kinds[fitted.tokens]}, "
                                  f"and this is {kinds[not fitted.tokens]}: fit one on a run like this one in the "
                                  "Recalibration workbench")
+        if harness.is_task(self.dataset):
+            self._check_lm_eval()
+            return
+        for name in ("num_fewshot", "lm_eval_include"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: applies to an lm-eval task (dataset lm-eval:<task>), not to {self.dataset!r}")
+        if self.template == LM_EVAL:
+            raise ValueError(f"template: {LM_EVAL!r} is an lm-eval task's own prompt; it needs dataset lm-eval:<task>")
         if self.task != "mcq":
             self._check_token_task()
         elif self.dataset in DATASETS and "mcq" not in DATASETS.get(self.dataset).tasks:
@@ -88,6 +97,29 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, PromptSection, DataSectio
             raise ValueError(problem)
         if self.task == "mcq":
             self._check_template()
+
+    def _check_lm_eval(self) -> None:
+        """An lm-eval task brings its prompt, its data and its scoring: what would contradict them is refused."""
+        if self.task != "mcq":
+            raise ValueError(f"task: an lm-eval task is multiple choice (task mcq), not {self.task}")
+        if self.scoring != "cloze":
+            raise ValueError("scoring: an lm-eval task is scored as lm-eval scores it, by each option's "
+                             "log-likelihood after the task's context (cloze); its prompts do not list lettered options")
+        if self.template not in (None, LM_EVAL):
+            raise ValueError(f"template: an lm-eval task brings its own prompt; leave template empty (or {LM_EVAL!r})")
+        self.template = LM_EVAL
+        if self.data_files == [BUNDLED]:  # the default: the task's YAML names its data
+            self.data_files = []
+        if self.data_files:
+            raise ValueError("data_files: an lm-eval task reads the data its YAML names; write dataset_kwargs."
+                             "data_files in a task YAML of your include folder (lm_eval_include) instead")
+        if self.subject is not None:
+            raise ValueError("subject: an lm-eval task picks its own data; name a subtask instead "
+                             "(lm-eval:mmlu_anatomy, lm-eval:bundled_mmlu_anatomy)")
+        try:
+            harness.check_task(self.dataset, self.lm_eval_include)
+        except DataError as e:
+            raise ValueError(f"dataset: {e}") from None
 
     def _check_template(self) -> None:
         if self.template is None:
@@ -118,5 +150,5 @@ register(JobKind(
     "evaluate", "accuracy and calibration of a model on a dataset", EvalConfig, "lab.kinds.evaluate.run:run_job",
     outputs=(METRICS_FILE, PREDICTIONS_FILE),
     key_fields=("model", "adapter", "task", "dataset", "data_files", "split", "limit", "scoring", "template", "temperature",
-                "calibrator"),
+                "calibrator", "num_fewshot", "lm_eval_include"),
 ))

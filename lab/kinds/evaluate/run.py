@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
 
 import numpy as np
+from scipy.special import softmax
 
 from lab.calibration import calibrators, confidence, metrics
 from lab.calibration.summary import SELECTIVE_BOOT, compute_metrics, oracle_metrics, selective_metrics
@@ -32,7 +33,7 @@ from lab.calibration.temperature import load_temperature, scale
 from lab.core.errors import ScoringError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
-from lab.data import load_records
+from lab.data import harness, load_records
 from lab.data.loaders import log_skipped
 from lab.data.record import MCQRecord
 from lab.data.templates import get_template
@@ -58,6 +59,8 @@ def _prediction_row(record: MCQRecord, probs: np.ndarray) -> dict[str, Any]:
         row["labels"] = list(record.labels)
     if record.meta:
         row["meta"] = record.meta
+    if record.requests:  # an lm-eval document: its id there, and the context lm-eval built (shots included)
+        row.update(task=record.meta["task"], doc_id=record.meta["doc_id"], context=record.requests[0][0])
     return row
 
 
@@ -71,22 +74,23 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
     one question past it would otherwise hold the whole job at 0 done for minutes, then mean nothing.
     ``progress(n)`` after each batch of n questions; a job's counter is told more (:func:`_reporting`).
     """
-    from lab.models.scoring import (batch_tokens, check_context, encode_prompts, plan_batches, score_cloze,
-                                    score_letter, scored_length)
+    from lab.models.scoring import (batch_tokens, check_context, encode_prompts, plan_batches, regroup_cloze,
+                                    score_cloze, score_letter, scored_length)
 
-    template = get_template(cfg.template)
-    prompts = [template.render(r, loaded.tokenizer) for r in records]
+    prompts, owners, named = _prompts(cfg, records, loaded.tokenizer)
     encoded = encode_prompts(loaded.tokenizer, prompts, cfg.scoring)
     lengths = [scored_length(e, cfg.scoring) for e in encoded]
     check_context(loaded.model, loaded.tokenizer,
-                  [(f"{r.id!r} at {r.where}" if r.where else repr(r.id), n) for r, n in zip(records, lengths)],
-                  remedy="Shorten or remove these questions (their passage and options count too), or "
-                         "evaluate a model with a longer context.")
+                  [(f"{r.id!r} at {r.where}" if r.where else repr(r.id), n) for r, n in zip(named, lengths)],
+                  remedy="Shorten or remove these questions (their passage and options count too; an lm-eval "
+                         "task's few-shot examples too: lower num_fewshot), or evaluate a model with a longer context.")
     batches = plan_batches(lengths, cfg.batch_size, batch_tokens(loaded.device))
     scorer = score_letter if cfg.scoring == "letter" else score_cloze
     with _reporting(progress, loaded.model, [(len(b), len(b) * lengths[b[0]]) for b in batches]):
         scores = scorer(loaded.model, loaded.tokenizer, prompts, batch_size=cfg.batch_size, progress=progress,
                         encoded=encoded, batches=batches)
+    if owners is not None:
+        scores = regroup_cloze(scores, owners, [r.choices for r in records])
     skipped = [{"id": r.id, "where": r.where, "cause": s.problem} for r, s in zip(records, scores) if s.problem]
     if skipped and len(skipped) == len(records):
         raise ScoringError(f"All {len(records)} questions scored non-finite, so there is nothing to evaluate: "
@@ -94,6 +98,23 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
     kept = [(r, s) for r, s in zip(records, scores) if s.problem is None]
     rows, scores = [_prediction_row(r, s.probs) for r, s in kept], [s for _, s in kept]
     return rows, (_letter_extra if cfg.scoring == "letter" else _cloze_extra)(cfg, rows, scores), skipped
+
+
+def _prompts(cfg: EvalConfig, records: list[MCQRecord], tokenizer) -> tuple[list, Optional[list], list[MCQRecord]]:
+    """What the scorer runs: one prompt a record from its template; for an lm-eval task's records, the prompts
+    of their requests (:func:`lab.data.harness.prompts_of`) and where each option's score goes back to. The
+    third list names the record each prompt belongs to (for a too-long message)."""
+    if records and records[0].requests:
+        prompts, owners = harness.prompts_of(records)
+        owner_of = {p: i for i, spots in enumerate(owners) for p, _ in spots}
+        return prompts, owners, [records[owner_of[p]] for p in range(len(prompts))]
+    template = get_template(cfg.template)
+    return [template.render(r, tokenizer) for r in records], None, records
+
+
+def scored_units(records: list[MCQRecord]) -> int:
+    """Prompts a scorer's progress counts for ``records``: one a question, or an lm-eval task's contexts."""
+    return len(harness.prompts_of(records)[0]) if records and records[0].requests else len(records)
 
 
 def _listed(skipped: list[dict[str, str]]) -> str:
@@ -133,11 +154,16 @@ def _letter_extra(cfg: EvalConfig, rows: list[dict[str, Any]], scores: list) -> 
 
 def _cloze_extra(cfg: EvalConfig, rows: list[dict[str, Any]], scores: list) -> dict[str, Any]:
     """Log-likelihoods (summed and per character) on each row; ``acc_norm``."""
+    norm_conf = []
     for row, s in zip(rows, scores):
         row["logliks"] = [float(x) for x in s.logliks]
         row["norm_logliks"] = [float(x) for x in s.norm_logliks]
         row["pred_norm"] = int(np.argmax(s.norm_logliks))
-    return {"accuracy_norm": float(np.mean([r["pred_norm"] == r["answer"] for r in rows]))}
+        norm_conf.append(float(np.max(softmax(np.asarray(s.norm_logliks, dtype=np.float64)))))
+    correct_norm = np.array([r["pred_norm"] == r["answer"] for r in rows])
+    # acc_norm's own confidence: the softmax over the length-normalised log-likelihoods it ranks by.
+    return {"accuracy_norm": float(correct_norm.mean()),
+            "ece_norm": metrics.ece(np.array(norm_conf), correct_norm, n_bins=cfg.bins, edges=cfg.bin_edges)}
 
 
 def apply_temperature(rows: list[dict[str, Any]], temperature: float) -> list[dict[str, Any]]:
@@ -168,10 +194,14 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
         return evaluate_tokens(cfg, out, progress_factory, log, announce, loaded, **info)
     announce = announce or (lambda name: None)
     announce(f"loading data {cfg.dataset}")
-    data = load_records(
-        cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject,
-        on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
-    )
+    if harness.is_task(cfg.dataset):
+        data = harness.load_task(cfg.dataset, cfg.lm_eval_include, cfg.num_fewshot, cfg.limit)
+        info = {**info, "lm_eval": _lm_eval_info(data)}
+    else:
+        data = load_records(
+            cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject,
+            on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
+        )
     log_skipped(data.problems, log)
     if loaded is None:
         announce(f"loading model {cfg.model}")
@@ -179,8 +209,17 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
 
         loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
     log(f"scoring {len(data.records)} questions from {data.source} with {cfg.model} ({cfg.scoring}, template {cfg.template})")
-    progress = progress_factory(len(data.records)) if progress_factory else None
+    progress = progress_factory(scored_units(data.records)) if progress_factory else None
     return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress, log=log, **info)
+
+
+def _lm_eval_info(data: harness.TaskLoad) -> dict[str, Any]:
+    """What metrics.json says of an lm-eval run: each task's shots, split and metrics, the groups, the
+    few-shot seed and lm-eval's version (the prompts are its, so its release is part of the result)."""
+    from importlib.metadata import version
+
+    return {"tasks": data.tasks, "groups": data.groups, "fewshot_seed": harness.FEWSHOT_SEED,
+            "version": version("lm_eval")}
 
 
 def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Path, source: str, n_skipped: int = 0,
@@ -227,6 +266,8 @@ def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, inf
         "dataset": cfg.dataset, "split": cfg.split, **info, **compute_metrics(rows, cfg.bins, cfg.bootstrap, cfg.seed, cfg.bin_edges),
         **selective_metrics(rows, min(cfg.bootstrap, SELECTIVE_BOOT), cfg.seed),
     }
+    if len(info.get("lm_eval", {}).get("tasks", {})) > 1:
+        result["subtasks"] = subtask_metrics(rows, cfg, info["lm_eval"]["tasks"])
     oracle = oracle_metrics(rows, cfg.bins, cfg.bin_edges)
     if oracle is not None:
         result.update(oracle=oracle, ece_gap_to_oracle=result["ece"] - oracle["ece"])
@@ -235,6 +276,24 @@ def write_evaluation(out: Path, rows: list[dict[str, Any]], cfg: EvalConfig, inf
     write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     write_atomic(out / METRICS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result
+
+
+SUBTASK_KEYS = ("n", "accuracy", "ece", "brier", "nll")
+
+
+def subtask_metrics(rows: list[dict[str, Any]], cfg: EvalConfig, tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each task of an lm-eval group on its own (the run's top-level metrics are the group's row: every
+    document pooled, which is lm-eval's ``weight_by_size`` mean for accuracy): its accuracies, ECE (no
+    bootstrap: dozens of subtasks), Brier, NLL and shots. A subtask whose documents were all skipped is left out."""
+    out = {}
+    for task, about in tasks.items():
+        subset = [r for r in rows if r.get("task") == task]
+        if not subset:
+            continue
+        summary = compute_metrics(subset, cfg.bins, 0, cfg.seed, cfg.bin_edges)
+        out[task] = {**{k: summary[k] for k in SUBTASK_KEYS}, "shots": about["shots"],
+                     "accuracy_norm": float(np.mean([r["pred_norm"] == r["answer"] for r in subset]))}
+    return out
 
 
 def run_job(cfg: EvalConfig, ctx) -> dict[str, Any]:
