@@ -1,0 +1,209 @@
+"""lm-eval tasks as datasets (issue 40, lab.data.harness): the shipped tasks keep lm-eval's prompts, their
+documents become records with lm-eval's own few-shot contexts, the lab's scores agree with lm-eval's own run
+document by document on task YAMLs and data it has never seen, a group gives a row per subtask, and Submit
+refuses what a task cannot be (naming the field, nothing queued) without running a line of a folder's code."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lab.core.config import ConfigError
+from lab.data import harness, samples
+from lab.data.record import MCQRecord
+from lab.kinds.evaluate.config import EvalConfig
+from lab.jobkit.paths import checked_config
+from ui.context import LabContext
+
+REPO = Path(__file__).resolve().parents[1]
+ARC_EASY = samples.ROOT / "arc_easy" / "dev.jsonl"
+MARKER = "imported.txt"  # what a task folder's module writes when something imports it
+
+
+# ---------------------------------------------------------------- task folders the lab has never seen
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _questions(n: int, seed: int) -> list[dict]:
+    """Made-up four-option questions whose options differ in length (acc_norm then differs from acc)."""
+    rng = np.random.default_rng(seed)
+    words = ["river", "stone", "a small red bird", "the moon", "iron", "paper boats", "salt", "a very long winter"]
+    return [{"q": f"Which of these is item {i}?", "options": [str(w) for w in rng.choice(words, 4, replace=False)],
+             "gold": int(rng.integers(4))} for i in range(n)]
+
+
+def _task_yaml(name: str, data: Path, **extra: str) -> str:
+    lines = [f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:", f"    test: {data}",
+             "test_split: test", "output_type: multiple_choice", 'doc_to_text: "Q: {{q}}\\nA:"',
+             'doc_to_choice: "{{options}}"', "doc_to_target: gold", "metric_list:", "  - metric: acc",
+             "    aggregation: mean", "    higher_is_better: true", "  - metric: acc_norm", "    aggregation: mean",
+             "    higher_is_better: true"]
+    return "\n".join(lines + [f"{k}: {v}" for k, v in extra.items()]) + "\n"
+
+
+WINO_UTILS = '''
+def doc_to_text(doc):
+    return {"1": 0, "2": 1}[doc["answer"]]
+
+
+def doc_to_target(doc):
+    return doc["sentence"][doc["sentence"].index("_") + 1:].strip()
+
+
+def doc_to_choice(doc):
+    idx = doc["sentence"].index("_")
+    return [doc["sentence"][:idx] + opt for opt in (doc["option1"], doc["option2"])]
+'''
+
+
+def _wino_rows(n: int) -> list[dict]:
+    names = [("Anna", "Boris"), ("the cat", "the dog"), ("Carla", "Dev"), ("the box", "the bag")]
+    return [{"sentence": f"{a} thanked {b} because _ had helped with the work number {i}.", "option1": a,
+             "option2": b, "answer": "2" if i % 3 else "1"} for i, (a, b) in enumerate(names * (n // 4 + 1))][:n]
+
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    """An include folder: a four-option task (``unseen_mc``), a Winogrande-style multiple_input task
+    (``unseen_wino``, its functions in utils.py as lm-eval's winogrande has them) and a group of two
+    tasks over their own files (``unseen_group``); every data file an absolute path inside the folder."""
+    root = tmp_path / "tasks"
+    root.mkdir()
+    data = _jsonl(root / "mc.jsonl", _questions(12, 0))
+    (root / "unseen_mc.yaml").write_text(_task_yaml("unseen_mc", data))
+    (root / "utils.py").write_text(WINO_UTILS)
+    wino = _jsonl(root / "wino.jsonl", _wino_rows(8))
+    (root / "unseen_wino.yaml").write_text(textwrap.dedent(f"""\
+        task: unseen_wino
+        dataset_path: json
+        dataset_kwargs:
+          data_files:
+            test: {wino}
+        test_split: test
+        output_type: multiple_choice
+        doc_to_text: !function utils.doc_to_text
+        doc_to_target: !function utils.doc_to_target
+        doc_to_choice: !function utils.doc_to_choice
+        metric_list:
+          - metric: acc
+            aggregation: mean
+            higher_is_better: true
+        """))
+    for part, seed, n in (("a", 1, 5), ("b", 2, 7)):
+        rows = _jsonl(root / f"part_{part}.jsonl", _questions(n, seed))
+        (root / f"unseen_part_{part}.yaml").write_text(_task_yaml(f"unseen_part_{part}", rows))
+    (root / "unseen_group.yaml").write_text("group: unseen_group\ntask:\n  - unseen_part_a\n  - unseen_part_b\n"
+                                            "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: true\n")
+    return root
+
+
+# ---------------------------------------------------------------- the shipped tasks
+
+
+@pytest.mark.unit
+def test_the_shipped_task_files_are_what_their_script_writes():
+    spec = importlib.util.spec_from_file_location("make_lm_eval_tasks", REPO / "scripts" / "make_lm_eval_tasks.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--check"]) == 0
+    assert set(script.tasks()) == {p.name for p in harness.SHIPPED.iterdir() if p.suffix != ".py" and p.is_file()}
+
+
+def _arc_rows(n: int | None) -> list[dict]:
+    return [json.loads(line) for line in ARC_EASY.read_text(encoding="utf-8").splitlines()[:n]]
+
+
+@pytest.mark.unit
+def test_a_shipped_task_gives_the_sample_s_rows_with_lm_eval_s_zero_shot_prompt():
+    load = harness.load_task("lm-eval:bundled_arc_easy", limit=5)
+    assert len(load.records) == 5 and load.problems == []
+    assert load.tasks == {"bundled_arc_easy": {"shots": 0, "split": "validation", "n": 5,
+                                               "metrics": ["acc", "acc_norm"]}}
+    for doc_id, (record, row) in enumerate(zip(load.records, _arc_rows(5))):
+        options = row["question"]["choices"]
+        assert record.choices == tuple(c["text"] for c in options)
+        assert record.answer == [c["label"] for c in options].index(row["answerKey"])
+        assert record.meta == {"task": "bundled_arc_easy", "doc_id": doc_id}
+        context = f"Question: {row['question']['stem']}\nAnswer:"
+        assert record.requests == tuple((context, f" {c['text']}") for c in options)
+
+
+@pytest.mark.unit
+def test_few_shot_contexts_hold_k_solved_examples_and_never_the_scored_document():
+    """fewshot_split is the scored split here, so lm-eval's sampler leaves the document itself out."""
+    rows = _arc_rows(None)
+    answers = {r["question"]["stem"]: next(c["text"] for c in r["question"]["choices"] if c["label"] == r["answerKey"])
+               for r in rows}
+    load = harness.load_task("lm-eval:bundled_arc_easy", num_fewshot=3, limit=8)
+    assert load.tasks["bundled_arc_easy"]["shots"] == 3
+    contexts = set()
+    for record, row in zip(load.records, rows):
+        context = record.requests[0][0]
+        blocks = context.split("\n\n")
+        assert len(blocks) == 4 and blocks[-1] == f"Question: {row['question']['stem']}\nAnswer:"
+        for shot in blocks[:3]:
+            stem, answer = shot.removeprefix("Question: ").split("\nAnswer: ")
+            assert stem != row["question"]["stem"] and answers[stem] == answer  # a solved example, not this one
+        contexts.add("\n\n".join(blocks[:3]))
+    assert len(contexts) > 1  # drawn per document, as lm-eval draws them
+    again = harness.load_task("lm-eval:bundled_arc_easy", num_fewshot=3, limit=8)
+    assert [r.requests for r in again.records] == [r.requests for r in load.records]  # seeded
+
+
+@pytest.mark.unit
+def test_num_fewshot_none_keeps_the_task_s_default_and_a_number_overrides_it(folder):
+    data = folder / "mc.jsonl"
+    (folder / "unseen_mc.yaml").write_text(_task_yaml("unseen_mc", data, num_fewshot="2"))
+    shots = {k: harness.load_task("lm-eval:unseen_mc", str(folder), k, limit=3) for k in (None, 0, 4)}
+    assert {k: load.tasks["unseen_mc"]["shots"] for k, load in shots.items()} == {None: 2, 0: 0, 4: 4}
+    for k, load in shots.items():
+        assert all(r.requests[0][0].count("Q: ") == (2 if k is None else k) + 1 for r in load.records)
+
+
+@pytest.mark.unit
+def test_the_bundled_mmlu_group_gives_its_57_subjects_five_shot_from_their_dev_files():
+    load = harness.load_task("lm-eval:bundled_mmlu", num_fewshot=5, limit=1)
+    subjects = sorted(p.name.removesuffix("_val.csv") for p in (samples.ROOT / "mmlu" / "val").glob("*_val.csv"))
+    assert len(subjects) == 57 and sorted(load.tasks) == [f"bundled_mmlu_{s}" for s in subjects]
+    assert load.groups == {"bundled_mmlu": [f"bundled_mmlu_{s}" for s in subjects]}
+    assert len(load.records) == 57 and len({r.id for r in load.records}) == 57
+    record = next(r for r in load.records if r.meta["task"] == "bundled_mmlu_anatomy")
+    with open(samples.ROOT / "mmlu" / "dev" / "anatomy_dev.csv", encoding="utf-8", newline="") as f:
+        dev = list(csv.reader(f))
+    shots = [f"{q.strip()}\nA. {a}\nB. {b}\nC. {c}\nD. {d}\nAnswer: {key}" for q, a, b, c, d, key in dev[:5]]
+    context = record.requests[0][0]
+    assert context.startswith("The following are multiple choice questions (with answers) about anatomy.\n\n")
+    assert context.split("\n\n")[1:6] == shots  # first_n: the dev file's first five, in order
+    assert [c for _, c in record.requests] == [" A", " B", " C", " D"]
+
+
+@pytest.mark.unit
+def test_prompts_of_gives_one_prompt_per_context_and_where_each_option_lands():
+    plain = MCQRecord(id="p", question="q", choices=("x", "yy"), answer=0, source="t",
+                      requests=(("Q:", " x"), ("Q:", " yy")))
+    multi = MCQRecord(id="m", question="q", choices=("A went", "B went"), answer=1, source="t",
+                      requests=(("A went", " home."), ("B went", " home.")))
+    prompts, owners = harness.prompts_of([plain, multi])
+    assert [(p.text, p.options, p.spaces) for p in prompts] == [
+        ("Q:", (" x", " yy"), None), ("A went", (" home.",), None), ("B went", (" home.",), None)]
+    assert owners == [[(0, 0), (0, 1)], [(1, 0), (2, 0)]]
+
+
+@pytest.mark.unit
+def test_a_multiple_input_task_s_records_carry_one_context_per_option(folder):
+    load = harness.load_task("lm-eval:unseen_wino", str(folder), limit=4)
+    for record, row in zip(load.records, _wino_rows(4)):
+        head, tail = row["sentence"].split("_")
+        assert record.choices == (head + row["option1"], head + row["option2"])
+        assert record.answer == int(row["answer"]) - 1
+        assert record.requests == tuple((c, f" {tail.strip()}") for c in record.choices)
