@@ -207,3 +207,135 @@ def test_a_multiple_input_task_s_records_carry_one_context_per_option(folder):
         assert record.choices == (head + row["option1"], head + row["option2"])
         assert record.answer == int(row["answer"]) - 1
         assert record.requests == tuple((c, f" {tail.strip()}") for c in record.choices)
+
+
+# ---------------------------------------------------------------- refused at submit, nothing queued, nothing run
+
+
+@pytest.fixture
+def server(tmp_path, folder, monkeypatch) -> LabContext:
+    """A server that may read ``tmp_path/tasks`` (the include folder) and trusts it with code, offline."""
+    monkeypatch.setenv(harness.TRUSTED_ENV, str(folder))
+    monkeypatch.setattr(harness, "hub_reachable", lambda: False)
+    return LabContext(tmp_path / "runs", (folder,))
+
+
+def _refused(ctx: LabContext, **config) -> str:
+    """Submit ``config`` (an evaluate) from the browser; the refusal, after checking nothing was queued."""
+    with pytest.raises(ConfigError) as refused:
+        ctx.submit({"kind": "evaluate", "model": "bundled", **config})
+    assert ctx.store.list() == []
+    message = str(refused.value)
+    for value in config.values():  # the user's own values aside, no server path a browser would see
+        message = message.replace(repr(value), "<given>")
+    assert str(ctx.runs.parent) not in message, message
+    return message
+
+
+def _evil(where: Path) -> Path:
+    """A module that leaves a marker beside itself when imported."""
+    path = where / "evil.py"
+    path.write_text(f"from pathlib import Path\nPath(__file__).with_name({MARKER!r}).write_text('ran')\n"
+                    "def fn(doc):\n    return 0\n")
+    return path
+
+
+@pytest.mark.unit
+def test_a_task_from_a_trusted_folder_is_accepted_and_its_code_not_imported(server, folder):
+    _evil(folder)
+    (folder / "unseen_mc.yaml").write_text(_task_yaml("unseen_mc", folder / "mc.jsonl", process_docs="!function evil.fn"))
+    job = server.submit({"kind": "evaluate", "model": "bundled", "dataset": "lm-eval:unseen_mc",
+                         "lm_eval_include": str(folder), "num_fewshot": 2, "limit": 4})
+    assert [j.id for j in server.store.list()] == [job.id]
+    assert not (folder / MARKER).exists()  # indexed and checked from the YAML alone
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("task, expected", [
+    ("unseen_gen", "dataset: lm-eval task 'unseen_gen' is a generate_until task"),
+    ("unseen_roll", "dataset: lm-eval task 'unseen_roll' is a loglikelihood_rolling task"),
+    ("unseen_gen_group", "dataset: lm-eval task 'unseen_gen' is a generate_until task"),  # a member of a group
+])
+def test_a_task_that_is_not_multiple_choice_is_refused_naming_its_type(server, folder, task, expected):
+    data = folder / "mc.jsonl"
+    (folder / "gen.yaml").write_text(_task_yaml("unseen_gen", data).replace("multiple_choice", "generate_until"))
+    (folder / "roll.yaml").write_text(_task_yaml("unseen_roll", data).replace("multiple_choice",
+                                                                               "loglikelihood_rolling"))
+    (folder / "gen_group.yaml").write_text("group: unseen_gen_group\ntask:\n  - unseen_part_a\n  - unseen_gen\n")
+    message = _refused(server, dataset=f"lm-eval:{task}", lm_eval_include=str(folder))
+    assert message.startswith(expected) and "multiple_choice" in message, message
+
+
+@pytest.mark.unit
+def test_a_hub_task_on_an_offline_machine_is_refused_naming_its_dataset(server, folder):
+    (folder / "hub.yaml").write_text(_task_yaml("unseen_hub", folder / "mc.jsonl").replace(
+        "dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: " + str(folder / "mc.jsonl") + "\n",
+        "dataset_path: someone/unseen_questions\n"))
+    message = _refused(server, dataset="lm-eval:unseen_hub", lm_eval_include=str(folder))
+    assert message.startswith("dataset: lm-eval task 'unseen_hub' reads dataset 'someone/unseen_questions' from "
+                              "the Hugging Face hub"), message
+
+
+@pytest.mark.unit
+def test_an_include_folder_outside_the_allowed_ones_or_untrusted_is_refused(server, folder, tmp_path, monkeypatch):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    message = _refused(server, dataset="lm-eval:unseen_mc", lm_eval_include=str(outside))
+    assert message.startswith("lm_eval_include: <given> leads outside the folders this server may read"), message
+    monkeypatch.delenv(harness.TRUSTED_ENV)
+    message = _refused(server, dataset="lm-eval:unseen_mc", lm_eval_include=str(folder))
+    assert message.startswith("lm_eval_include:") and "not a folder this server trusts with code" in message
+    assert "--trust-tasks" in message
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name, text, expected", [
+    ("fn_out.yaml", "task: x\ndoc_to_text: !function ../evil.fn\n", "fn_out.yaml line 2: '!function ../evil.fn'"),
+    ("fn_os.yaml", "task: x\nprocess_docs: !function os.system\n", "fn_os.yaml line 2: '!function os.system'"),
+    ("fn_dotted.yaml", "task: x\nprocess_docs: !function lab.evil.fn\n", "fn_dotted.yaml line 2: '!function lab"),
+    ("inc_out.yaml", "include: ../outside.yaml\ntask: x\n", "inc_out.yaml: 'include: ../outside.yaml' leads outside"),
+    ("bad.yaml", "task: x\ndoc_to_text: [unclosed\nother: 1\n", "bad.yaml: line 3 is not valid YAML"),
+])
+def test_a_folder_whose_yaml_could_run_code_outside_or_is_malformed_is_refused(server, folder, tmp_path, name,
+                                                                               text, expected):
+    _evil(tmp_path)  # beside the include folder, where '../evil' leads
+    (tmp_path / "outside.yaml").write_text("task: y\n")
+    (folder / name).write_text(text)
+    message = _refused(server, dataset="lm-eval:unseen_mc", lm_eval_include=str(folder))
+    assert message.startswith(f"lm_eval_include: tasks/{name}"), message
+    assert expected in message, message
+    assert not (tmp_path / MARKER).exists()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("key", ["data_files", "data_dir"])
+def test_data_a_task_yaml_names_outside_the_allowed_folders_is_refused(server, folder, tmp_path, key):
+    secret = _jsonl(tmp_path / "secret.jsonl", _questions(3, 9))
+    text = _task_yaml("unseen_leak", secret)
+    if key == "data_dir":
+        text = text.replace(f"  data_files:\n    test: {secret}\n", f"  data_dir: {tmp_path}\n")
+    (folder / "leak.yaml").write_text(text)
+    message = _refused(server, dataset="lm-eval:unseen_leak", lm_eval_include=str(folder))
+    shown = ".../secret.jsonl" if key == "data_files" else f".../{tmp_path.name}"
+    assert message.startswith(f"lm_eval_include: tasks/leak.yaml: {key} {shown!r}"), message
+    assert "leads outside the folders this server may read" in message
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("config, field", [
+    ({"dataset": "lm-eval:bundled_arc_easy", "scoring": "letter"}, "scoring"),
+    ({"dataset": "lm-eval:bundled_arc_easy", "template": "cloze_plain"}, "template"),
+    ({"dataset": "lm-eval:bundled_arc_easy", "subject": "anatomy"}, "subject"),
+    ({"dataset": "lm-eval:bundled_arc_easy", "task": "clm"}, "task"),
+    ({"dataset": "arc_easy", "num_fewshot": 3}, "num_fewshot"),
+    ({"dataset": "lm-eval:bad name!"}, "dataset"),
+])
+def test_fields_that_contradict_an_lm_eval_task_are_refused_naming_the_field(server, config, field):
+    message = _refused(server, **config)
+    assert message.startswith(f"{field}:"), message
+
+
+@pytest.mark.unit
+def test_data_files_with_an_lm_eval_task_is_refused(server, folder):
+    message = _refused(server, dataset="lm-eval:bundled_arc_easy", data_files=[str(folder / "mc.jsonl")])
+    assert message.startswith("data_files:") and "lm_eval_include" in message, message

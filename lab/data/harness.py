@@ -196,7 +196,16 @@ def _collect_data(cfg: dict, yaml_dir: Path, folder: Path, where: str, scan: Fol
     if isinstance(path, str) and path not in LOCAL_BUILDERS and _names_local(path, folder):
         named.append(("dataset_path", path))
     for key, given in named:
-        scan.data.append((f"{where}: {key} {given!r}", Path(os.path.realpath(folder / os.path.expanduser(given)))))
+        real = Path(os.path.realpath(folder / os.path.expanduser(given)))
+        scan.data.append((f"{where}: {key} {_as_written(given, real, folder)!r}", real))
+
+
+def _as_written(given: str, real: Path, folder: Path) -> str:
+    """How a message names a data path a YAML holds: as written when relative, else from the include folder, or
+    by its last part alone (an absolute path is the server's, which a browser's user must not see)."""
+    if not os.path.isabs(os.path.expanduser(given)):
+        return given
+    return str(real.relative_to(folder)) if _inside(real, folder) else f".../{real.name}"
 
 
 # ---------------------------------------------------------------- lm-eval's index
