@@ -339,3 +339,128 @@ def test_fields_that_contradict_an_lm_eval_task_are_refused_naming_the_field(ser
 def test_data_files_with_an_lm_eval_task_is_refused(server, folder):
     message = _refused(server, dataset="lm-eval:bundled_arc_easy", data_files=[str(folder / "mc.jsonl")])
     assert message.startswith("data_files:") and "lm_eval_include" in message, message
+
+
+# ---------------------------------------------------------------- the same answers as lm-eval, document by document
+
+
+def _lm_eval_samples(model: Path, folder: Path, task: str, shots: int, limit: int) -> dict[str, list[dict]]:
+    """lm-eval's own run of ``task`` from ``folder`` (its HF model, its requests, its metrics), per task."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=[str(folder)], include_defaults=False)
+    out = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model},dtype=float32", tasks=[task],
+                                  task_manager=manager, num_fewshot=shots, limit=limit, log_samples=True,
+                                  device="cpu", batch_size=8)
+    return out["samples"]
+
+
+def _lab_run(model: Path, folder: Path, task: str, shots: int, limit: int, out: Path) -> tuple[dict, list[dict]]:
+    """The lab's evaluate of ``lm-eval:<task>`` as a job runs it: its metrics.json and predictions.jsonl."""
+    from lab.kinds.evaluate.run import evaluate
+
+    values = {"model": str(model), "dataset": f"lm-eval:{task}", "lm_eval_include": str(folder),
+              "num_fewshot": shots, "limit": limit, "device": "cpu", "dtype": "float32", "batch_size": 8}
+    evaluate(EvalConfig(**checked_config(EvalConfig, values)), out, log=lambda line: None)
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    return json.loads((out / "metrics.json").read_text()), rows
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("task, shots", [  # the few-shot case in the fast tier, the others (~5 s each) in the full suite
+    pytest.param("unseen_mc", 0, marks=pytest.mark.slow), ("unseen_mc", 3),
+    pytest.param("unseen_wino", 2, marks=pytest.mark.slow)])
+def test_the_lab_agrees_with_lm_eval_document_by_document(tiny_model_dir, folder, tmp_path, task, shots):
+    theirs = {s["doc_id"]: s for s in _lm_eval_samples(tiny_model_dir, folder, task, shots, 8)[task]}
+    metrics, rows = _lab_run(tiny_model_dir, folder, task, shots, 8, tmp_path / "run")
+    assert sorted(r["doc_id"] for r in rows) == sorted(theirs) == list(range(8))
+    for row in rows:
+        sample = theirs[row["doc_id"]]
+        lls = np.array([resp[0] for resp in sample["filtered_resps"]])
+        assert [tuple(a) for a in sample["arguments"]][0][0] == row["context"]
+        np.testing.assert_allclose(row["logliks"], lls, atol=1e-4)
+        assert row["pred"] == int(np.argmax(lls)) and float(row["correct"]) == sample["acc"]
+        if "acc_norm" in sample:
+            assert float(row["pred_norm"] == row["answer"]) == sample["acc_norm"]
+    assert metrics["n"] == 8 and metrics["accuracy"] == pytest.approx(np.mean([s["acc"] for s in theirs.values()]))
+    assert metrics["lm_eval"]["tasks"][task]["shots"] == shots and 0 <= metrics["ece"] <= 1
+    if task == "unseen_mc":  # options of unequal length: both scorings, each with its own ECE
+        assert metrics["accuracy_norm"] == pytest.approx(np.mean([s["acc_norm"] for s in theirs.values()]))
+        assert 0 <= metrics["ece_norm"] <= 1
+
+
+@pytest.mark.model
+def test_a_group_gives_a_result_per_subtask_and_the_pooled_group_row(tiny_model_dir, folder, tmp_path):
+    metrics, rows = _lab_run(tiny_model_dir, folder, "unseen_group", 1, None, tmp_path / "run")
+    assert metrics["lm_eval"]["groups"] == {"unseen_group": ["unseen_part_a", "unseen_part_b"]}
+    assert {t: s["n"] for t, s in metrics["subtasks"].items()} == {"unseen_part_a": 5, "unseen_part_b": 7}
+    assert metrics["n"] == 12 == len(rows)
+    for task, sub in metrics["subtasks"].items():
+        mine = [r for r in rows if r["task"] == task]
+        assert sub["accuracy"] == pytest.approx(np.mean([r["correct"] for r in mine]))
+        assert sub["shots"] == 1
+    pooled = sum(s["accuracy"] * s["n"] for s in metrics["subtasks"].values()) / 12
+    assert metrics["accuracy"] == pytest.approx(pooled)  # lm-eval's weight_by_size mean
+
+
+# ---------------------------------------------------------------- against lm-eval's ~15,000 installed tasks (its index: ~13 s)
+
+PROMPT_KEYS = ("output_type", "doc_to_text", "doc_to_choice", "doc_to_target", "target_delimiter", "fewshot_delimiter",
+               "description", "fewshot_config", "num_fewshot", "process_docs")
+MIRRORS = {"bundled_arc_easy": "arc_easy", "bundled_arc_challenge": "arc_challenge",
+           "bundled_openbookqa": "openbookqa", "bundled_boolq": "boolq"}
+
+
+@pytest.fixture(scope="module")
+def installed():
+    """lm-eval's own index of its installed tasks, built once for this module."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager()
+
+
+def _yaml_of(index, name: str) -> dict:
+    """A task's config as lm-eval reads it (includes resolved, !function left unimported)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    return load_yaml(index.task_index[name].yaml_path, resolve_func=False)
+
+
+def _shots_split(cfg: dict) -> str:
+    """Where lm-eval draws a task's few-shot examples from (ConfigurableTask.fewshot_docs' order)."""
+    return next(cfg[k] for k in ("fewshot_split", "training_split", "validation_split", "test_split") if cfg.get(k))
+
+
+def _metric_names(cfg: dict) -> list[str]:
+    return [m["metric"] for m in cfg.get("metric_list", [])]
+
+
+@pytest.mark.unit
+@pytest.mark.slow
+def test_every_shipped_task_keeps_the_prompt_of_the_lm_eval_task_it_mirrors(installed):
+    from lm_eval.tasks import TaskManager
+
+    shipped = TaskManager(include_path=[str(harness.SHIPPED)], include_defaults=False)
+    subjects = _yaml_of(shipped, "bundled_mmlu")["task"]
+    pairs = {**MIRRORS, **{s: s.removeprefix("bundled_") for s in subjects}}
+    assert len(pairs) == 4 + 57
+    for ours, theirs in pairs.items():
+        mine, lm = _yaml_of(shipped, ours), _yaml_of(installed, theirs)
+        for key in PROMPT_KEYS:
+            assert mine.get(key) == lm.get(key), (ours, key, mine.get(key), lm.get(key))
+        assert _metric_names(mine) == _metric_names(lm), ours
+        # the shots' split: lm-eval's, except where that is a training split the bundled sample lacks
+        lacks_train = "training_split" not in mine and _shots_split(lm) == lm.get("training_split")
+        assert _shots_split(mine) == _shots_split(lm) or lacks_train, ours
+
+
+@pytest.mark.unit
+@pytest.mark.slow
+def test_an_unknown_task_is_refused_at_submit_with_the_closest_names(tmp_path):
+    ctx = LabContext(tmp_path / "runs")
+    with pytest.raises(ConfigError) as refused:
+        ctx.submit({"kind": "evaluate", "model": "bundled", "dataset": "lm-eval:bundled_arc_eazy"})
+    message = str(refused.value)
+    assert message.startswith("dataset: unknown lm-eval task 'bundled_arc_eazy'"), message
+    assert "Did you mean lm-eval:bundled_arc_easy" in message and ctx.store.list() == []
