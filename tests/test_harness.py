@@ -74,13 +74,15 @@ def _wino_rows(n: int) -> list[dict]:
 
 @pytest.fixture
 def folder(tmp_path) -> Path:
-    """An include folder: a four-option task (``unseen_mc``), a Winogrande-style multiple_input task
+    """An include folder: a four-option task (``unseen_mc``, and ``unseen_zero``: the same, zero-shot by its
+    YAML), a Winogrande-style multiple_input task
     (``unseen_wino``, its functions in utils.py as lm-eval's winogrande has them) and a group of two
     tasks over their own files (``unseen_group``); every data file an absolute path inside the folder."""
     root = tmp_path / "tasks"
     root.mkdir()
     data = _jsonl(root / "mc.jsonl", _questions(12, 0))
     (root / "unseen_mc.yaml").write_text(_task_yaml("unseen_mc", data))
+    (root / "unseen_zero.yaml").write_text(_task_yaml("unseen_zero", data, num_fewshot="0"))
     (root / "utils.py").write_text(WINO_UTILS)
     wino = _jsonl(root / "wino.jsonl", _wino_rows(8))
     (root / "unseen_wino.yaml").write_text(textwrap.dedent(f"""\
@@ -168,6 +170,14 @@ def test_num_fewshot_none_keeps_the_task_s_default_and_a_number_overrides_it(fol
     assert {k: load.tasks["unseen_mc"]["shots"] for k, load in shots.items()} == {None: 2, 0: 0, 4: 4}
     for k, load in shots.items():
         assert all(r.requests[0][0].count("Q: ") == (2 if k is None else k) + 1 for r in load.records)
+
+
+@pytest.mark.unit
+def test_a_task_zero_shot_by_its_yaml_stays_zero_shot_whatever_num_fewshot_says(folder):
+    """lm-eval's simple_evaluate never overrides a task's own ``num_fewshot: 0``; the lab asks for the same."""
+    load = harness.load_task("lm-eval:unseen_zero", str(folder), 3, limit=3)
+    assert load.tasks["unseen_zero"]["shots"] == 0
+    assert [r.requests[0][0] for r in load.records] == [f"Q: {q['q']}\nA:" for q in _questions(3, 0)]
 
 
 @pytest.mark.unit
@@ -370,7 +380,7 @@ def _lab_run(model: Path, folder: Path, task: str, shots: int, limit: int, out: 
 @pytest.mark.model
 @pytest.mark.parametrize("task, shots", [  # the few-shot case in the fast tier, the others (~5 s each) in the full suite
     pytest.param("unseen_mc", 0, marks=pytest.mark.slow), ("unseen_mc", 3),
-    pytest.param("unseen_wino", 2, marks=pytest.mark.slow)])
+    pytest.param("unseen_wino", 2, marks=pytest.mark.slow), pytest.param("unseen_zero", 3, marks=pytest.mark.slow)])
 def test_the_lab_agrees_with_lm_eval_document_by_document(tiny_model_dir, folder, tmp_path, task, shots):
     theirs = {s["doc_id"]: s for s in _lm_eval_samples(tiny_model_dir, folder, task, shots, 8)[task]}
     metrics, rows = _lab_run(tiny_model_dir, folder, task, shots, 8, tmp_path / "run")
@@ -384,8 +394,9 @@ def test_the_lab_agrees_with_lm_eval_document_by_document(tiny_model_dir, folder
         if "acc_norm" in sample:
             assert float(row["pred_norm"] == row["answer"]) == sample["acc_norm"]
     assert metrics["n"] == 8 and metrics["accuracy"] == pytest.approx(np.mean([s["acc"] for s in theirs.values()]))
-    assert metrics["lm_eval"]["tasks"][task]["shots"] == shots and 0 <= metrics["ece"] <= 1
-    if task == "unseen_mc":  # options of unequal length: both scorings, each with its own ECE
+    assert metrics["lm_eval"]["tasks"][task]["shots"] == (0 if task == "unseen_zero" else shots)
+    assert 0 <= metrics["ece"] <= 1
+    if task != "unseen_wino":  # options of unequal length: both scorings, each with its own ECE
         assert metrics["accuracy_norm"] == pytest.approx(np.mean([s["acc_norm"] for s in theirs.values()]))
         assert 0 <= metrics["ece_norm"] <= 1
 

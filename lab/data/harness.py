@@ -262,8 +262,9 @@ def shipped_tasks() -> list[str]:
 
 def task_list(include: Optional[str] = None) -> list[tuple[str, str]]:
     """Every task, group and tag lm-eval knows here, each with a note: ``offline`` (its data is on this
-    machine or shipped), ``hub`` (its dataset comes from the Hugging Face hub: needs the network once),
-    or ``group`` / ``tag``. For the Launch form's searchable picker."""
+    machine or shipped), ``hub`` (its dataset comes from the Hugging Face hub, or its data files from a
+    URL such as ``hf://``: needs the network once), ``group`` / ``tag``, or, for a task the lab cannot
+    score, its output type (``generate_until``, …). For the Launch form's searchable picker."""
     index = _manager(_folders(include), True, _stamp(_folders(include)))
     notes = []
     for name in index.all_tasks:
@@ -273,7 +274,12 @@ def task_list(include: Optional[str] = None) -> list[tuple[str, str]]:
             notes.append((name, kind.lower()))
             continue
         cfg = getattr(entry, "cfg", None) or {}
-        local = cfg.get("dataset_path") in LOCAL_BUILDERS or "custom_dataset" in cfg
+        if cfg.get("output_type", MULTIPLE_CHOICE) != MULTIPLE_CHOICE:
+            notes.append((name, str(cfg["output_type"])))
+            continue
+        kwargs = cfg.get("dataset_kwargs") if isinstance(cfg.get("dataset_kwargs"), dict) else {}
+        remote = any("://" in f for f in _local_data(kwargs.get("data_files")))
+        local = (cfg.get("dataset_path") in LOCAL_BUILDERS and not remote) or "custom_dataset" in cfg
         notes.append((name, "offline" if local else "hub"))
     return notes
 
@@ -371,7 +377,8 @@ def load_task(dataset: str, include: Optional[str] = None, num_fewshot: Optional
               limit: Optional[int] = None) -> TaskLoad:
     """The documents of ``lm-eval:<task>`` (each leaf of a group) as records, with lm-eval's requests.
 
-    ``num_fewshot`` overrides the task's own (as ``lm_eval --num_fewshot`` does); the shots are drawn by
+    ``num_fewshot`` overrides the task's own (as ``lm_eval --num_fewshot`` does, which leaves a task whose
+    YAML sets ``num_fewshot: 0`` zero-shot: simple_evaluate's rule); the shots are drawn by
     lm-eval's sampler with its default seed, so the contexts are those ``lm_eval`` builds. ``limit``: the
     first N documents of each task, as ``lm_eval --limit N``.
     """
@@ -384,7 +391,7 @@ def load_task(dataset: str, include: Optional[str] = None, num_fewshot: Optional
     for leaf, task in leaves:
         if task.OUTPUT_TYPE != MULTIPLE_CHOICE:
             raise DataError(not_multiple_choice(leaf, task.OUTPUT_TYPE))
-        if num_fewshot is not None:
+        if num_fewshot is not None and task.get_config("num_fewshot") != 0:  # lm-eval keeps a task's own 0
             task.set_config(key="num_fewshot", value=num_fewshot)
         task.set_fewshot_seed(seed=FEWSHOT_SEED)
         with contextlib.chdir(include or SHIPPED), _quiet():
