@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import threading
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +21,13 @@ from typing import Any, Iterable, Optional
 
 from lab.core.config import ConfigError, spec_of, unwrap_optional
 from lab.core.yamlio import dump_yaml, load_yaml
-from lab.data import DATASETS, dataset_names
+from lab.data import DATASETS, dataset_names, harness
+from lab.data.templates import LM_EVAL
 from lab.jobkit import kinds
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import path_problems
 from lab.jobkit.pipeline import is_pipeline
+from lab.jobkit.sections import DEFAULT_DATA_FILES
 from lab.kinds.evaluate.config import MCQ_DATASET, MCQ_SPLIT, TOKEN_DATASETS, TOKEN_SPLIT
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -36,6 +39,13 @@ MEASURED = re.compile(r"^# Measured \(bench/presets\.py, on (?P<where>[^)]+)\): 
 # (lab.kinds.evaluate.config: a token task given ARC-Easy's validation split reads its own).
 TASK_DEFAULTS = {"mcq": (MCQ_DATASET, MCQ_SPLIT),
                  **{task: (name, TOKEN_SPLIT) for task, name in TOKEN_DATASETS.items()}}
+# What an lm-eval task's picker label says of it (lab.data.harness.task_list's notes): what needs the network.
+SHIPPED_NOTE = "offline, ships with the lab"
+TASK_NOTES = {"offline": "offline", "hub": "hub (needs the network)",
+              "group": "group (needs the network unless its tasks are offline)",
+              "tag": "tag: a set of tasks (needs the network unless they are offline)"}
+_INDEX: list[tuple[str, str]] = []  # lm-eval's whole task list as picker choices, once read (lm_eval_index)
+_INDEX_LOCK = threading.Lock()  # two sessions opening the picker at once read the ~13 s index once
 
 
 @dataclass(frozen=True)
@@ -93,9 +103,59 @@ def dataset_task(kind: str, task: Optional[str] = None) -> str:
     return DATASETS.get(form["dataset"].default).tasks[0]
 
 
-def dataset_choices(kind: str, task: Optional[str] = None) -> list[str]:
-    """The registered datasets the kind's ``dataset`` field accepts, for ``task`` where it has one."""
-    return dataset_names(dataset_task(kind, task))
+def takes_lm_eval(kind: str, task: Optional[str] = None) -> bool:
+    """Whether the kind's ``dataset`` field takes an lm-eval task (``lm-eval:<task>``) for ``task``: a
+    multiple-choice dataset of a kind whose config has lm-eval's fields (``num_fewshot``)."""
+    return "num_fewshot" in {f.name for f in fields(kind)} and dataset_task(kind, task) == "mcq"
+
+
+def task_choice(name: str, note: str) -> tuple[str, str]:
+    """An lm-eval task as the picker lists it: its ``lm-eval:`` value, labelled with what it needs."""
+    return f"{harness.PREFIX}{name} — {note}", harness.PREFIX + name
+
+
+def shipped_choices() -> list[tuple[str, str]]:
+    """The lm-eval tasks that ship with the lab (offline on the first day), for the picker at once."""
+    return [task_choice(name, SHIPPED_NOTE) for name in harness.shipped_tasks()]
+
+
+def lm_eval_index() -> list[tuple[str, str]]:
+    """Every other multiple-choice task, group and tag lm-eval knows (the only ones the lab scores), offline
+    ones first, each labelled with what it needs. Reading lm-eval's index takes ~13 s once per process, so the page is built without it and the picker
+    asks for it when first opened (:func:`ui.launch_page.fill_tasks`); later calls return it at once."""
+    with _INDEX_LOCK:
+        if not _INDEX:
+            shipped = set(harness.shipped_tasks())
+            listed = sorted(((n, note) for n, note in harness.task_list() if n not in shipped and note in TASK_NOTES),
+                            key=lambda task: (task[1] != "offline", task[0]))
+            _INDEX.extend(task_choice(name, TASK_NOTES[note]) for name, note in listed)
+        return list(_INDEX)
+
+
+def dataset_choices(kind: str, task: Optional[str] = None) -> list[str | tuple[str, str]]:
+    """The registered datasets the kind's ``dataset`` field accepts, for ``task`` where it has one; where it
+    takes lm-eval tasks, those that ship with the lab, then lm-eval's whole list once it has been read."""
+    names: list[str | tuple[str, str]] = list(dataset_names(dataset_task(kind, task)))
+    if not takes_lm_eval(kind, task):
+        return names
+    with _INDEX_LOCK:
+        rest = list(_INDEX)
+    return names + shipped_choices() + rest
+
+
+def dataset_fields(dataset: Optional[str], current: dict[str, Any]) -> dict[str, Any]:
+    """The fields that follow a dataset just picked, as the job would resolve them (only those that change):
+    an lm-eval task brings its prompt, data and scoring (cloze, template lm_eval, no data files, no
+    subject); leaving one for a lab dataset puts back the dataset's default template and bundled sample
+    and drops the include folder, which only lm-eval tasks read. ``current``: the fields' widget values."""
+    if harness.is_task(dataset):
+        wanted = {"scoring": "cloze", "template": LM_EVAL, "data_files": "", "subject": ""}
+    elif current.get("template") == LM_EVAL:
+        wanted = {"template": "", "lm_eval_include": "",
+                  "data_files": current.get("data_files") or "\n".join(DEFAULT_DATA_FILES)}
+    else:
+        return {}
+    return {name: value for name, value in wanted.items() if name in current and current[name] != value}
 
 
 def task_fields(task: str, dataset: Optional[str], split: Optional[str]) -> tuple[str, str]:

@@ -30,6 +30,9 @@ from ui.messages import error, note, ok, refusal, store_fault
 from ui.uploads import accept_upload, refused_notes, upload_notes
 
 UPLOAD_TYPES = [".jsonl", ".json", ".csv"]
+FOLLOW_DATASET = ("scoring", "template", "data_files", "subject", "lm_eval_include")  # forms.dataset_fields
+LM_EVAL_INFO = (" or lm-eval:<task>: type to search lm-eval's tasks (the ones that ship with the lab run offline; "
+                "the whole list is added the first time the box is opened, which takes a few seconds)")
 # What a user can cause while a config is checked: a refused field, unreadable data, a file that vanished
 # or cannot be listed. Answered as a message; anything else is a bug and keeps its traceback.
 FORM_ERRORS = (*USER_ERRORS, OSError)
@@ -160,6 +163,25 @@ def change_task(kind: str, task: Optional[str], dataset: Optional[str], split: O
     return gr.update(choices=forms.dataset_choices(kind, task), value=dataset), gr.update(value=split)
 
 
+def fill_tasks(kind: str, task: Optional[str], filled: bool) -> tuple[Any, bool]:
+    """The dataset picker was opened: on its first opening in this page, lm-eval's whole task list joins the
+    ones that ship (read once per server, ~13 s the first time; the shipped ones are offered meanwhile).
+    ``filled`` (this page's state) keeps the ~1 MB list from being sent again at every opening."""
+    if filled or not forms.takes_lm_eval(kind, task):
+        return gr.skip(), filled
+    forms.lm_eval_index()
+    return gr.update(choices=forms.dataset_choices(kind, task)), True
+
+
+def change_dataset(kind: str, dataset: Optional[str], *values: Any) -> list[Any]:
+    """The dataset changed: the fields it decides (:func:`ui.forms.dataset_fields`: an lm-eval task's cloze
+    scoring, its own template, no data files) show what the job will use, so that Submit is not refused
+    for a field the user never touched. ``values``: the widgets of :data:`FOLLOW_DATASET`, where present."""
+    names = [n for n in FOLLOW_DATASET if n in {f.name for f in forms.fields(kind)}]
+    changed = forms.dataset_fields(dataset, dict(zip(names, values)))
+    return [gr.update(value=changed[n]) if n in changed else gr.skip() for n in names]
+
+
 def upload_questions(ctx: LabContext, path: Optional[str]) -> tuple[Any, Any, str, Any]:
     """A question file dropped on the form: checked, stored, and set as the ``custom`` dataset's file."""
     if not path:
@@ -179,8 +201,9 @@ def _widget(kind: str, field: forms.Field, value: Any) -> gr.components.Componen
     if field.name == "dataset":
         # What the kind (and its task) accepts, and what is typed is kept: a dropdown refusing it put the
         # old name back without a word, and Submit ran a job on that; the store refuses an unknown name.
+        info += html.escape(LM_EVAL_INFO) if forms.takes_lm_eval(kind) else ""
         return gr.Dropdown(forms.dataset_choices(kind), value=value, label=label, info=info, allow_custom_value=True,
-                           elem_id=elem_id)
+                           filterable=True, elem_id=elem_id)
     if field.name == "template":
         return gr.Dropdown([""] + template_names(), value=value or "", label=label, info=info,
                            allow_custom_value=True, elem_id=elem_id)
@@ -271,6 +294,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
         component.input(functools.partial(clear_refusal, kind), inputs=message, outputs=[message, *marked],
                         show_progress="hidden")
     _follow_task(kind, components)
+    _follow_dataset(kind, components)
 
 
 def _follow_task(kind: str, components: list[gr.components.Component]) -> None:
@@ -280,6 +304,22 @@ def _follow_task(kind: str, components: list[gr.components.Component]) -> None:
         return
     task, dataset, split = (components[names.index(n)] for n in ("task", "dataset", "split"))
     task.change(functools.partial(change_task, kind), inputs=[task, dataset, split], outputs=[dataset, split])
+
+
+def _follow_dataset(kind: str, components: list[gr.components.Component]) -> None:
+    """For a kind whose dataset takes lm-eval tasks: the picker fills in lm-eval's list when opened, and
+    the fields an lm-eval task decides follow the dataset picked (:func:`change_dataset`)."""
+    names = [f.name for f in forms.fields(kind)]
+    if not forms.takes_lm_eval(kind):
+        return
+    dataset = components[names.index("dataset")]
+    task = components[names.index("task")] if "task" in names else gr.State(None)
+    filled = gr.State(False)
+    dataset.focus(functools.partial(fill_tasks, kind), inputs=[task, filled], outputs=[dataset, filled],
+                  show_progress="hidden")
+    followers = [components[names.index(n)] for n in FOLLOW_DATASET if n in names]
+    dataset.change(functools.partial(change_dataset, kind), inputs=[dataset, *followers], outputs=followers,
+                   show_progress="hidden")
 
 
 def _pipeline_tab(ctx: LabContext) -> None:

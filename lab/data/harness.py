@@ -463,7 +463,7 @@ def check_task(dataset: str, include: Optional[str] = None) -> None:
         if output_type != MULTIPLE_CHOICE:
             raise DataError(not_multiple_choice(leaf, output_type))
         path = cfg.get("dataset_path")
-        if "custom_dataset" in cfg or not isinstance(path, str) or path in LOCAL_BUILDERS:
+        if not _reads_hub(cfg, include):
             continue
         if not (hub_reachable() or (hub_offline_mode() and _in_cache(path))):
             why = "HF_HUB_OFFLINE is set and the local cache has no copy" if hub_offline_mode() else \
@@ -471,6 +471,14 @@ def check_task(dataset: str, include: Optional[str] = None) -> None:
             raise DataError(f"lm-eval task {leaf!r} reads dataset {path!r} from the Hugging Face hub, but {why}. "
                             "Write a task YAML over local files (dataset_path: json, dataset_kwargs.data_files) in "
                             f"an include folder, or use an offline one: {', '.join(shipped_tasks())}")
+
+
+def _reads_hub(cfg: dict, include: Optional[str]) -> bool:
+    """Whether a task's dataset comes from the hub: not a builder over local files, a ``custom_dataset``, nor a
+    ``dataset_path`` folder on this machine (relative: the include folder's, where the task is built)."""
+    path = cfg.get("dataset_path")
+    return ("custom_dataset" not in cfg and isinstance(path, str) and path not in LOCAL_BUILDERS
+            and not _names_local(path, Path(include) if include else SHIPPED))
 
 
 def _in_cache(hub_path: str) -> bool:
