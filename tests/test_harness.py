@@ -265,10 +265,12 @@ def test_a_task_from_a_trusted_folder_is_accepted_and_its_code_not_imported(serv
     ("unseen_gen", "dataset: lm-eval task 'unseen_gen' is a generate_until task"),
     ("unseen_roll", "dataset: lm-eval task 'unseen_roll' is a loglikelihood_rolling task"),
     ("unseen_gen_group", "dataset: lm-eval task 'unseen_gen' is a generate_until task"),  # a member of a group
+    ("unseen_tag", "dataset: lm-eval task 'unseen_gen' is a generate_until task"),  # ... or of a tag
 ])
 def test_a_task_that_is_not_multiple_choice_is_refused_naming_its_type(server, folder, task, expected):
     data = folder / "mc.jsonl"
-    (folder / "gen.yaml").write_text(_task_yaml("unseen_gen", data).replace("multiple_choice", "generate_until"))
+    (folder / "gen.yaml").write_text(_task_yaml("unseen_gen", data, tag="[unseen_tag]").replace("multiple_choice",
+                                                                                                "generate_until"))
     (folder / "roll.yaml").write_text(_task_yaml("unseen_roll", data).replace("multiple_choice",
                                                                                "loglikelihood_rolling"))
     (folder / "gen_group.yaml").write_text("group: unseen_gen_group\ntask:\n  - unseen_part_a\n  - unseen_gen\n")
@@ -475,3 +477,18 @@ def test_an_unknown_task_is_refused_at_submit_with_the_closest_names(tmp_path):
     message = str(refused.value)
     assert message.startswith("dataset: unknown lm-eval task 'bundled_arc_eazy'"), message
     assert "Did you mean lm-eval:bundled_arc_easy" in message and ctx.store.list() == []
+
+
+@pytest.mark.unit
+def test_a_task_over_a_data_folder_inside_the_include_folder_is_offline(server, folder):
+    """``dataset_path`` naming a folder of files (datasets reads it with its json builder) needs no hub."""
+    (folder / "local").mkdir()
+    _jsonl(folder / "local" / "test.jsonl", _questions(4, 3))
+    (folder / "local.yaml").write_text(_task_yaml("unseen_local", folder / "mc.jsonl").replace(
+        "dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: " + str(folder / "mc.jsonl") + "\n",
+        "dataset_path: local\n"))
+    server.submit({"kind": "evaluate", "model": "bundled", "dataset": "lm-eval:unseen_local",
+                   "lm_eval_include": str(folder)})
+    assert len(server.store.list()) == 1
+    load = harness.load_task("lm-eval:unseen_local", str(folder))
+    assert [r.choices for r in load.records] == [tuple(q["options"]) for q in _questions(4, 3)]
