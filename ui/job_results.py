@@ -21,6 +21,7 @@ from lab.calibration.metrics import finite_or_none
 from lab.core import stored
 from lab.core.events import read_events
 from lab.core.layout import EVENTS_FILE, MANIFEST_FILE, REPORT_MD, TOPK_DIR
+from lab.data.harness import PREFIX as LM_EVAL_PREFIX
 from lab.data.templates import option_letter
 from lab.kinds.compare.run import COLUMNS as COMPARE_COLUMNS
 from lab.kinds.compare.run import read_result
@@ -60,6 +61,45 @@ def evaluation_summary(run: runs.EvalRun) -> str:
             f"Run: **{html.escape(run.label)}** (`{run.name}`)")  # a label is shown as typed, never as markup
 
 
+def _figure(metrics: dict[str, Any], key: str) -> Optional[float]:
+    return finite_or_none(metrics.get(key)) if isinstance(metrics, dict) else None
+
+
+def lm_eval_summary(metrics: dict[str, Any]) -> str:
+    """An lm-eval run's two accuracies as lm-eval names them, each with the ECE of its own confidence
+    (``acc``: the softmax over the options' summed log-likelihoods; ``acc_norm``: over the length-normalised
+    ones), and what produced the prompts; "" for any other run."""
+    about = metrics.get("lm_eval")
+    if not isinstance(about, dict):
+        return ""
+    version = f"lm-eval {_md(about['version'])}, " if isinstance(about.get("version"), str) else ""
+    seed = f"few-shot seed {_md(about['fewshot_seed'])}" if about.get("fewshot_seed") is not None else ""
+    made = f" ({version}{seed})" if version or seed else ""
+    return (f"**lm-eval**{made}: **acc {_pct(_figure(metrics, 'accuracy'))}** (ECE {_pct(_figure(metrics, 'ece'))}) · "
+            f"**acc_norm {_pct(_figure(metrics, 'accuracy_norm'))}** (ECE {_pct(_figure(metrics, 'ece_norm'))}, "
+            "its confidence from the length-normalised scores)")
+
+
+def subtask_table(metrics: dict[str, Any], group: str) -> str:
+    """A group run's tasks, one row each below the group's (every document pooled, as lm-eval weights a
+    group by size): n, shots, acc, acc_norm and ECE; "" for a run of one task."""
+    subtasks = metrics.get("subtasks")
+    if not isinstance(subtasks, dict) or not subtasks:
+        return ""
+    tasks = metrics.get("lm_eval", {}).get("tasks", {}) if isinstance(metrics.get("lm_eval"), dict) else {}
+    shots = {t.get("shots") for t in tasks.values() if isinstance(t, dict)} if isinstance(tasks, dict) else set()
+    rows = [f"| **{_md(group)}** (group, all documents) | {_md(metrics.get('n'))} | "
+            f"{_md(shots.pop()) if len(shots) == 1 else '–'} | {_pct(_figure(metrics, 'accuracy'))} | "
+            f"{_pct(_figure(metrics, 'accuracy_norm'))} | {_pct(_figure(metrics, 'ece'))} |"]
+    for name, row in sorted(subtasks.items()):
+        row = row if isinstance(row, dict) else {}
+        rows.append(f"| {_md(name)} | {_md(row.get('n', '–'))} | {_md(row.get('shots', '–'))} | "
+                    f"{_pct(_figure(row, 'accuracy'))} | {_pct(_figure(row, 'accuracy_norm'))} | "
+                    f"{_pct(_figure(row, 'ece'))} |")
+    return "\n".join([f"**Each task of the group** ({len(subtasks)})", "",
+                      "| task | n | shots | accuracy | accuracy_norm | ECE |", "|---|---|---|---|---|---|", *rows])
+
+
 def _evaluation(ctx_runs: Path, run_dir: str) -> JobResults:
     found = runs.job_evaluations(ctx_runs, run_dir)
     if not found:
@@ -67,7 +107,9 @@ def _evaluation(ctx_runs: Path, run_dir: str) -> JobResults:
     run = found[0]
     metrics = runs.read_metrics(run.path) or {}
     more = "" if len(found) == 1 else f"\n\n{len(found)} evaluations: the Results page lists them all."
-    return JobResults(evaluation_summary(run) + more, reliability_figure(metrics, run.label), None, run.name)
+    harness = [lm_eval_summary(metrics), subtask_table(metrics, str(run.dataset or "").removeprefix(LM_EVAL_PREFIX))]
+    text = "\n\n".join([evaluation_summary(run), *(part for part in harness if part)]) + more
+    return JobResults(text, reliability_figure(metrics, run.label), None, run.name)
 
 
 def _report(run_dir: str) -> JobResults:
@@ -168,7 +210,8 @@ def _ece(run: runs.EvalRun) -> str:
 
 
 def _task(cell: Cell) -> str:
-    return _md(" · ".join(p for p in (cell.key, "/".join(x for x in (cell.run.dataset, cell.run.split) if x)) if p))
+    return _md(" · ".join(p for p in (cell.key, series.dataset_label(cell.run.dataset, cell.run.split, cell.run.shots))
+                          if p))
 
 
 def _before_after(cells: list[Cell]) -> str:

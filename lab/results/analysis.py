@@ -492,7 +492,7 @@ def results_table(root: Path) -> pd.DataFrame:
     empty for a run evaluated before they were recorded); on data with known true distributions
     (the controlled task), the Bayes predictor's accuracy and ECE on the same questions."""
     records = [
-        {"run": r.label, "folder": r.name, "model": r.model, "dataset": r.dataset, "split": r.split,
+        {"run": r.label, "folder": r.name, "model": r.model, "dataset": r.dataset_label, "split": r.split,
          "scoring": f"{r.scoring} ({r.template})" if r.scoring and r.template else r.scoring,
          "domain": DOMAIN[r.in_domain], "n": r.n, "ECE": r.ece, "ECE low": r.ece_ci[0] if r.ece_ci else None,
          "ECE high": r.ece_ci[1] if r.ece_ci else None, "accuracy": r.accuracy, "Trust": r.trust, "cw-ECE": r.cw_ece,

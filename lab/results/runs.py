@@ -77,6 +77,12 @@ class EvalRun:
     auroc: Optional[float] = None  # ... runs evaluated before it was recorded
     oracle_accuracy: Optional[float] = None  # the Bayes predictor's, on data with known true distributions
     oracle_ece: Optional[float] = None  # ... (lab.data.synthetic); None for any other data
+    shots: Optional[str] = None  # an lm-eval run's few-shot examples per question ("5", a group's "0–5")
+
+    @property
+    def dataset_label(self) -> str:
+        """The dataset as the pages name it: ``lm-eval:bundled_mmlu (5-shot)``, ``obqa`` (its split apart)."""
+        return series_table.dataset_label(self.dataset, None, self.shots) if self.dataset else ""
 
     @property
     def label(self) -> str:
@@ -85,7 +91,7 @@ class EvalRun:
         if self.title:
             return self.title
         return describe_run(self.model, self.adapter, self.dataset, self.split, self.scoring, self.template,
-                            self.n, self.created, self.name)
+                            self.n, self.created, self.name, self.shots)
 
 
 @dataclass(frozen=True)
@@ -181,15 +187,17 @@ def short_model(path: Optional[str]) -> Optional[str]:
 
 
 def describe_run(model: Optional[str], adapter: Optional[str], dataset: Optional[str], split: Optional[str],
-                 scoring: Optional[str], template: Optional[str], n: Optional[int], created: float, name: str) -> str:
+                 scoring: Optional[str], template: Optional[str], n: Optional[int], created: float, name: str,
+                 shots: Optional[str] = None) -> str:
     """``00003 · bundled · obqa/test · cloze (cloze_plain) · n=500 · 11-23 10:58``: the folder's
-    first part (the job), then what was evaluated, how, on how many questions, and when."""
+    first part (the job), then what was evaluated (an lm-eval task with its shots:
+    ``lm-eval:bundled_mmlu (5-shot)``), how, on how many questions, and when."""
     what = short_model(model) or "?"
     if adapter:
         what += f" + {short_model(adapter)}"
     how = f"{scoring} ({template})" if scoring and template else (scoring or template)
     when = time.strftime("%m-%d %H:%M", time.localtime(created)) if created else None
-    where = "/".join(p for p in (dataset, split) if p) or None
+    where = series_table.dataset_label(dataset, split, shots) or None
     first, _, rest = name.partition("/")
     job = JOB_NUMBER.match(first)
     parts = [job[1] if job else (first if first != "." else None), rest or None, what, where, how,
@@ -219,6 +227,17 @@ def write_label(directory: Path, label: str) -> Optional[str]:
     return text
 
 
+def lm_eval_run(data: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
+    """An lm-eval run's (shots, split) from its ``metrics.json``: the tasks' few-shot count ("5", or
+    "0–5" where a group's tasks differ) and their split where they share one; (None, None) for any other run."""
+    tasks = data.get("lm_eval", {}).get("tasks") if isinstance(data.get("lm_eval"), dict) else None
+    about = [t for t in tasks.values() if isinstance(t, dict)] if isinstance(tasks, dict) else []
+    shots = sorted({t["shots"] for t in about if isinstance(t.get("shots"), int) and not isinstance(t["shots"], bool)})
+    splits = {t["split"] for t in about if isinstance(t.get("split"), str)}
+    said = None if not shots else str(shots[0]) if len(shots) == 1 else f"{shots[0]}–{shots[-1]}"
+    return said, splits.pop() if len(splits) == 1 else None
+
+
 def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
     """The run and its metrics file's modification time, or None when the metrics are unreadable."""
     data = read_metrics(directory)
@@ -231,9 +250,10 @@ def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
     n = finite_or_none(data.get("n"))
     low, high = finite_or_none(data.get("ece_ci_low")), finite_or_none(data.get("ece_ci_high"))
     oracle = data.get("oracle") if isinstance(data.get("oracle"), dict) else {}
+    shots, task_split = lm_eval_run(data)
     run = EvalRun(
         path=directory, name=name, model=_text(data.get("model")), dataset=_text(data.get("dataset")),
-        split=_text(data.get("split")), n=None if n is None else int(n),
+        split=task_split or _text(data.get("split")), n=None if n is None else int(n), shots=shots,
         accuracy=finite_or_none(data.get("accuracy")), ece=finite_or_none(data.get("ece")),
         cw_ece=finite_or_none(data.get("cw_ece")), nll=finite_or_none(data.get("nll")),
         trust=finite_or_none(data.get("trust")), temperature=finite_or_none(data.get("temperature")),

@@ -24,6 +24,7 @@ from lab.calibration.spread import mean_interval
 from lab.core import stored
 from lab.core.files import write_atomic
 from lab.core.layout import SERIES_CSV, SERIES_FILE
+from lab.data.harness import is_task
 from lab.results.reports import csv_text
 
 AXES = {"params": "parameters", "step": "training step", "stage": "stage", "seed": "training seed"}
@@ -127,6 +128,15 @@ def summary_frame(doc: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(doc["summary"], columns=list(SUMMARY_COLUMNS))
 
 
+def dataset_label(dataset: Any, split: Any, shots: Any = None) -> str:
+    """A dataset as the pages name it: ``obqa/test``; an lm-eval task by its name and shots,
+    ``lm-eval:bundled_mmlu (5-shot)`` (a group's differing shots as ``0–5-shot``; None: the task's own,
+    known once it ran). An lm-eval task reads the split its YAML names, so the config's is not shown."""
+    if not is_task(dataset):
+        return "/".join(str(p) for p in (dataset, split) if p)
+    return f"{dataset} ({shots}-shot)" if shots is not None else f"{dataset} (the task's own shots)"
+
+
 def task_label(task: dict[str, Any]) -> str:
-    """A task as a panel title: ``clm · text/test``."""
-    return f"{task.get('task', 'mcq')} · {task.get('dataset')}/{task.get('split')}"
+    """A task as a panel title: ``clm · text/test``, ``mcq · lm-eval:bundled_mmlu (5-shot)``."""
+    return f"{task.get('task', 'mcq')} · {dataset_label(task.get('dataset'), task.get('split'), task.get('num_fewshot'))}"

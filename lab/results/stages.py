@@ -48,7 +48,7 @@ CALIBRATION_DIR = "calibration"  # lab.kinds.sft.config's (the kinds sit above t
 STEP = re.compile(r"step-(\d{1,9})")
 REFERENCE = re.compile(r"run:([1-9][0-9]{0,8})")  # lab.jobkit.chain's
 TASK_FIELDS = ("task", "dataset", "data_files", "subject", "split", "limit", "scoring", "template", "bins",
-               "bin_edges")
+               "bin_edges", "num_fewshot", "lm_eval_include")
 TOKEN_FIELDS = ("seed", "positions", "min_context")  # ... and, for a token task, what picks its targets
 TOKEN_TASKS = ("clm", "facts")
 BASE = "base"
@@ -180,7 +180,8 @@ def _task(config: dict[str, Any]) -> Optional[tuple[tuple, dict[str, Any]]]:
         return None
     fields = TASK_FIELDS + (TOKEN_FIELDS if task in TOKEN_TASKS else ())
     identity = tuple((key, json.dumps(config.get(key), sort_keys=True, default=str)) for key in fields)
-    described = {"task": task, "dataset": config["dataset"], "split": config.get("split")}
+    described = {"task": task, "dataset": config["dataset"], "split": config.get("split"),
+                 "num_fewshot": config.get("num_fewshot")}
     extra = [config["scoring"] if task == "mcq" and config.get("scoring") else None,
              f"first {config['limit']}" if config.get("limit") else None]
     label = " · ".join([series.task_label(described), *(str(e) for e in extra if e)])

@@ -52,7 +52,7 @@ def task_keys(cfg: SeriesConfig) -> list[dict[str, Any]]:
     out = []
     for j in range(len(cfg.tasks)):
         task = cfg.task_config(j, "bundled", None, cfg.seed)
-        described = {"task": task.task, "dataset": task.dataset, "split": task.split}
+        described = {"task": task.task, "dataset": task.dataset, "split": task.split, "num_fewshot": task.num_fewshot}
         out.append({"key": f"t{j}-{task.task}", **described, "label": series.task_label(described)})
     return out
 
