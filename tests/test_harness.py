@@ -492,3 +492,16 @@ def test_a_task_over_a_data_folder_inside_the_include_folder_is_offline(server, 
     assert len(server.store.list()) == 1
     load = harness.load_task("lm-eval:unseen_local", str(folder))
     assert [r.choices for r in load.records] == [tuple(q["options"]) for q in _questions(4, 3)]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("pattern", ["data/linked.jsonl", "data/*.jsonl", "**/*.jsonl"])
+def test_a_link_inside_the_include_folder_to_data_outside_is_refused_glob_or_not(server, folder, tmp_path, pattern):
+    """A glob's own path stays inside the folder; the link it matches does not: the folder is refused for it."""
+    secret = _jsonl(tmp_path / "secret.jsonl", _questions(3, 9))
+    (folder / "data").mkdir()
+    (folder / "data" / "linked.jsonl").symlink_to(secret)
+    (folder / "leak.yaml").write_text(_task_yaml("unseen_leak", folder / "mc.jsonl").replace(
+        f"test: {folder / 'mc.jsonl'}", f"test: {pattern}"))
+    message = _refused(server, dataset="lm-eval:unseen_leak", lm_eval_include=str(folder))
+    assert message.startswith("lm_eval_include:") and "leads outside the folders this server may read" in message
