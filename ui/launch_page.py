@@ -116,7 +116,7 @@ def clear_refusal(kind: str, shown: str) -> tuple[Any, ...]:
     """A field was changed: a refusal beside Submit (and the field it marked) no longer describes the
     form, so both go until Submit or "Show config" checks it again; any other message (a job queued)
     stays true and stays, and nothing is redrawn."""
-    if refusal(shown) is None:
+    if refusal(shown or "") is None:  # shown: None until Submit or "Show config" first said something
         return (gr.skip(), *[gr.skip()] * (len(forms.fields(kind)) + 1))
     return ("", *field_marks(kind, ""))
 
