@@ -1,46 +1,31 @@
-"""Cross-check our cloze accuracy against lm-evaluation-harness on the same questions, and race it.
+"""Race lm-evaluation-harness on its own tasks, and check that the lab's answers are lm-eval's, document by document.
 
-    python bench/vs_lm_eval.py --lm-eval-python /work/lmeval-venv/bin/python [--limit 200]
+    python bench/vs_lm_eval.py [--lm-eval-python PYTHON] [--out bench/results/vs_lm_eval_cpu.txt]
 
-lm-evaluation-harness is a bench extra, not a dependency: ``pip install lm_eval`` in this venv
-(which already has transformers), or ``pip install "lm_eval[hf]"`` (the extra brings
-transformers, accelerate, peft) in a separate venv passed with ``--lm-eval-python`` (default:
-this interpreter), since lm_eval may want other ``datasets`` / ``transformers`` versions than our
-pinned stack. In a fresh venv install ``torch==2.13.0`` first, pinned, so nothing pulls CUDA
-wheels. The bench itself installs nothing.
+For each task below, the same lm-eval task runs through both tools, one subprocess each, same machine,
+same run, ours first, the bundled model (SmolLM2-135M-Instruct, safetensors, float32, CPU):
 
-For ARC-Challenge test and OpenBookQA test (the original AI2 files in ``--data-dir``) it runs,
-one subprocess per tool and dataset, same machine, same run, ours first:
+- ``python -m lab evaluate --dataset lm-eval:TASK --num-fewshot K --limit N``: the lab builds its
+  requests through lm-eval's TaskManager (:mod:`lab.data.harness`) and scores them with its own scorer;
+- ``python -m lm_eval run --model hf --tasks TASK --num_fewshot K --limit N --log_samples``, with the lab's
+  task folder as ``--include_path`` (the ``bundled_*`` tasks: lm-eval's prompts over the bundled samples).
 
-- ``python -m lab evaluate --scoring cloze`` with ``cloze_qa`` (ARC) / ``cloze_plain`` (OBQA);
-- ``python -m lm_eval run --model hf`` on the same safetensors directory (the bundled model, fp32,
-  CPU), with a task YAML written to a temp dir (``--include_path``). Its prompt, choices and gold
-  are lm-eval's own ``doc_to_text`` / ``doc_to_choice`` / ``doc_to_target``, read from the
-  installed ``arc_easy.yaml`` (which ``arc_challenge.yaml`` includes) and ``openbookqa.yaml`` and
-  rewritten from the hub schema to the files' (``question.stem``, ``question.choices[].text/label``).
+It prints, per task: whether every request's context and continuation are the same text in both, both
+tools' ``acc`` / ``acc_norm``, how many documents agree on both, the largest log-likelihood difference,
+and each tool's time: wall and CPU seconds of the whole subprocess (start-up, task building and model load
+included), wall seconds of scoring alone (ours: metrics.json ``seconds``; lm-eval's: its progress bar,
+whole seconds), and the CPU other processes used meanwhile, since a shared core skews a race.
 
-It then checks that lm-eval's logged (context, continuation) pairs are exactly our template's
-prompt and options, and prints both tools' ``acc`` / ``acc_norm``, every question where the
-predictions differ with both tools' log-likelihoods, the largest log-likelihood difference, and
-each tool's time: wall and CPU seconds of the whole subprocess (model load included), wall
-seconds of scoring alone (ours: metrics.json ``seconds``; lm-eval's: its progress bar, whole
-seconds), and the CPU other processes used meanwhile, since a shared core skews the race.
+Why the lab is faster, as lm_eval 0.4.13 does it (``HFLM._loglikelihood_tokens``): each (context,
+continuation) pair is a request of its own, run as one full sequence ``(context + continuation)[:-1]``
+with no KV cache, so a K-option question runs its context K times (its cache merges pairs only when the
+continuation is a single token, as MMLU's " A"…" D"); the model is called without ``logits_to_keep``, so
+the LM head (49152 × 576 here) and a float32 ``log_softmax`` run over every position. The lab runs each
+context once, shares its KV cache across the options and computes logits only at option tokens. Both
+tools get the same ``--batch-size`` number (ours counts questions, lm-eval's pairs).
 
-Why we are faster, as lm_eval 0.4.13 does it (``HFLM._loglikelihood_tokens``): each (context,
-" option") pair is a request of its own; requests are sorted longest-first and right-padded into
-batches of ``--batch_size`` *pairs*, and each pair runs as one full sequence ``(context +
-option)[:-1]`` with no KV cache, so a K-option question runs its context K times. The model is
-called without ``logits_to_keep``, so the LM head (49152 × 576 here) and a float32
-``log_softmax`` run over every position of every sequence before the option positions are
-sliced out. Its logits cache (``group_by="contexts"``) only merges pairs that differ in the last
-token alone, i.e. single-token options, not the option texts of ARC / OBQA. Our evaluator runs
-each question's context once and shares its KV cache across the options, batches questions
-longest-first (``--batch-size`` counts questions), and computes logits only at option tokens.
-The measured gap is smaller than the ~2.7× fewer tokens we run, most on OBQA, whose contexts are
-short: our option pass pads every option row of a batch to the batch's longest option, and two
-passes per batch cost more fixed overhead than one. Both tools get the same ``--batch-size``
-number, so lm-eval's batches hold 3-5× fewer questions; on a CPU that matters little
-(``bench/eval_throughput.py``: 1.19× from batch size 1 to 16 for full sequences per option).
+lm-eval is a dependency of the lab (requirements.txt), so this interpreter has it; ``--lm-eval-python``
+races another install instead.
 """
 from __future__ import annotations
 
@@ -55,68 +40,32 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import numpy as np
-import torch
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
-from lab.data import load_records
-from lab.models.bundled import bundled_model_dir
-from lab.data.templates import get_template
+from lab.data.harness import SHIPPED  # noqa: E402
+from lab.models.bundled import bundled_model_dir  # noqa: E402
 
 
 @dataclass(frozen=True)
-class Pair:
-    """One dataset as both tools see it."""
-
-    dataset: str  # our dataset name
-    lm_eval_yaml: str  # lm-eval's own task file, under lm_eval/tasks
-    data_file: str  # under --data-dir, original AI2 schema
-    template: str  # our cloze template that should render lm-eval's prompt
+class Race:
+    task: str  # an lm-eval task or group both tools run
+    shots: int
+    limit: int  # documents of each (sub)task
 
 
-PAIRS = (
-    Pair("arc_challenge", "arc/arc_challenge.yaml", "arc_challenge/test.jsonl", "cloze_qa"),
-    Pair("obqa", "openbookqa/openbookqa.yaml", "openbookqa/test.jsonl", "cloze_plain"),
+RACES = (
+    Race("bundled_arc_challenge", 0, 200),  # ARC-Challenge test: 4 options of a few words
+    Race("bundled_openbookqa", 0, 200),  # OpenBookQA test: short contexts, 4 options
+    Race("bundled_mmlu", 5, 1),  # MMLU 5-shot, 1 question of each of 57 subjects: long contexts, 1-token options
 )
-# lm-eval's definitions read the hub schema (`question` or `question_stem`, `choices.{text,label}`);
-# the original files nest the same fields as `question.{stem, choices[{text, label}]}`.
-HUB_TO_FILE = (
-    ("{{question}}", "{{question.stem}}"),
-    ("choices.label", "(question.choices | map(attribute='label') | list)"),
-    ("choices.text", "(question.choices | map(attribute='text') | list)"),
-)
-DOC_FIELDS = ("doc_to_text", "doc_to_choice", "doc_to_target")
-KEPT_FIELDS = ("output_type", "target_delimiter", "fewshot_delimiter", "metric_list", "metadata")
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # both tools read local files only
 TQDM_DONE = re.compile(r"Running loglikelihood requests: 100%\|[^|]*\| (\d+)/\1 \[([\d:]+)<")
-
-
-def adapt(definition: str) -> str:
-    """A hub-schema ``doc_to_*`` definition rewritten for the original files' schema."""
-    if definition == "question_stem":  # a bare column name: lm-eval uses that field verbatim
-        return "{{question.stem}}"
-    for hub, original in HUB_TO_FILE:
-        definition = definition.replace(hub, original)
-    return definition
-
-
-def task_config(tasks_dir: Path, pair: Pair, data_file: Path) -> dict:
-    """lm-eval's own task config for ``pair``, pointed at the local JSONL in its original schema."""
-    path = tasks_dir / pair.lm_eval_yaml
-    config = yaml.safe_load(path.read_text())
-    while "include" in config:  # arc_challenge.yaml = arc_easy.yaml + a new name and subset
-        config = {**yaml.safe_load((path.parent / config.pop("include")).read_text()), **config}
-    return {
-        "task": f"{pair.dataset}_local", "dataset_path": "json",
-        "dataset_kwargs": {"data_files": {"test": str(data_file)}}, "test_split": "test",
-        **{k: config[k] for k in KEPT_FIELDS if k in config},
-        **{k: adapt(config[k]) for k in DOC_FIELDS},
-    }
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -131,12 +80,8 @@ def cpu_seconds() -> tuple[float, float]:
 
 
 def run(cmd: list[str], log: Path) -> tuple[float, float, float]:
-    """Run ``cmd`` with its output in ``log``: wall and CPU seconds of the whole subprocess, and
-    the CPU seconds other processes used meanwhile.
-
-    The 2 cores may be shared: another process slows whichever tool it overlaps (badly, since
-    both tools run 2 compute threads), so each figure says how much else ran beside it.
-    """
+    """Run ``cmd`` with its output in ``log``: wall and CPU seconds of the whole subprocess, and the CPU
+    seconds other processes used meanwhile (both tools run 2 compute threads: a neighbour slows either)."""
     start, (child0, machine0) = time.perf_counter(), cpu_seconds()
     with log.open("w") as out:
         code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **OFFLINE}).returncode
@@ -155,122 +100,127 @@ def clock(text: str) -> float:
     return seconds
 
 
-def lm_eval_info(python: str) -> tuple[str, Path]:
-    """lm_eval's version line and its tasks folder, as installed for ``python``."""
-    probe = ("import importlib.metadata as m, importlib.util as u; "
-             "print(*[m.version(p) for p in ('lm_eval', 'transformers', 'torch')]); "
-             "print(u.find_spec('lm_eval').submodule_search_locations[0])")
+def lm_eval_version(python: str) -> str:
+    probe = ("import importlib.metadata as m; "
+             "print(*[m.version(p) for p in ('lm_eval', 'transformers', 'torch')])")
     proc = subprocess.run([python, "-c", probe], capture_output=True, text=True)
     if proc.returncode:
-        last = (proc.stderr.strip().splitlines() or [""])[-1]
-        sys.exit(f"error: {python} cannot run lm_eval ({last}); install the bench extra there (pip install "
-                 "lm_eval; in a fresh venv torch==2.13.0 first, then 'lm_eval[hf]') or pass --lm-eval-python")
-    versions, folder = proc.stdout.split("\n")[:2]
-    lm, tf, th = versions.split()
-    return f"lm_eval {lm}, transformers {tf}, torch {th}", Path(folder) / "tasks"
+        sys.exit(f"error: {python} cannot run lm_eval: {(proc.stderr.strip().splitlines() or [''])[-1]}")
+    lm, tf, th = proc.stdout.split()
+    return f"lm_eval {lm}, transformers {tf}, torch {th}"
 
 
-def lm_eval_rows(out: Path, task: str) -> tuple[dict, list[dict]]:
-    """lm-eval's aggregated results and its per-question samples (``--log_samples``)."""
+def lm_eval_samples(out: Path) -> tuple[dict[str, dict], dict[tuple[str, int], dict]]:
+    """lm-eval's aggregated results per task and its logged samples by (task, doc_id)."""
     (results,) = out.rglob("results_*.json")
-    (samples,) = out.rglob(f"samples_{task}_*.jsonl")
-    rows = [json.loads(line) for line in samples.read_text().splitlines()]
-    return json.loads(results.read_text())["results"][task], sorted(rows, key=lambda r: r["doc_id"])
+    samples = {}
+    for path in out.rglob("samples_*.jsonl"):
+        task = re.sub(r"^samples_|_\d{4}-\d\d-\d\dT.*$", "", path.name)
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            samples[(task, int(row["doc_id"]))] = row
+    return json.loads(results.read_text())["results"], samples
 
 
-def compare(pair: Pair, data_file: Path, limit: int, ours_dir: Path, lm_dir: Path) -> None:
-    """Print whether the prompts are identical, both accuracies and every disagreement."""
-    task = f"{pair.dataset}_local"
-    records = load_records(pair.dataset, "test", [str(data_file)], limit=limit).records
-    ours = [json.loads(line) for line in (ours_dir / "predictions.jsonl").read_text().splitlines()]
+def compare(ours_dir: Path, lm_dir: Path) -> list[str]:
+    """Lines saying how far the two tools agree: prompts, per-document predictions, accuracies."""
+    ours = {(r["task"], int(r["doc_id"])): r
+            for r in map(json.loads, (ours_dir / "predictions.jsonl").read_text().splitlines())}
     metrics = json.loads((ours_dir / "metrics.json").read_text())
-    agg, theirs = lm_eval_rows(lm_dir, task)
-    if not len(records) == len(ours) == len(theirs):
-        sys.exit(f"error: {len(records)} records, {len(ours)} ours, {len(theirs)} lm-eval rows for {pair.dataset}")
-
-    template = get_template(pair.template)
-    bad_prompt, bad_gold, disagree, max_diff = [], [], [], 0.0
-    for rec, mine, their in zip(records, ours, theirs):
+    agg, theirs = lm_eval_samples(lm_dir)
+    same_prompt = agree = agree_norm = lm_acc = lm_norm = 0
+    max_diff, differ = 0.0, []
+    for key, their in theirs.items():
+        mine = ours[key]
         args = [their["arguments"][f"gen_args_{k}"] for k in range(len(their["arguments"]))]
-        prompt = template.render(rec, None)
-        if their["doc"]["id"] != mine["id"] or [(a["arg_0"], a["arg_1"]) for a in args] != [(prompt.text, o) for o in prompt.options]:
-            bad_prompt.append((rec.id, args[0]["arg_0"], prompt.text))
-        if int(their["target"]) != mine["answer"]:
-            bad_gold.append(rec.id)
-        lm_ll = np.array([float(r[0]) for r in their["filtered_resps"]])  # (K,)
-        our_ll = np.array(mine["logliks"])  # (K,)
-        chars = np.array([len(c) for c in rec.choices], dtype=float)  # lm-eval's acc_norm divisor
-        lm_pred, lm_norm = int(np.argmax(lm_ll)), int(np.argmax(lm_ll / chars))
-        max_diff = max(max_diff, float(np.abs(lm_ll - our_ll).max()))
-        if (lm_pred, lm_norm) != (mine["pred"], mine["pred_norm"]):
-            disagree.append((rec, lm_pred, lm_norm, mine, lm_ll, our_ll))
+        same_prompt += all(a["arg_0"] == mine["context"] for a in args) and len(args) == len(mine["choices"])
+        lm_ll = np.array([float(r[0]) for r in their["filtered_resps"]])
+        max_diff = max(max_diff, float(np.abs(lm_ll - np.array(mine["logliks"])).max()))
+        acc = float(their["acc"])
+        agree += acc == float(mine["correct"])
+        lm_acc += acc
+        if "acc_norm" in their:
+            agree_norm += float(their["acc_norm"]) == float(mine["pred_norm"] == mine["answer"])
+            lm_norm += float(their["acc_norm"])
+        if acc != float(mine["correct"]):
+            differ.append(f"  {key[0]}/{key[1]}: lm-eval logliks {np.round(lm_ll, 5).tolist()} ours "
+                          f"{np.round(mine['logliks'], 5).tolist()}")
+    n, with_norm = len(theirs), sum("acc_norm" in t for t in theirs.values())
+    if n != len(ours):
+        sys.exit(f"error: lm-eval logged {n} documents, the lab scored {len(ours)}")
+    lines = [f"documents {n}; same context for every option: {same_prompt}/{n}; same acc: {agree}/{n}"
+             + (f"; same acc_norm: {agree_norm}/{with_norm}" if with_norm else ""),
+             f"{'':<10}{'lm-eval':>9}{'lab':>9}{'diff (pt)':>11}",
+             f"{'acc':<10}{lm_acc / n:>9.4f}{metrics['accuracy']:>9.4f}{100 * (metrics['accuracy'] - lm_acc / n):>+11.2f}"]
+    if with_norm == n:
+        lines.append(f"{'acc_norm':<10}{lm_norm / n:>9.4f}{metrics['accuracy_norm']:>9.4f}"
+                     f"{100 * (metrics['accuracy_norm'] - lm_norm / n):>+11.2f}")
+    lines.append(f"ECE of the lab's run (lm-eval has none): {metrics['ece']:.4f} (acc's confidence), "
+                 f"{metrics['ece_norm']:.4f} (acc_norm's)")
+    lines.append(f"largest |log-likelihood difference|: {max_diff:.2e}; documents whose acc differs: {len(differ)}")
+    return lines + differ[:5]
 
-    print(f"prompts identical (context, each continuation): {len(records) - len(bad_prompt)}/{len(records)}; "
-          f"gold identical: {len(records) - len(bad_gold)}/{len(records)}")
-    for qid, theirs_ctx, ours_ctx in bad_prompt[:3]:
-        print(f"  prompt differs on {qid}: lm-eval {theirs_ctx!r} vs ours {ours_ctx!r}")
-    figures = {"acc": (agg["acc,none"], metrics["accuracy"]), "acc_norm": (agg["acc_norm,none"], metrics["accuracy_norm"])}
-    print(f"{'':<10}{'lm-eval':>9}{'ours':>9}{'diff (pt)':>11}")
-    for name, (lm, us) in figures.items():
-        print(f"{name:<10}{lm:>9.4f}{us:>9.4f}{100 * (us - lm):>+11.2f}")
-    print(f"largest |log-likelihood difference| over {sum(len(r.choices) for r in records)} options: {max_diff:.2e}")
-    print(f"questions where a prediction differs: {len(disagree)}")
-    for rec, lm_pred, lm_norm, mine, lm_ll, our_ll in disagree:
-        print(f"  {rec.id} (gold {rec.answer}): acc pred lm-eval {lm_pred} / ours {mine['pred']}, "
-              f"acc_norm pred lm-eval {lm_norm} / ours {mine['pred_norm']}")
-        print("    lm-eval logliks " + " ".join(f"{x:12.6f}" for x in lm_ll))
-        print("    our logliks     " + " ".join(f"{x:12.6f}" for x in our_ll))
+
+def race(spec: Race, model_dir: Path, batch_size: int, python: str, work: Path) -> list[str]:
+    ours_dir, lm_dir = work / f"lab-{spec.task}", work / f"lm-eval-{spec.task}"
+    ours_wall, ours_cpu, ours_others = run([
+        sys.executable, "-m", "lab", "evaluate", "--model", str(model_dir), "--dataset", f"lm-eval:{spec.task}",
+        "--num-fewshot", str(spec.shots), "--limit", str(spec.limit), "--batch-size", str(batch_size),
+        "--device", "cpu", "--dtype", "float32", "--bootstrap", "0", "--out", str(ours_dir),
+    ], work / f"lab-{spec.task}.log")
+    lm_log = work / f"lm-eval-{spec.task}.log"
+    lm_wall, lm_cpu, lm_others = run([
+        python, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={model_dir},dtype=float32",
+        "--device", "cpu", "--batch_size", str(batch_size), "--tasks", spec.task, "--include_path", str(SHIPPED),
+        "--num_fewshot", str(spec.shots), "--limit", str(spec.limit), "--log_samples", "--output_path", str(lm_dir),
+    ], lm_log)
+    lines = [f"\n== lm-eval:{spec.task}, {spec.shots}-shot, --limit {spec.limit}"] + compare(ours_dir, lm_dir)
+    ours_scoring = json.loads((ours_dir / "metrics.json").read_text())["seconds"]
+    bars = TQDM_DONE.findall(lm_log.read_text(errors="replace"))
+    lm_scoring = clock(bars[-1][1]) if bars else float("nan")
+    lines.append(f"{'seconds':<36}{'lm-eval':>9}{'lab':>9}{'lm-eval / lab':>15}")
+    for what, lm, us in [("wall, whole subprocess (with load)", lm_wall, ours_wall),
+                         ("CPU (user + sys), whole subprocess", lm_cpu, ours_cpu),
+                         ("wall, scoring only", lm_scoring, ours_scoring)]:
+        lines.append(f"{what:<36}{lm:>9.1f}{us:>9.1f}{lm / us:>14.2f}x")
+    lines.append(f"{'CPU of other processes meanwhile':<36}{lm_others:>9.1f}{ours_others:>9.1f}")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lm-eval-python", default=sys.executable, help="interpreter with lm_eval[hf] installed")
-    parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data", help="holds arc_challenge/, openbookqa/")
-    parser.add_argument("--limit", type=int, default=200, help="first N questions of each test set")
-    parser.add_argument("--batch-size", type=int, default=16, help="passed to both tools (ours: questions; lm-eval: pairs)")
+    parser.add_argument("--lm-eval-python", default=sys.executable, help="the interpreter lm_eval runs in")
+    parser.add_argument("--batch-size", type=int, default=16, help="passed to both tools (lab: questions; lm-eval: pairs)")
+    parser.add_argument("--only", nargs="+", default=None, help="race these tasks only (default: all)")
+    parser.add_argument("--limit", type=int, default=None, help="documents of each (sub)task (default: each race's own)")
     parser.add_argument("--keep", type=Path, default=None, help="keep both tools' outputs here (default: a temp dir)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the report here")
     args = parser.parse_args()
 
-    versions, tasks_dir = lm_eval_info(args.lm_eval_python)
+    import torch
+
     model_dir = bundled_model_dir()
-    print(f"{platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads; "
-          f"ours: torch {torch.__version__}; lm-eval side: {versions}")
-    print(f"model {model_dir} (float32, cpu), batch size {args.batch_size}, first {args.limit} test questions")
+    lines = [f"# {' '.join(['python', 'bench/vs_lm_eval.py', *sys.argv[1:]])}",
+             f"# ({date.today()}, {platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} torch "
+             f"threads; lab: torch {torch.__version__}; lm-eval side: {lm_eval_version(args.lm_eval_python)})",
+             f"model {model_dir.name} (float32, cpu), batch size {args.batch_size}"]
+    print("\n".join(lines), flush=True)
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vs-lm-eval-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        for pair in PAIRS:
-            data_file = (args.data_dir / pair.data_file).resolve()
-            task_dir = work / f"tasks-{pair.dataset}"
-            task_dir.mkdir(exist_ok=True)
-            config = task_config(tasks_dir, pair, data_file)
-            (task_dir / f"{config['task']}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-            ours_dir, lm_dir = work / f"ours-{pair.dataset}", work / f"lm-eval-{pair.dataset}"
-            ours_log, lm_log = work / f"ours-{pair.dataset}.log", work / f"lm-eval-{pair.dataset}.log"
-            ours_wall, ours_cpu, ours_others = run([
-                sys.executable, "-m", "lab", "evaluate", "--model", str(model_dir), "--dataset", pair.dataset,
-                "--data-files", str(data_file), "--split", "test", "--limit", str(args.limit), "--scoring", "cloze",
-                "--template", pair.template, "--batch-size", str(args.batch_size), "--device", "cpu",
-                "--dtype", "float32", "--out", str(ours_dir),
-            ], ours_log)
-            lm_wall, lm_cpu, lm_others = run([
-                args.lm_eval_python, "-m", "lm_eval", "run", "--model", "hf", "--model_args",
-                f"pretrained={model_dir},dtype=float32", "--device", "cpu", "--batch_size", str(args.batch_size),
-                "--tasks", config["task"], "--include_path", str(task_dir), "--limit", str(args.limit),
-                "--log_samples", "--output_path", str(lm_dir),
-            ], lm_log)
-
-            print(f"\n== {pair.dataset}: {data_file} (lm-eval doc_to_* from {pair.lm_eval_yaml}, ours: {pair.template})")
-            compare(pair, data_file, args.limit, ours_dir, lm_dir)
-            ours_scoring = json.loads((ours_dir / "metrics.json").read_text())["seconds"]
-            bars = TQDM_DONE.findall(lm_log.read_text(errors="replace"))
-            lm_scoring = clock(bars[-1][1]) if bars else float("nan")
-            print(f"{'seconds':<36}{'lm-eval':>9}{'ours':>9}{'lm-eval / ours':>16}")
-            for what, lm, us in [("wall, whole subprocess (with load)", lm_wall, ours_wall),
-                                 ("CPU (user + sys), whole subprocess", lm_cpu, ours_cpu),
-                                 ("wall, scoring only", lm_scoring, ours_scoring)]:
-                print(f"{what:<36}{lm:>9.1f}{us:>9.1f}{lm / us:>15.2f}x")
-            print(f"{'CPU of other processes meanwhile':<36}{lm_others:>9.1f}{ours_others:>9.1f}")
+        for spec in RACES:
+            if args.only and spec.task not in args.only:
+                continue
+            if args.limit is not None:
+                spec = Race(spec.task, spec.shots, args.limit)
+            got = race(spec, model_dir, args.batch_size, args.lm_eval_python, work)
+            print("\n".join(got), flush=True)
+            lines += got
+    lines.append(f"\n{(time.perf_counter() - start) / 60:.1f} min in all")
+    print(lines[-1])
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
