@@ -5,14 +5,14 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -qq --disable-pip-version-check
 # The lowest-versions check: requirements-min.txt pins every lower bound of the requirements in a
 # second virtualenv; there, the tests that load, score and train models (letter and cloze scoring,
-# full and LoRA fine-tuning, FIRST's and CFT's trainers), the metrics, the plots and the app's pages
+# full and LoRA fine-tuning, FIRST's and CFT's trainers), lm-eval tasks against lm-eval's own run, the metrics, the plots and the app's pages
 # must pass. The whole FIRST and CFT pipelines and the ARC reference comparisons are left to
 # `make test`: they would triple the time, and the steps they chain are tested here one by one.
 VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 MIN_TESTS := tests/test_versions.py tests/test_models.py tests/test_scoring.py tests/test_nonfinite.py \
 	tests/test_winrate.py tests/test_train.py tests/test_cft.py tests/test_first.py tests/test_kd_loss.py \
-	tests/test_metrics.py tests/test_calibrators.py tests/test_plots.py tests/test_ui.py
+	tests/test_metrics.py tests/test_calibrators.py tests/test_plots.py tests/test_ui.py tests/test_harness.py
 MIN_SKIP := not letter_matches_naive and not cloze_matches_naive and not end_to_end and not pipeline_runs
 HOST ?= 127.0.0.1
 PORT ?= 7860
