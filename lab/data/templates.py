@@ -16,7 +16,7 @@ alignment-calibration paper's instruction (its Table 1), in the model's chat tem
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Mapping, Optional, Sequence
 
 from lab.core.errors import DataError, ModelLoadError
@@ -54,7 +54,9 @@ class Prompt:
     ``chat`` means ``text`` came from a chat template and already holds its special tokens;
     ``suffix`` follows the chosen option in a training target (FIRST's "The answer is (a).");
     ``spaces``: the trailing characters of ``text`` that move to the options when tokenising (a space:
-    most tokenizers glue it to the next word); None: all trailing whitespace, as lm-eval moves it.
+    most tokenizers glue it to the next word); None: all trailing whitespace, as lm-eval moves it;
+    ``description``: the start of ``text`` that introduces the task rather than this question (MMLU's
+    "The following are … about anatomy."), said once before few-shot examples (:func:`with_shots`).
     """
 
     text: str
@@ -62,6 +64,7 @@ class Prompt:
     chat: bool = False
     suffix: str = ""
     spaces: Optional[str] = " "
+    description: str = ""
 
     def target(self, answer: int) -> str:
         """The completion a model is trained to produce for the correct option."""
@@ -75,7 +78,9 @@ class Template:
     description: str
     render: Callable[[MCQRecord, Optional[object]], Prompt]
     prefix: str = ""  # text templates: what precedes the text (the instruction)
-    chat: bool = False  # text templates: the prefix as the user's turn of the model's chat template, if it has one
+    # Text templates: the prefix as the user's turn of the model's chat template, if it has one; question
+    # templates: the question as a chat turn, if the model has a chat template (no few-shot examples before it).
+    chat: bool = False
 
     def text_prefix(self, tokenizer=None) -> str:
         """What a text template puts before the text the model reads: ``prefix``, or, for ``chat``
@@ -92,9 +97,9 @@ class Template:
 TEMPLATES: Registry[Template] = Registry("template")
 
 
-def register(name: str, kind: Kind, description: str):
+def register(name: str, kind: Kind, description: str, chat: bool = False):
     def add(render: Callable[[MCQRecord, Optional[object]], Prompt]):
-        TEMPLATES.add(name, Template(name, kind, description, render))
+        TEMPLATES.add(name, Template(name, kind, description, render, chat=chat))
         return render
 
     return add
@@ -108,6 +113,30 @@ def template_names(kind: Optional[Kind] = None) -> list[str]:
     """The templates of ``kind`` a user can pick for a lab dataset (all with None); :data:`LM_EVAL`, which only
     an lm-eval task takes (set by its config), is listed under None alone."""
     return [n for n in TEMPLATES.names() if kind is None or (TEMPLATES.get(n).kind == kind and n != LM_EVAL)]
+
+
+FEWSHOT_DELIMITER = "\n\n"  # between solved examples, and before the question: lm-eval's fewshot_delimiter
+
+
+def with_shots(prompt: Prompt, shots: Sequence[tuple[Prompt, int]], name: str = "") -> Prompt:
+    """``prompt`` after solved examples, as lm-eval builds a few-shot context: the description once, then each
+    example's text and its correct option (:meth:`Prompt.target`, which holds lm-eval's target_delimiter, the
+    space of " A" or " Paris"), each followed by :data:`FEWSHOT_DELIMITER`, then the question's text::
+
+        description + shot_1.text + shot_1.target(a_1) + "\\n\\n" + … + shot_K.target(a_K) + "\\n\\n" + text
+
+    ``shots``: (an example's prompt, its answer). A chat prompt is refused: its text already holds the chat
+    template's turns, and examples as earlier turns (lm-eval's --fewshot_as_multiturn) are not built here;
+    ``name`` (the template) is for that message."""
+    if not shots:
+        return prompt
+    if prompt.chat or any(shot.chat for shot, _ in shots):
+        raise DataError(f"template {name!r} puts each question in the model's chat template, so few-shot examples "
+                        "cannot go before it; use a template without a chat format (mmlu, first, cloze_qa …) or "
+                        "num_fewshot 0")
+    examples = "".join(shot.text.removeprefix(shot.description) + shot.target(answer) + FEWSHOT_DELIMITER
+                       for shot, answer in shots)
+    return replace(prompt, text=prompt.description + examples + prompt.text.removeprefix(prompt.description))
 
 
 def _letters(record: MCQRecord, lower: bool = False) -> list[str]:
@@ -158,7 +187,8 @@ def _cft_user(record: MCQRecord) -> tuple[str, list[str]]:
     return f"{passage}{record.question.strip()}\nOptions:\n{listed}\nAnswer with only a single letter:", letters
 
 
-@register("cft_chat", "letter", "CFT/RCFT chat format: system prompt + 'Answer with only a single letter:' (model's chat template)")
+@register("cft_chat", "letter", "CFT/RCFT chat format: system prompt + 'Answer with only a single letter:' (model's chat template)",
+          chat=True)
 def cft_chat(record: MCQRecord, tokenizer=None) -> Prompt:
     user, letters = _cft_user(record)
     if has_chat_template(tokenizer):
@@ -351,7 +381,8 @@ def mmlu(record: MCQRecord, tokenizer=None) -> Prompt:
     head = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n" if subject else ""
     listed = "\n".join(f"{l}. {c}" for l, c in zip(letters, record.choices))
     passage = f"{record.passage.strip()}\n" if record.passage else ""
-    return Prompt(f"{head}{passage}{record.question.strip()}\n{listed}\nAnswer:", tuple(f" {l}" for l in letters))
+    return Prompt(f"{head}{passage}{record.question.strip()}\n{listed}\nAnswer:", tuple(f" {l}" for l in letters),
+                  description=head)
 
 
 @register("cloze_qa", "cloze", "lm-evaluation-harness ARC format: 'Question: …\\nAnswer:' then ' <option text>'")

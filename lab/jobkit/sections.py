@@ -10,7 +10,7 @@ every kind rather than a level of nesting.
     Dataset         dataset, data_files, subject which questions
     DataSection     + split, limit              ... and which part of them
     PromptSection   template                    how a question becomes a prompt
-    HarnessSection  num_fewshot, lm_eval_include ... an lm-eval task's shots and a folder of task YAMLs
+    HarnessSection  num_fewshot, fewshot_split, lm_eval_include ... few-shot examples; a folder of lm-eval task YAMLs
     EvalSection     bins, bin_edges, bootstrap  how calibration is measured
     PipelineEvalSection + eval_batch_size       ... of every model a pipeline (FIRST, CFT) makes
     DeviceSection   device, dtype               where a model runs
@@ -87,8 +87,14 @@ class PromptSection:
 @dataclass
 class HarnessSection:
     num_fewshot: Optional[int] = field(default=None, metadata=doc(
-        "worked examples before each question, for dataset lm-eval:<task> (None: the task's own num_fewshot, as "
-        "lm_eval without --num_fewshot)", ge=0, le=harness.MAX_FEWSHOT))
+        "solved examples before each question. An lm-eval task (dataset lm-eval:<task>) draws them as lm_eval does "
+        "(None: the task's own num_fewshot, as lm_eval without --num_fewshot); a lab dataset draws them from "
+        "fewshot_split with the seed, the same ones before every question (None or 0: none)",
+        ge=0, le=harness.MAX_FEWSHOT))
+    fewshot_split: Optional[str] = field(default=None, metadata=doc(
+        "a lab dataset's split the few-shot examples come from, never the scored one: a name, or SOURCE:PART, a "
+        "part of the seeded carve the scored split is another part of (None: dev for MMLU, its 5 per subject; "
+        "train for the others)", **SPLIT))
     lm_eval_include: Optional[str] = field(default=None, metadata=doc(
         "a folder of your own lm-eval task YAMLs, as lm_eval --include_path (relative data files are read from it). "
         "It is code: a !function runs Python from it, so a server reads it only from folders it trusts "

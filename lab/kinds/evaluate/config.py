@@ -13,7 +13,8 @@ from lab.core.reads import shown_here
 from lab.core.limits import MAX_BATCH, MAX_TOKENS
 from lab.core.errors import DataError
 from lab.data import DATASETS, harness
-from lab.data.loaders import not_for_task
+from lab.data.loaders import not_for_task, split_entry
+from lab.data.split import parse_split
 from lab.data.templates import LM_EVAL, default_template, get_template, template_names
 from lab.data.texts import text_dataset_names
 from lab.jobkit.kinds import JobKind, register
@@ -83,12 +84,15 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, HarnessSection, PromptSec
         if harness.is_task(self.dataset):
             self._check_lm_eval()
             return
-        for name in ("num_fewshot", "lm_eval_include"):
-            if getattr(self, name) is not None:
-                raise ValueError(f"{name}: applies to an lm-eval task (dataset lm-eval:<task>), not to {self.dataset!r}")
+        if self.lm_eval_include is not None:
+            raise ValueError(f"lm_eval_include: applies to an lm-eval task (dataset lm-eval:<task>), not to {self.dataset!r}")
         if self.template == LM_EVAL:
             raise ValueError(f"template: {LM_EVAL!r} is an lm-eval task's own prompt; it needs dataset lm-eval:<task>")
         if self.task != "mcq":
+            for name in ("num_fewshot", "fewshot_split"):
+                if getattr(self, name):
+                    raise ValueError(f"{name}: few-shot examples go before multiple-choice questions (task mcq); "
+                                     f"task {self.task} scores texts as they are: leave {name} empty")
             self._check_token_task()
         elif self.dataset in DATASETS and "mcq" not in DATASETS.get(self.dataset).tasks:
             raise ValueError(f"dataset: {not_for_task(DATASETS.get(self.dataset), 'mcq')}")
@@ -97,6 +101,7 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, HarnessSection, PromptSec
             raise ValueError(problem)
         if self.task == "mcq":
             self._check_template()
+            self._check_fewshot()
 
     def _check_lm_eval(self) -> None:
         """An lm-eval task brings its prompt, its data and its scoring: what would contradict them is refused."""
@@ -107,6 +112,9 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, HarnessSection, PromptSec
                              "log-likelihood after the task's context (cloze); its prompts do not list lettered options")
         if self.template not in (None, LM_EVAL):
             raise ValueError(f"template: an lm-eval task brings its own prompt; leave template empty (or {LM_EVAL!r})")
+        if self.fewshot_split is not None:
+            raise ValueError("fewshot_split: an lm-eval task draws its examples from its YAML's fewshot_split; leave "
+                             "fewshot_split empty, or write fewshot_split in a task YAML of your include folder")
         self.template = LM_EVAL
         if self.data_files == [BUNDLED]:  # the default: the task's YAML names its data
             self.data_files = []
@@ -131,6 +139,36 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, HarnessSection, PromptSec
                 f"{', '.join(template_names(self.scoring))}"
             )
 
+    def _check_fewshot(self) -> None:
+        """A lab dataset's few-shot examples: a split to draw them from (its default filled in, so the stored
+        config says it), which the data holds and which never reads the scored questions."""
+        if not self.num_fewshot:
+            if self.fewshot_split is not None:
+                raise ValueError(f"fewshot_split: {self.fewshot_split!r} is where few-shot examples come from, and "
+                                 "num_fewshot asks for none; set num_fewshot, or leave fewshot_split empty")
+            return
+        if get_template(self.template).chat:
+            raise ValueError(f"num_fewshot: template {self.template!r} puts each question in the model's chat "
+                             "template, where examples before it are not built; pick a template without a chat format "
+                             f"({', '.join(n for n in template_names('letter') if not get_template(n).chat)}) or "
+                             "num_fewshot 0")
+        if self.dataset not in DATASETS:
+            return  # the registry check of the dataset field refuses it
+        if self.fewshot_split is None:
+            self.fewshot_split = default_fewshot_split(self.dataset)
+        problem = bundled_split_problem(self.dataset, self.fewshot_split, self.data_files)
+        if problem:
+            source = self.split.partition(":")[0]
+            missing = problem.removeprefix("split: ").split(". Ask for")[0]
+            raise ValueError(f"fewshot_split: {missing}. Draw from one of those, or score and draw from two parts of "
+                             f"one seeded carve: split '{source}:test' with fewshot_split '{source}:train'")
+        try:
+            shared = shares_rows(self.split, self.fewshot_split, self.data_files, DATASETS.get(self.dataset).own_splits)
+        except DataError as e:
+            raise ValueError(f"fewshot_split: {e}") from None
+        if shared:
+            raise ValueError(shared)
+
     def _check_token_task(self) -> None:
         if (self.dataset, self.split) == (MCQ_DATASET, MCQ_SPLIT):
             self.dataset, self.split = TOKEN_DATASETS[self.task], TOKEN_SPLIT
@@ -146,9 +184,36 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, HarnessSection, PromptSec
                              f"task {self.task} use one of: {', '.join(template_names('text'))}")
 
 
+def default_fewshot_split(dataset: str) -> str:
+    """Where a lab dataset's examples come from when the config names no split: MMLU's own ``dev`` (five per
+    subject, kept for few-shot prompts: MMLU 5-shot's and lm-eval's fewshot_split), else ``train``."""
+    return "dev" if "dev" in DATASETS.get(dataset).own_splits else "train"
+
+
+def shares_rows(split: str, fewshot_split: str, data_files: list[str], own: tuple[str, ...]) -> Optional[str]:
+    """Why ``fewshot_split`` would read questions ``split`` scores, or None. Both read the same rows when they
+    name the same split, or when a data file names no split (``PATH``, not ``SPLIT=PATH``: every split reads it);
+    two different parts of one seeded carve of those rows (``dev:train`` and ``dev:test``) share none."""
+    scored, shots = parse_split(split, own), parse_split(fewshot_split, own)
+    if scored.part and shots.part and scored.part != shots.part:
+        return None
+    plain = [e for e in data_files if e != BUNDLED and split_entry(e)[0] is None]
+    if scored.source != shots.source and not plain:
+        return None
+    carve = f"split '{scored.source}:test' with fewshot_split '{scored.source}:train'"
+    if scored.source != shots.source:
+        return (f"fewshot_split: the data files name no split (PATH, not SPLIT=PATH), so every split reads them "
+                f"and {fewshot_split!r} would read the questions split {split!r} scores; few-shot examples never come "
+                f"from the scored questions: name each file's split ({scored.source}=PATH, train=PATH), or score and "
+                f"draw from two parts of one seeded carve ({carve})")
+    return (f"fewshot_split: {fewshot_split!r} reads the questions split {split!r} scores, and few-shot examples "
+            f"never come from the scored questions: draw them from another split, or score and draw from two parts "
+            f"of one seeded carve ({carve})")
+
+
 register(JobKind(
     "evaluate", "accuracy and calibration of a model on a dataset", EvalConfig, "lab.kinds.evaluate.run:run_job",
     outputs=(METRICS_FILE, PREDICTIONS_FILE),
     key_fields=("model", "adapter", "task", "dataset", "data_files", "split", "limit", "scoring", "template", "temperature",
-                "calibrator", "num_fewshot", "lm_eval_include"),
+                "calibrator", "num_fewshot", "fewshot_split", "lm_eval_include"),
 ))

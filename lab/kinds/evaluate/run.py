@@ -11,6 +11,10 @@ are those of the temperature-scaled probabilities; each row keeps the unscaled o
 on another run) each row also gets its ``calibrated_confidence`` and ``metrics.json`` a ``calibrated``
 block scoring it, beside the uncalibrated metrics, with how many of these questions it was fitted on.
 
+With ``num_fewshot`` K on a lab dataset, K solved questions drawn from ``fewshot_split`` go before every
+question (:mod:`lab.kinds.evaluate.fewshot` says how they are drawn), and ``metrics.json``'s ``fewshot``
+names them; an lm-eval task's prompts hold its own examples (:mod:`lab.data.harness`).
+
 A question whose option scores are not finite (NaN, +inf, or −inf on every option: mostly a float16
 overflow) has no probabilities: it is left out like a malformed row, named in the log and in
 ``metrics.json``'s ``nonfinite_questions`` and counted in ``n_skipped_rows``, and the rest are
@@ -36,9 +40,10 @@ from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
 from lab.data import harness, load_records
 from lab.data.loaders import log_skipped
 from lab.data.record import MCQRecord
-from lab.data.templates import get_template
+from lab.data.templates import get_template, with_shots
 from lab.jobkit.kinds import write_config
 from lab.kinds.evaluate.calibrated import apply_calibrator
+from lab.kinds.evaluate import fewshot
 from lab.kinds.evaluate.config import CONFIDENCE, EvalConfig
 from lab.kinds.evaluate.tokens import evaluate_tokens
 
@@ -64,8 +69,10 @@ def _prediction_row(record: MCQRecord, probs: np.ndarray) -> dict[str, Any]:
     return row
 
 
-def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: Optional[Callable[[int], None]] = None):
-    """Score ``records`` with an already-loaded model; returns (prediction rows, extra metrics,
+def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: Optional[Callable[[int], None]] = None,
+                  shots: Optional[fewshot.Shots] = None):
+    """Score ``records`` with an already-loaded model, each after its ``shots`` (:func:`fewshot.draw`, None: no
+    examples); returns (prediction rows, extra metrics,
     skipped), ``skipped`` naming each question left out for non-finite scores (``id, where, cause``:
     :func:`lab.models.scoring.nonfinite_cause`), so that one float16 overflow does not cost the evaluation
     of all the others. A :class:`ScoringError` when no question is finite.
@@ -77,13 +84,13 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
     from lab.models.scoring import (batch_tokens, check_context, encode_prompts, plan_batches, regroup_cloze,
                                     score_cloze, score_letter, scored_length)
 
-    prompts, owners, named = _prompts(cfg, records, loaded.tokenizer)
+    prompts, owners, named = _prompts(cfg, records, loaded.tokenizer, shots)
     encoded = encode_prompts(loaded.tokenizer, prompts, cfg.scoring)
     lengths = [scored_length(e, cfg.scoring) for e in encoded]
     check_context(loaded.model, loaded.tokenizer,
                   [(f"{r.id!r} at {r.where}" if r.where else repr(r.id), n) for r, n in zip(named, lengths)],
-                  remedy="Shorten or remove these questions (their passage and options count too; an lm-eval "
-                         "task's few-shot examples too: lower num_fewshot), or evaluate a model with a longer context.")
+                  remedy="Shorten or remove these questions (their passage and options count too, and so do the "
+                         "few-shot examples before them: lower num_fewshot), or evaluate a model with a longer context.")
     batches = plan_batches(lengths, cfg.batch_size, batch_tokens(loaded.device))
     scorer = score_letter if cfg.scoring == "letter" else score_cloze
     with _reporting(progress, loaded.model, [(len(b), len(b) * lengths[b[0]]) for b in batches]):
@@ -100,16 +107,23 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
     return rows, (_letter_extra if cfg.scoring == "letter" else _cloze_extra)(cfg, rows, scores), skipped
 
 
-def _prompts(cfg: EvalConfig, records: list[MCQRecord], tokenizer) -> tuple[list, Optional[list], list[MCQRecord]]:
-    """What the scorer runs: one prompt a record from its template; for an lm-eval task's records, the prompts
-    of their requests (:func:`lab.data.harness.prompts_of`) and where each option's score goes back to. The
-    third list names the record each prompt belongs to (for a too-long message)."""
+def _prompts(cfg: EvalConfig, records: list[MCQRecord], tokenizer,
+             shots: Optional[fewshot.Shots] = None) -> tuple[list, Optional[list], list[MCQRecord]]:
+    """What the scorer runs: one prompt a record from its template, after its ``shots``; for an lm-eval task's
+    records, the prompts of their requests (:func:`lab.data.harness.prompts_of`, the task's shots in them) and
+    where each option's score goes back to. The third list names the record each prompt belongs to (for a
+    too-long message)."""
     if records and records[0].requests:
         prompts, owners = harness.prompts_of(records)
         owner_of = {p: i for i, spots in enumerate(owners) for p, _ in spots}
         return prompts, owners, [records[owner_of[p]] for p in range(len(prompts))]
     template = get_template(cfg.template)
-    return [template.render(r, tokenizer) for r in records], None, records
+    prompts = [template.render(r, tokenizer) for r in records]
+    if shots is None:
+        return prompts, None, records
+    solved = {subject: [(template.render(s, tokenizer), s.answer) for s in examples]
+              for subject, examples in shots.by_subject.items()}
+    return [with_shots(p, solved[fewshot.subject_of(r)], cfg.template) for p, r in zip(prompts, records)], None, records
 
 
 def scored_units(records: list[MCQRecord]) -> int:
@@ -203,6 +217,9 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
             on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
         )
     log_skipped(data.problems, log)
+    shots = None if harness.is_task(cfg.dataset) else fewshot.draw(cfg, data.records, log)
+    if shots is not None:
+        info = {**info, "fewshot": shots.info}
     if loaded is None:
         announce(f"loading model {cfg.model}")
         from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
@@ -210,7 +227,8 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
         loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
     log(f"scoring {len(data.records)} questions from {data.source} with {cfg.model} ({cfg.scoring}, template {cfg.template})")
     progress = progress_factory(scored_units(data.records)) if progress_factory else None
-    return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress, log=log, **info)
+    return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress, log=log,
+                            shots=shots, **info)
 
 
 def _lm_eval_info(data: harness.TaskLoad) -> dict[str, Any]:
@@ -224,8 +242,9 @@ def _lm_eval_info(data: harness.TaskLoad) -> dict[str, Any]:
 
 def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Path, source: str, n_skipped: int = 0,
                      progress: Optional[Callable[[int], None]] = None, log: Callable[[str], None] = print,
-                     **info: Any) -> dict[str, Any]:
-    """Score ``records`` with a loaded model and write ``out`` (config, predictions, metrics).
+                     shots: Optional[fewshot.Shots] = None, **info: Any) -> dict[str, Any]:
+    """Score ``records`` with a loaded model, each after its ``shots`` (none: None), and write ``out`` (config,
+    predictions, metrics).
 
     ``n_skipped``: rows the loader left out; questions with non-finite scores are added to it and
     named in ``log`` (as :func:`evaluate` names bad rows) and in ``nonfinite_questions``. ``info``
@@ -234,7 +253,7 @@ def evaluate_records(cfg: EvalConfig, loaded, records: list[MCQRecord], out: Pat
     out.mkdir(parents=True, exist_ok=True)
     write_config(out, "evaluate", cfg)
     start = time.perf_counter()
-    rows, extra, nonfinite = score_records(cfg, loaded, records, progress)
+    rows, extra, nonfinite = score_records(cfg, loaded, records, progress, shots)
     elapsed = time.perf_counter() - start
     if nonfinite:
         log(f"skipped {len(nonfinite)} of {len(records)} questions whose scores are not finite: {_listed(nonfinite)}. "
