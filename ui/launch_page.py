@@ -9,7 +9,6 @@ user can cause with a message, never with Gradio's bare "Error".
 from __future__ import annotations
 
 import functools
-import html
 import re
 import shutil
 import sqlite3
@@ -93,9 +92,10 @@ def submit_anywhere(ctx: LabContext, kind: str, gpus: Any, processes: Any, execu
 
 
 def _info(field: forms.Field) -> str:
-    """The line under a field's label: its help (a model field also says what else it takes), escaped:
-    Gradio renders an info line as Markdown/HTML, where ``run:<id>`` would vanish as an unknown tag."""
-    return html.escape(field.help + (" (type a hub id, a path or run:<id>)" if field.role == "model" else ""))
+    """The line under a field's label: its help (a model field also says what else it takes), as written.
+    Gradio 6 shows an info line as text (only Markdown's code spans are read): ``run:<id>`` and quotes show
+    as typed, and HTML-escaping them put ``&lt;id&gt;`` and ``&#x27;`` on the form (seen in Chromium)."""
+    return field.help + (" (type a hub id, a path or run:<id>)" if field.role == "model" else "")
 
 
 def field_marks(kind: str, shown: str) -> list[Any]:
@@ -107,7 +107,7 @@ def field_marks(kind: str, shown: str) -> list[Any]:
     path = FIELD_PATH.match(text) if text else None
     form = forms.fields(kind)
     named = next((f for f in form if path and f.name == path.group(1)), None)
-    marks = [gr.update(elem_classes=[REFUSED], info=f"⚠️ {html.escape(text)}") if f is named else
+    marks = [gr.update(elem_classes=[REFUSED], info=f"⚠️ {text}") if f is named else
              gr.update(elem_classes=[], info=_info(f)) for f in form]
     return [*marks, gr.update(open=True) if named and not forms.is_key(kind, named.name) else gr.skip()]
 
@@ -201,7 +201,7 @@ def _widget(kind: str, field: forms.Field, value: Any) -> gr.components.Componen
     if field.name == "dataset":
         # What the kind (and its task) accepts, and what is typed is kept: a dropdown refusing it put the
         # old name back without a word, and Submit ran a job on that; the store refuses an unknown name.
-        info += html.escape(LM_EVAL_INFO) if forms.takes_lm_eval(kind) else ""
+        info += LM_EVAL_INFO if forms.takes_lm_eval(kind) else ""
         return gr.Dropdown(forms.dataset_choices(kind), value=value, label=label, info=info, allow_custom_value=True,
                            filterable=True, elem_id=elem_id)
     if field.name == "template":
