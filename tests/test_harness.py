@@ -339,7 +339,7 @@ def test_data_a_task_yaml_names_outside_the_allowed_folders_is_refused(server, f
     ({"dataset": "lm-eval:bundled_arc_easy", "template": "cloze_plain"}, "template"),
     ({"dataset": "lm-eval:bundled_arc_easy", "subject": "anatomy"}, "subject"),
     ({"dataset": "lm-eval:bundled_arc_easy", "task": "clm"}, "task"),
-    ({"dataset": "arc_easy", "num_fewshot": 3}, "num_fewshot"),
+    ({"dataset": "lm-eval:bundled_arc_easy", "fewshot_split": "train"}, "fewshot_split"),
     ({"dataset": "lm-eval:bad name!"}, "dataset"),
 ])
 def test_fields_that_contradict_an_lm_eval_task_are_refused_naming_the_field(server, config, field):
