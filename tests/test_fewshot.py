@@ -204,3 +204,13 @@ def test_examples_past_the_context_are_refused_saying_to_lower_num_fewshot(tiny_
     cfg = _config(model=str(tiny_model_dir), dataset="obqa", split="test", limit=2, num_fewshot=40, device="cpu")
     with pytest.raises(DataError, match="not fit in the model's context of 512 tokens.*lower num_fewshot"):
         evaluate(cfg, tmp_path / "run", log=lambda m: None)
+
+
+@pytest.mark.unit
+def test_a_lab_datasets_shots_are_named_and_tell_tasks_apart():
+    from lab.results.series import dataset_label
+    from lab.results.stages import TASK_FIELDS
+
+    assert dataset_label("obqa", "test", 2) == "obqa/test (2-shot)"
+    assert dataset_label("obqa", "test", 0) == dataset_label("obqa", "test", None) == "obqa/test"
+    assert {"num_fewshot", "fewshot_split"} <= set(TASK_FIELDS)

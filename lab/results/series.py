@@ -131,9 +131,11 @@ def summary_frame(doc: dict[str, Any]) -> pd.DataFrame:
 def dataset_label(dataset: Any, split: Any, shots: Any = None) -> str:
     """A dataset as the pages name it: ``obqa/test``; an lm-eval task by its name and shots,
     ``lm-eval:bundled_mmlu (5-shot)`` (a group's differing shots as ``0–5-shot``; None: the task's own,
-    known once it ran). An lm-eval task reads the split its YAML names, so the config's is not shown."""
+    known once it ran). An lm-eval task reads the split its YAML names, so the config's is not shown. A lab
+    dataset with examples: ``obqa/test (2-shot)``."""
     if not is_task(dataset):
-        return "/".join(str(p) for p in (dataset, split) if p)
+        named = "/".join(str(p) for p in (dataset, split) if p)
+        return f"{named} ({shots}-shot)" if shots else named
     return f"{dataset} ({shots}-shot)" if shots is not None else f"{dataset} (the task's own shots)"
 
 

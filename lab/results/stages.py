@@ -48,7 +48,7 @@ CALIBRATION_DIR = "calibration"  # lab.kinds.sft.config's (the kinds sit above t
 STEP = re.compile(r"step-(\d{1,9})")
 REFERENCE = re.compile(r"run:([1-9][0-9]{0,8})")  # lab.jobkit.chain's
 TASK_FIELDS = ("task", "dataset", "data_files", "subject", "split", "limit", "scoring", "template", "bins",
-               "bin_edges", "num_fewshot", "lm_eval_include")
+               "bin_edges", "num_fewshot", "fewshot_split", "lm_eval_include")
 TOKEN_FIELDS = ("seed", "positions", "min_context")  # ... and, for a token task, what picks its targets
 TOKEN_TASKS = ("clm", "facts")
 BASE = "base"
