@@ -104,7 +104,7 @@ def test_the_page_is_built_without_reading_lm_evals_index(tmp_path, no_index, mo
     picker = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "evaluate-dataset")
     assert ["lm-eval:bundled_mmlu — offline, ships with the lab", "lm-eval:bundled_mmlu"] in \
         [list(c) for c in picker.choices]
-    assert "lm-eval:&lt;task&gt;" in picker.info and picker.filterable and picker.allow_custom_value
+    assert "lm-eval:<task>" in picker.info and picker.filterable and picker.allow_custom_value
     names = {getattr(b, "elem_id", None) for b in page.blocks.values()}
     assert {"evaluate-num_fewshot", "evaluate-lm_eval_include"} <= names
 

@@ -77,7 +77,7 @@ class EvalRun:
     auroc: Optional[float] = None  # ... runs evaluated before it was recorded
     oracle_accuracy: Optional[float] = None  # the Bayes predictor's, on data with known true distributions
     oracle_ece: Optional[float] = None  # ... (lab.data.synthetic); None for any other data
-    shots: Optional[str] = None  # an lm-eval run's few-shot examples per question ("5", a group's "0–5")
+    shots: Optional[str] = None  # few-shot examples per question ("5"; an lm-eval group's "0–5"); None: zero-shot
 
     @property
     def dataset_label(self) -> str:
@@ -228,10 +228,14 @@ def write_label(directory: Path, label: str) -> Optional[str]:
 
 
 def lm_eval_run(data: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
-    """An lm-eval run's (shots, split) from its ``metrics.json``: the tasks' few-shot count ("5", or
-    "0–5" where a group's tasks differ) and their split where they share one; (None, None) for any other run."""
+    """A few-shot run's (shots, split) from its ``metrics.json``: an lm-eval run's tasks' few-shot count ("5",
+    or "0–5" where a group's tasks differ) and their split where they share one; a lab dataset's ``fewshot``
+    count (its split is the config's); (None, None) for a zero-shot run of a lab dataset."""
     tasks = data.get("lm_eval", {}).get("tasks") if isinstance(data.get("lm_eval"), dict) else None
     about = [t for t in tasks.values() if isinstance(t, dict)] if isinstance(tasks, dict) else []
+    own = data.get("fewshot") if isinstance(data.get("fewshot"), dict) else {}  # a lab dataset's shots
+    if not about and isinstance(own.get("num_fewshot"), int) and not isinstance(own["num_fewshot"], bool):
+        about = [{"shots": own["num_fewshot"]}]
     shots = sorted({t["shots"] for t in about if isinstance(t.get("shots"), int) and not isinstance(t["shots"], bool)})
     splits = {t["split"] for t in about if isinstance(t.get("split"), str)}
     said = None if not shots else str(shots[0]) if len(shots) == 1 else f"{shots[0]}–{shots[-1]}"
