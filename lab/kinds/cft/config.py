@@ -18,8 +18,11 @@ from lab.calibration.temperature import FitObjective
 from lab.core.config import ConfigMixin, doc, redeclare, with_defaults
 from lab.core.layout import EVAL_DIR, FITTED_TEMPERATURE_DIR, REPORT_JSON, REPORT_MD
 from lab.core.limits import MAX_ROWS, MAX_TOKENS
+from lab.data import harness
 from lab.jobkit.kinds import JobKind, register
-from lab.jobkit.sections import BUNDLED, DataSection, ModelSection, PipelineEvalSection, PromptSection, RunSection
+from lab.jobkit.sections import (BUNDLED, DataSection, HarnessSection, ModelSection, PipelineEvalSection, PromptSection,
+                                 RunSection)
+from lab.kinds.evaluate.config import EvalConfig
 from lab.training.config import Loss, TrainConfig, training_section
 
 Row = Literal["ts", "ls", "cft", "rcft"]  # the rows of the report besides the base model
@@ -33,6 +36,7 @@ DEFAULT_OOD = [{"dataset": "arc_challenge", "split": "test", "data_files": [BUND
 # The defaults' sizes: five rows trained on a CPU at well under one example a second, each model evaluated
 # in and out of domain, in about half an hour (examples/cft-paper.yaml has the paper's 3000 / 500 / 2000).
 TRAIN_SIZE, VAL_SIZE, TEST_SIZE, PREFERENCE_LIMIT = 32, 64, 100, 50
+HARNESS_KEYS = ("num_fewshot", "fewshot_split", "lm_eval_include")  # an out-of-domain lm-eval task's own fields
 
 
 @dataclass(kw_only=True)
@@ -44,6 +48,17 @@ class Source(DataSection):
     dataset: str = redeclare(DataSection, "dataset", required=True)
     limit: Optional[int] = redeclare(DataSection, "limit", help="questions drawn from it at random, seeded "
                                                                 "(None: all)")
+
+
+@dataclass(kw_only=True)
+class OodSource(HarnessSection, Source):
+    """One out-of-domain evaluation (an entry of ``ood``): a lab dataset, scored as the rows are trained (by
+    letter, the protocol's template, zero-shot), or an lm-eval task (``lm-eval:<task>``) scored as the evaluate
+    kind scores one: cloze on lm-eval's own prompts, with the entry's ``num_fewshot`` and ``lm_eval_include``."""
+
+    limit: Optional[int] = redeclare(DataSection, "limit", help=(
+        "questions drawn from it at random, seeded; an lm-eval task: its first N documents per task, as "
+        "lm_eval --limit N, so that its figures compare with lm-eval's (None: all)"))
 
 
 @dataclass
@@ -60,7 +75,8 @@ class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
     test_size: int = field(default=TEST_SIZE, metadata=doc("pooled questions for the in-domain evaluation",
                                                            ge=1, le=MAX_ROWS))
     ood: list[dict[str, Any]] = field(default_factory=lambda: [dict(e) for e in DEFAULT_OOD], metadata=doc(
-        "out-of-domain evaluations [{dataset, data_files, subject, split, limit}]", entries=Source, max_items=32))
+        "out-of-domain evaluations [{dataset, data_files, subject, split, limit}]; dataset lm-eval:<task> (with "
+        "num_fewshot, lm_eval_include) is scored on the task's own prompts (cloze)", entries=OodSource, max_items=32))
     template: str = redeclare(PromptSection, "template", default="cft_chat", help=(
         "letter template of every row's training and evaluation (cft_chat: the paper's prompt)"))
     methods: list[Row] = field(default_factory=lambda: list(ROWS), metadata=doc(
@@ -92,12 +108,50 @@ class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
     def __post_init__(self) -> None:
         if not self.in_domain:
             raise ValueError("in_domain: must name at least one source")
-        # An entry without data_files reads the bundled sample, as its declaration (and FIRST's ood) says.
+        for i, entry in enumerate(self.in_domain):
+            if harness.is_task(entry["dataset"]):
+                raise ValueError(
+                    f"in_domain[{i}].dataset: {entry['dataset']!r} is an lm-eval task, and every row trains on the "
+                    f"pool's questions as lettered options (template {self.template!r}), which lm-eval's prompts do "
+                    f"not have: pool lab datasets, and evaluate the task out of domain instead "
+                    f"(ood: [{{dataset: {entry['dataset']}}}])")
+        # An entry without data_files reads the bundled sample, as its declaration (and FIRST's ood) says; an
+        # lm-eval task reads the data its YAML names, so it is kept as written.
         self.in_domain = [with_defaults(Source, e) for e in self.in_domain]
-        self.ood = [with_defaults(Source, e) for e in self.ood]
+        self.ood = [e if harness.is_task(e["dataset"]) else with_defaults(Source, e) for e in self.ood]
+        for i, entry in enumerate(self.ood):
+            self._check_ood(i, entry)
         if "rcft" in self.methods and not self.lambdas:
             raise ValueError("lambdas: `rcft` needs at least one value")
         self.train_config("sft", completion_only=True)  # cross-field checks of the training settings, at submit time
+
+    def _check_ood(self, index: int, entry: dict[str, Any]) -> None:
+        """An out-of-domain set as its evaluation will read it, refused at submit rather than after training."""
+        if not harness.is_task(entry["dataset"]):
+            named = next((key for key in HARNESS_KEYS if entry.get(key)), None)
+            if named:
+                raise ValueError(f"ood[{index}].{named}: applies to an lm-eval task (dataset lm-eval:<task>); CFT "
+                                 f"evaluates {entry['dataset']!r} as it trains, zero-shot with template "
+                                 f"{self.template!r}: leave {named} out")
+        try:
+            self.eval_config(self.model, None, entry)
+        except ValueError as e:
+            raise ValueError(f"ood[{index}].{e}") from None
+
+    def eval_config(self, model: str, adapter: Optional[str], source: dict[str, Any]) -> EvalConfig:
+        """One model's evaluation on one set (``source``: an entry, or the in-domain pool's first). A lab dataset's
+        questions are scored by letter with the protocol's template; an lm-eval task's by cloze on its own prompts
+        (template ``lm_eval``), with the entry's shots and include folder."""
+        if harness.is_task(source["dataset"]):
+            # data_files and subject go along so that the evaluation refuses what contradicts the task's YAML
+            given = {k: source[k] for k in (*HARNESS_KEYS, "data_files", "subject") if k in source}
+            own = {"scoring": "cloze", "template": None, **given}
+        else:
+            own = {"scoring": "letter", "template": self.template}
+        return EvalConfig.from_dict({
+            "model": model, "adapter": adapter, "dataset": source["dataset"], **own, "bins": self.bins,
+            "bin_edges": self.bin_edges, "batch_size": self.eval_batch_size, "device": self.device, "dtype": self.dtype,
+            "bootstrap": self.bootstrap, "seed": self.seed})
 
     def train_config(self, objective: Loss, completion_only: bool, **overrides: Any) -> TrainConfig:
         """The fine-tuning settings of one trained row (no limit or validation split: the pipeline hands

@@ -18,19 +18,19 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from lab.calibration.temperature import FitObjective, fit_temperature, save_temperature
 from lab.core.errors import Stopped
 from lab.core.events import EventWriter
 from lab.core.layout import EVAL_DIR, FITTED_TEMPERATURE_DIR, METRICS_FILE, PREDICTIONS_FILE
-from lab.data import DataError, MCQRecord, load_records
+from lab.data import DataError, MCQRecord, harness, load_records
 from lab.data.preferences import load_pairs
 from lab.jobkit.stages import stage
 from lab.jobkit.worker import JobContext
 from lab.kinds.cft.config import CftConfig
 from lab.kinds.cft.report import write_report
-from lab.kinds.evaluate.config import EvalConfig
+from lab.kinds.evaluate.run import _lm_eval_info as lm_eval_info  # its record of an lm-eval run, as evaluate writes it
 from lab.kinds.evaluate.run import apply_temperature, evaluate_records, write_evaluation
 from lab.results.analysis import load_predictions
 from lab.training.config import TrainConfig
@@ -38,6 +38,16 @@ from lab.training.config import TrainConfig
 IN_DOMAIN = "in_domain"
 VALIDATION = "validation"
 TS_OBJECTIVES: tuple[FitObjective, ...] = ("ece", "nll")  # both fitted and reported; cfg.ts_objective picks the row's
+
+
+class EvalSet(NamedTuple):
+    """One set every model is evaluated on: where it came from, its questions, and what its metrics.json says
+    of it besides (an lm-eval task's tasks, shots and version; questions its loader left out)."""
+
+    source: dict[str, Any]  # its ood entry, or {"dataset": ...} for a part of the in-domain pool
+    records: list[MCQRecord]
+    info: dict[str, Any]
+    n_skipped: int = 0
 
 
 def _sample(records: list[MCQRecord], n: Optional[int], seed: int) -> list[MCQRecord]:
@@ -53,6 +63,21 @@ def _load_source(entry: dict[str, Any], seed: int) -> list[MCQRecord]:
     return _sample(data.records, entry.get("limit"), seed)
 
 
+def _load_ood(entry: dict[str, Any], seed: int) -> EvalSet:
+    """An out-of-domain set: a lab dataset's questions drawn as the pool's are; an lm-eval task's first ``limit``
+    documents per task (as ``lm_eval --limit``), with lm-eval's requests (its shots in them) to score."""
+    if not harness.is_task(entry["dataset"]):
+        return EvalSet(entry, _load_source(entry, seed), {})
+    data = harness.load_task(entry["dataset"], entry.get("lm_eval_include"), entry.get("num_fewshot"),
+                             entry.get("limit"))
+    return EvalSet(entry, data.records, {"lm_eval": lm_eval_info(data)}, len(data.problems))
+
+
+def _eval_dir(out: Path, row: str, set_name: str) -> Path:
+    """Where one row's evaluation on one set goes (an lm-eval task's ``:`` left out of the folder's name)."""
+    return out / EVAL_DIR / f"{row}-{set_name.replace(':', '-')}"
+
+
 def load_pool(cfg: CftConfig) -> dict[str, list[MCQRecord]]:
     """The in-domain pool: each source sampled, pooled, shuffled and cut into train/validation/test."""
     pool = [r for i, entry in enumerate(cfg.in_domain) for r in _load_source(entry, cfg.seed + i)]
@@ -65,13 +90,6 @@ def load_pool(cfg: CftConfig) -> dict[str, list[MCQRecord]]:
     return {"train": pool[:a], VALIDATION: pool[a:b], "test": pool[b:need]}
 
 
-def _eval_config(cfg: CftConfig, trained: dict[str, Any], dataset: str) -> EvalConfig:
-    return EvalConfig.from_dict({
-        "model": trained["model"], "adapter": trained["adapter"], "dataset": dataset, "scoring": "letter",
-        "template": cfg.template, "bins": cfg.bins, "bin_edges": cfg.bin_edges, "batch_size": cfg.eval_batch_size,
-        "device": cfg.device, "dtype": cfg.dtype, "bootstrap": cfg.bootstrap, "seed": cfg.seed})
-
-
 def _count(records: Sequence[MCQRecord]) -> dict[str, int]:
     return dict(Counter(r.source for r in records))
 
@@ -82,12 +100,13 @@ class _Protocol:
     def __init__(self, cfg: CftConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> None:
         self.cfg, self.out, self.events, self.should_stop = cfg, out, events, should_stop
         self.pool = load_pool(cfg)
-        self.sets: dict[str, tuple[str, list[MCQRecord]]] = {IN_DOMAIN: (cfg.in_domain[0]["dataset"], self.pool["test"])}
+        self.pooled = {"dataset": cfg.in_domain[0]["dataset"]}  # how the pool's parts are scored: its first source's
+        self.sets: dict[str, EvalSet] = {IN_DOMAIN: EvalSet(self.pooled, self.pool["test"], {})}
         for i, entry in enumerate(cfg.ood):
-            self.sets[entry["dataset"]] = (entry["dataset"], _load_source(entry, cfg.seed + 100 + i))
+            self.sets[entry["dataset"]] = _load_ood(entry, cfg.seed + 100 + i)
         self.pool_label = "+".join(e["dataset"] for e in cfg.in_domain)
-        for name, (_, records) in self.sets.items():
-            events.emit("log", message=f"{name}: {len(records)} questions {_count(records)}")
+        for name, evaluation in self.sets.items():
+            events.emit("log", message=f"{name}: {len(evaluation.records)} questions {_count(evaluation.records)}")
         events.emit("log", message=f"train: {len(self.pool['train'])} {_count(self.pool['train'])}, "
                                    f"validation: {len(self.pool[VALIDATION])}")
 
@@ -105,18 +124,20 @@ class _Protocol:
         loaded = None
         sets = dict(self.sets)
         if with_validation:
-            sets[VALIDATION] = (self.cfg.in_domain[0]["dataset"], self.pool[VALIDATION])
+            sets[VALIDATION] = EvalSet(self.pooled, self.pool[VALIDATION], {})
         results = {}
-        for set_name, (dataset, records) in sets.items():
+        for set_name, evaluation in sets.items():
             self.check_stop()
-            directory = self.out / EVAL_DIR / f"{name}-{set_name}"
+            directory = _eval_dir(self.out, name, set_name)
 
-            def work(d: Path = directory, dataset: str = dataset, records: list = records, set_name: str = set_name):
+            def work(d: Path = directory, evaluation: EvalSet = evaluation, set_name: str = set_name):
                 nonlocal loaded
                 loaded = loaded or self._load(trained)
-                label = self.pool_label if set_name in (IN_DOMAIN, VALIDATION) else dataset
-                return evaluate_records(_eval_config(self.cfg, trained, dataset), loaded, records, d, set_name,
-                                        dataset=label, split=set_name, in_domain=set_name in (IN_DOMAIN, VALIDATION))
+                pooled = set_name in (IN_DOMAIN, VALIDATION)
+                ecfg = self.cfg.eval_config(trained["model"], trained["adapter"], evaluation.source)
+                return evaluate_records(ecfg, loaded, evaluation.records, d, set_name, evaluation.n_skipped,
+                                        **evaluation.info, dataset=self.pool_label if pooled else ecfg.dataset,
+                                        split=set_name, in_domain=pooled)
 
             results[set_name] = stage(directory, self.events, f"evaluate {name} on {set_name}", work)
         self.check_stop()
@@ -149,13 +170,15 @@ class _Protocol:
                          ece_before=fit.ece_before, ece_after=fit.ece_after)
         results: dict[str, Any] = {"fit": {**fit.__dict__, "path": str(path)},
                                    "fits": {objective: f.__dict__ for objective, f in fits.items()}}
-        for set_name, (dataset, _) in self.sets.items():
-            base_dir = self.out / EVAL_DIR / f"base-{set_name}"
+        for set_name, evaluation in self.sets.items():
+            base_dir = _eval_dir(self.out, "base", set_name)
             rows = apply_temperature(load_predictions(base_dir).rows, fit.temperature)
             base_metrics = json.loads((base_dir / METRICS_FILE).read_text())
             info = {k: base_metrics.get(k) for k in PROVENANCE} | {"temperature": fit.temperature, "temperature_file": str(path)}
-            ecfg = _eval_config(self.cfg, {"model": self.cfg.model, "adapter": None}, dataset)
-            results[set_name] = write_evaluation(self.out / EVAL_DIR / f"ts-{set_name}", rows, ecfg, info)
+            if "lm_eval" in base_metrics:  # an lm-eval task's tasks and shots, for its subtask rows and its label
+                info["lm_eval"] = base_metrics["lm_eval"]
+            ecfg = self.cfg.eval_config(self.cfg.model, None, evaluation.source)
+            results[set_name] = write_evaluation(_eval_dir(self.out, "ts", set_name), rows, ecfg, info)
         return results
 
     def train(self, name: str, tcfg: TrainConfig) -> dict[str, Any]:

@@ -18,9 +18,11 @@ from lab.calibration.temperature import TEACHER_SWEEP_BOUNDS, FitObjective
 from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import EVAL_DIR, REPORT_JSON, REPORT_MD, TOPK_DIR
 from lab.core.limits import MAX_EPOCHS, MAX_ROWS, MAX_TOP_K, SPLIT
+from lab.data import harness
 from lab.jobkit.kinds import JobKind, register
-from lab.jobkit.sections import (AdaptedModel, DataSection, Dataset, ModelSection, PipelineEvalSection, PromptSection,
-                                 RunSection)
+from lab.jobkit.sections import (AdaptedModel, DataSection, Dataset, HarnessSection, ModelSection, PipelineEvalSection,
+                                 PromptSection, RunSection)
+from lab.kinds.evaluate.config import EvalConfig
 from lab.training.config import TrainConfig, Tuning, training_section
 
 Student = Literal["finetune", "distill", "distill_ls", "first", "oracle"]
@@ -37,8 +39,10 @@ TRAINING_KEYS = ("epochs", "learning_rate", "batch_size", "grad_accum", "warmup_
 
 
 @dataclass(kw_only=True)
-class OodEvaluation(PromptSection, DataSection):
-    """One out-of-domain evaluation of every trained model (an entry of ``FirstConfig.ood``)."""
+class OodEvaluation(HarnessSection, PromptSection, DataSection):
+    """One out-of-domain evaluation of every trained model (an entry of ``FirstConfig.ood``): a lab dataset,
+    scored by letter as the in-domain test is, or an lm-eval task (``lm-eval:<task>``, its ``num_fewshot`` and
+    ``lm_eval_include``), scored as the evaluate kind scores one: cloze on lm-eval's own prompts."""
 
     dataset: str = redeclare(DataSection, "dataset", required=True)
 
@@ -71,8 +75,9 @@ class FirstConfig(ConfigMixin, RunSection, PipelineEvalSection, PromptSection, D
     test_limit: Optional[int] = field(default=TEST_LIMIT, metadata=doc("first N test questions (None: all)",
                                                                        ge=1, le=MAX_ROWS))
     ood: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
-        "out-of-domain evaluations: [{dataset, data_files, subject, split, limit, template}]", entries=OodEvaluation,
-        max_items=32))
+        "out-of-domain evaluations: [{dataset, data_files, subject, split, limit, template}]; dataset "
+        "lm-eval:<task> (with num_fewshot, lm_eval_include) is scored on the task's own prompts (cloze)",
+        entries=OodEvaluation, max_items=32))
     k: int = field(default=5, metadata=doc("teacher tokens kept per position", ge=1, le=MAX_TOP_K))
     logprob_dtype: Literal["float16", "float32"] = field(default="float16", metadata=doc(
         "stored log-prob width: float16 or float32"))
@@ -101,7 +106,28 @@ class FirstConfig(ConfigMixin, RunSection, PipelineEvalSection, PromptSection, D
         if self.kd_renormalise and self.kd_tail:
             raise ValueError("`kd_renormalise` and `kd_tail` exclude each other: after renormalising over the "
                              "top-k there is no mass left for a tail bucket")
+        if harness.is_task(self.dataset):
+            raise ValueError(
+                f"dataset: {self.dataset!r} is an lm-eval task, and FIRST trains the teacher and students on lettered "
+                "options and sweeps the temperature at the answer letter, which lm-eval's prompts do not have: train "
+                f"on a lab dataset and evaluate the task out of domain instead (ood: [{{dataset: {self.dataset}}}])")
         self.template = self.train_config(self.teacher, self.teacher_method).template
+        for i, entry in enumerate(self.ood):  # each set as the evaluation will read it, at submit time
+            try:
+                self.eval_config({"split": "test", **entry}, self.teacher, self.teacher_adapter)
+            except ValueError as e:
+                raise ValueError(f"ood[{i}].{e}") from None
+
+    def eval_config(self, spec: dict[str, Any], model: str, adapter: Optional[str]) -> EvalConfig:
+        """One model's evaluation on one set (the in-domain test or an ``ood`` entry). A lab dataset is scored
+        by letter, with the entry's template or, on the training dataset, the training one; an lm-eval task by
+        cloze on its own prompts (template ``lm_eval``), as the evaluate kind scores it."""
+        lm_eval = harness.is_task(spec["dataset"])
+        template = spec.get("template") or (self.template if spec["dataset"] == self.dataset else None)
+        return EvalConfig.from_dict({
+            **spec, "model": model, "adapter": adapter, "scoring": "cloze" if lm_eval else "letter",
+            "template": template, "bins": self.bins, "bin_edges": self.bin_edges, "batch_size": self.eval_batch_size,
+            "device": self.device, "dtype": self.dtype, "bootstrap": self.bootstrap, "seed": self.seed})
 
     def train_config(self, model: str, method: Tuning, epochs: Optional[float] = None) -> TrainConfig:
         """The fine-tuning settings of the teacher or a student: ``training`` plus what the protocol sets."""

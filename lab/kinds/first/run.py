@@ -31,7 +31,6 @@ from lab.data import DataError
 from lab.data.templates import get_template
 from lab.jobkit.stages import stage
 from lab.jobkit.worker import JobContext
-from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import evaluate
 from lab.kinds.extract.run import extract_records, tokenizer_name
 from lab.kinds.extract.store import TopKStore, extract_topk, misalignment
@@ -179,6 +178,12 @@ def _evaluations(cfg: FirstConfig) -> list[tuple[str, dict[str, Any]]]:
     return named
 
 
+def _folder_name(set_name: str) -> str:
+    """A set's name as part of a folder name: ``lm-eval:arc_easy``, ``obqa/test`` and ``obqa#2`` without the
+    characters a path or another system reads otherwise."""
+    return set_name.replace("/", "-").replace("#", "-").replace(":", "-")
+
+
 def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
     if ORACLE in cfg.students and (problem := missing_truth(_train_truths(cfg))):
         raise DataError(problem)  # before an hour of teacher training, not after
@@ -200,21 +205,24 @@ def run_first(cfg: FirstConfig, out: Path, events: EventWriter, should_stop: Cal
         else:
             work = lambda m=method, t=target: _distill(cfg, m, sweep, topk, t, events, should_stop)
         models[method] = stage(target, events, f"student:{method}", work, collective=True)
-    rows = []
-    for name, trained in models.items():
-        for index, (set_name, spec) in enumerate(_evaluations(cfg)):
-            template = spec.get("template") or (cfg.template if spec["dataset"] == cfg.dataset else None)
-            ecfg = EvalConfig.from_dict({
-                **spec, "model": trained["model"], "adapter": trained["adapter"], "scoring": "letter",
-                "template": template, "bins": cfg.bins, "bin_edges": cfg.bin_edges, "batch_size": cfg.eval_batch_size,
-                "device": cfg.device, "dtype": cfg.dtype, "bootstrap": cfg.bootstrap, "seed": cfg.seed})
-            directory = out / EVAL_DIR / f"{name}-{set_name.replace('/', '-').replace('#', '-')}"
-            metrics = stage(directory, events, f"evaluate {name} on {set_name}",
-                             lambda e=ecfg, d=directory, i=index == 0:
-                             evaluate(e, d, log=lambda m: events.emit("log", message=m), in_domain=i))
-            rows.append({**metrics, "method": name, "set": set_name, "in_domain": index == 0,
-                         "temperature": sweep["best"] if name == "first" else None})
+    rows = [row for name, trained in models.items() for row in evaluate_model(cfg, name, trained, out, events, sweep)]
     return write_report(out, cfg, rows, sweep)
+
+
+def evaluate_model(cfg: FirstConfig, name: str, trained: dict[str, Any], out: Path, events: EventWriter,
+                   sweep: dict[str, Any]) -> list[dict[str, Any]]:
+    """One trained model (``name``: the teacher or a student) on the in-domain test and every out-of-domain set,
+    each a resumable stage; its report rows."""
+    rows = []
+    for index, (set_name, spec) in enumerate(_evaluations(cfg)):
+        ecfg = cfg.eval_config(spec, trained["model"], trained["adapter"])
+        directory = out / EVAL_DIR / f"{name}-{_folder_name(set_name)}"
+        metrics = stage(directory, events, f"evaluate {name} on {set_name}",
+                        lambda e=ecfg, d=directory, i=index == 0:
+                        evaluate(e, d, log=lambda m: events.emit("log", message=m), in_domain=i))
+        rows.append({**metrics, "method": name, "set": set_name, "in_domain": index == 0,
+                     "temperature": sweep["best"] if name == "first" else None})
+    return rows
 
 
 def run_job(cfg: FirstConfig, ctx: JobContext) -> dict[str, Any]:
