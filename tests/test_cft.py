@@ -10,7 +10,7 @@ from lab.core.events import EventWriter, read_events
 from lab.data.record import MCQRecord
 from lab.kinds.cft.config import CftConfig
 from lab.kinds.cft.report import temperature_notes
-from lab.kinds.cft.run import _eval_config, run_cft
+from lab.kinds.cft.run import run_cft
 from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
 from lab.training.cft_losses import ece_regulariser, option_smoothing_loss
 from lab.training.config import TrainConfig
@@ -149,7 +149,7 @@ def test_cft_fits_t_by_ece_by_default_and_bins_every_ece_with_the_config_s_bin_e
     assert CftConfig().ts_objective == "ece"  # the paper's Appendix: T "searched ... to directly minimize the ECE"
     assert CftConfig(ts_objective="nll").ts_objective == "nll"
     cfg = CftConfig(bins=14, bin_edges="left")
-    ecfg = _eval_config(cfg, {"model": "bundled", "adapter": None}, "mmlu")
+    ecfg = cfg.eval_config("bundled", None, {"dataset": "mmlu"})
     assert (ecfg.bins, ecfg.bin_edges) == (14, "left")
     assert all((t.bins, t.bin_edges) == (14, "left") for _, t in cfg.rows()[2:])  # each trained row's validation ECE
 

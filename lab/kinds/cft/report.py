@@ -55,6 +55,10 @@ def markdown(report: dict[str, Any]) -> str:
              f"({report['config']['template']} prompt). Win rate: share of preference pairs where the model gives the chosen response a "
              f"higher log-probability than the rejected one (n = {next(iter(report['win_rate'].values())).get('n')}, "
              "responses cut to the configured token budget); temperature scaling leaves it unchanged."]
+    tasks = [s for s in sets if str(s).startswith("lm-eval:")]
+    if tasks:  # scored as lm-eval scores them, so their confidence is not the letters'
+        notes[-1] += (f" On {', '.join(tasks)} (lm-eval tasks), confidence is the softmax over the options' summed "
+                      "log-likelihoods after the task's own prompt (cloze, as lm-eval's acc).")
     if report.get("temperature"):
         notes += temperature_notes(report["temperature"])
     if report.get("training"):
