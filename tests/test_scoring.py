@@ -8,7 +8,8 @@ import torch
 from lab.core.errors import ScoringError
 from lab.data.record import MCQRecord
 from lab.data.templates import Prompt, get_template
-from lab.models.scoring import score_cloze, score_letter, split_pairs
+from lab.models.scoring import (MIN_SHARED, encode_prompts, plan_cloze, score_cloze, score_letter, shared_prefixes,
+                                split_pairs)
 
 
 def _naive_logprobs(model, ids: list[int]) -> torch.Tensor:
@@ -168,3 +169,46 @@ def test_cloze_scoring_names_the_cache_as_the_installed_transformers_does(tiny, 
     assert "deprecated" not in capfd.readouterr().err
     np.testing.assert_allclose(scores[0].logliks, score_cloze(tiny.model, tiny.tokenizer, prompts[:1])[0].logliks,
                                atol=1e-4)  # the cache still carries the question: alone or batched, the same
+
+
+# ---------------------------------------------------------------- an opening shared by several questions
+
+
+@pytest.mark.unit
+def test_shared_prefixes_group_questions_that_open_alike():
+    """Two groups (a 70- and an 80-token opening), a question alone, and a question that is the whole opening of
+    its group but for one token: each member keeps a token of its own after the shared part."""
+    a, b = list(range(70)), list(range(100, 180))
+    contexts = [a + [1, 2], b + [7], a + [3], list(range(500, 600)), b + [8, 9, 10], a]
+    shared = shared_prefixes(contexts, min_shared=64)
+    assert shared == {0: 69, 2: 69, 5: 69, 1: 80, 4: 80}  # `a` itself keeps its last token: the group shares 69
+    assert shared_prefixes(contexts, min_shared=81) == {}
+    assert shared_prefixes([a + [1]], min_shared=64) == {}  # one question shares nothing
+
+
+@pytest.mark.unit
+def test_plan_cloze_never_mixes_groups_in_a_batch():
+    a, b = list(range(70)), list(range(100, 180))
+    encoded = [(a + [1], [[5]]), (b + [2], [[5]]), (a + [3, 4], [[5, 6]]), (list(range(300, 310)), [[5]]),
+               (b + [9], [[5]])]
+    batches, shared = plan_cloze(encoded, batch_size=8)
+    assert sorted(sorted(batch) for batch in batches) == [[0, 2], [1, 4], [3]]
+    assert shared == {0: 70, 2: 70, 1: 80, 4: 80}
+
+
+@pytest.mark.model
+def test_a_shared_opening_run_once_gives_the_same_log_likelihoods(tiny):
+    """Few-shot questions share their examples: run once, the opening's cache serves every question of the
+    batch, whose own parts differ in length (padding sits between the opening and each own part)."""
+    shots = " ".join(f"Question: what comes after {i}? Answer: {i + 1}." for i in range(12))
+    prompts = [Prompt(f"{shots} Question: {q} Answer:", options) for q, options in [
+        ("what colour is the sky on a clear day?", (" blue", " green and yellow")),
+        ("two and two?", (" four", " five", " twenty two")),
+        ("what comes after 41 in the list of numbers that we counted before?", (" 42", " 40 or 43"))]]
+    encoded = encode_prompts(tiny.tokenizer, prompts, "cloze")
+    batches, shared = plan_cloze(encoded, batch_size=3)
+    assert set(shared) == {0, 1, 2} and len(batches) == 1 and min(shared.values()) >= MIN_SHARED
+    together = score_cloze(tiny.model, tiny.tokenizer, prompts, encoded=encoded, batches=batches, shared=shared)
+    alone = [score_cloze(tiny.model, tiny.tokenizer, [p])[0] for p in prompts]
+    for got, want in zip(together, alone):
+        np.testing.assert_allclose(got.logliks, want.logliks, atol=1e-4)

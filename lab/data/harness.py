@@ -317,12 +317,17 @@ def _quiet() -> Iterator[None]:
     """lm-eval's info and warnings (a custom dataset's "--metadata" hint, a metric's default aggregation)
     are about its own command line: a job's log keeps the lab's lines."""
     logger = logging.getLogger("lm_eval")
-    level = logger.level
+    level, bars = logger.level, os.environ.get("TQDM_DISABLE")
     logger.setLevel(logging.ERROR)
+    os.environ["TQDM_DISABLE"] = "1"  # build_all_requests' progress bar, a line per task (tqdm reads it per bar)
     try:
         yield
     finally:
         logger.setLevel(level)
+        if bars is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = bars
 
 
 def _build(name: str, include: Optional[str]) -> dict:

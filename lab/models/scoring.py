@@ -48,6 +48,7 @@ MIN_OPTION_CHUNK = 8  # option rows per continuation pass at least (fewer calls 
 # Tokenizers that set no limit report transformers' VERY_LARGE_INTEGER (1e30): that is no limit.
 SANE_MAX_LENGTH = 10_000_000
 MAX_LISTED = 5  # questions named in a too-long error
+MIN_SHARED = 64  # tokens of context a group of questions must share for it to run once (plan_cloze)
 # Padded tokens per forward pass at most, by device type; a type not listed: batch_size alone.
 # On a CPU it cuts the batches of the longest passages (16 BoolQ passages pad to 13,200 tokens, a
 # minute on two cores), so questions are counted at least every few seconds and less is padded
@@ -193,6 +194,55 @@ def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens: Optional[i
 
 
 _order = plan_batches  # the name lab.kinds.extract.store and bench/topk_store.py import
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    return next((k for k in range(n) if a[k] != b[k]), n)
+
+
+def shared_prefixes(contexts: Sequence[Sequence[int]], min_shared: int = MIN_SHARED) -> dict[int, int]:
+    """For each question whose context opens with the same ``min_shared`` or more tokens as another's, the
+    length of the opening its group shares (question index → tokens); the others are absent.
+
+    A few-shot prompt repeats its examples and the task's description before every question (MMLU 5-shot:
+    85 % of its context tokens), so a group's opening runs once and each question runs only its own part
+    after it (:func:`score_cloze`). Sorted contexts make each group one run: the common opening of a run's
+    first and last contexts is the shortest one between neighbours. Every member keeps a token of its own,
+    the one whose logits predict its options."""
+    order = sorted(range(len(contexts)), key=lambda i: contexts[i])
+    shared: dict[int, int] = {}
+    start = 0
+    while start < len(order):
+        end, length = start + 1, None
+        while end < len(order):
+            common = _common(contexts[order[start]], contexts[order[end]])
+            if common < min_shared:
+                break
+            length, end = common, end + 1
+        members = order[start:end]
+        if length is not None:
+            length = min(length, *(len(contexts[i]) - 1 for i in members))
+            if length >= min_shared:
+                shared.update((i, length) for i in members)
+        start = end
+    return shared
+
+
+def plan_cloze(encoded: Sequence[Encoded], batch_size: int, max_tokens: Optional[int] = None
+               ) -> tuple[list[list[int]], dict[int, int]]:
+    """:func:`plan_batches` for :func:`score_cloze` with shared openings (:func:`shared_prefixes`): the batches
+    (a batch never mixes groups, and is planned on the questions' own parts) and each question's shared length."""
+    shared = shared_prefixes([context for context, _ in encoded])
+    groups: dict[tuple, list[int]] = {}
+    for i in range(len(encoded)):
+        length = shared.get(i, 0)
+        groups.setdefault((length, tuple(encoded[i][0][:length])), []).append(i)
+    batches: list[list[int]] = []
+    for (length, _), members in groups.items():
+        own = [scored_length(encoded[i], "cloze") - length for i in members]
+        batches += [[members[j] for j in batch] for batch in plan_batches(own, batch_size, max_tokens)]
+    return batches, shared
 
 
 def batch_tokens(device: torch.device) -> Optional[int]:
@@ -374,12 +424,15 @@ def score_letter(
 def score_cloze(
     model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None,
     encoded: Optional[Sequence[Encoded]] = None, batches: Optional[Sequence[Sequence[int]]] = None,
+    shared: Optional[dict[int, int]] = None,
 ) -> list[ClozeScore]:
     """Log-likelihood of each option's text after the context; ``batch_size`` counts questions.
 
     ``encoded``: ``encode_prompts(tokenizer, prompts, "cloze")``, where the caller already has it;
     ``batches``: the caller's :func:`plan_batches` over ``scored_length(…, "cloze")``, else batches
-    of ``batch_size`` questions. ``progress(n)`` after each batch.
+    of ``batch_size`` questions; or, with ``shared``, :func:`plan_cloze`'s plan: a batch of questions
+    sharing an opening runs it once and then only their own parts on its KV cache (the same
+    log-likelihoods, to float rounding). ``progress(n)`` after each batch.
     """
     if encoded is None:
         encoded = encode_prompts(tokenizer, prompts, "cloze")
@@ -388,10 +441,16 @@ def score_cloze(
     pad = _pad_id(tokenizer)
     if batches is None:
         batches = plan_batches([scored_length(e, "cloze") for e in encoded], batch_size)
+    opening = _Opening(model, device)
     for batch in batches:
-        contexts = [encoded[i][0] for i in batch]
-        ids, mask, pos = _left_padded(contexts, pad, device)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=True)
+        length = (shared or {}).get(batch[0], 0)
+        ids, mask, pos = _left_padded([encoded[i][0][length:] for i in batch], pad, device)
+        extra = {}
+        if length:  # the group's opening, run once, before each question's own part
+            pos = pos + length
+            mask = torch.cat([torch.ones((len(batch), length), dtype=mask.dtype, device=device), mask], dim=1)
+            extra = {_cache_keyword(_base_class(model)): opening.cache(encoded[batch[0]][0][:length], len(batch))}
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=True, **extra)
         first_lp = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)  # (B, V): predicts each option's 1st token
         # One row per (question, option): the option's tokens after the first, fed on the shared cache.
         rows = [(b, cont) for b, i in enumerate(batch) for cont in encoded[i][1]]
@@ -432,6 +491,26 @@ def regroup_cloze(scores: Sequence[ClozeScore], owners: Sequence[Sequence[tuple[
                               n_tokens=np.array([scores[p].n_tokens[o] for p, o in spots]),
                               problem=nonfinite_cause(ll)))
     return out
+
+
+class _Opening:
+    """The KV cache of the opening a group of questions shares, run once per group (the last one is kept:
+    :func:`plan_cloze` puts a group's batches one after another)."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
+        self.model, self.device = model, device
+        self.tokens: Optional[list[int]] = None
+        self.kv: Any = None
+
+    def cache(self, tokens: list[int], rows: int) -> Any:
+        """A copy of the opening's cache with a row for each of ``rows`` questions."""
+        if tokens != self.tokens:
+            ids = torch.tensor([tokens], device=self.device)
+            out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, use_cache=True)
+            self.tokens, self.kv = tokens, _output_cache(out)
+        cache = copy.deepcopy(self.kv)
+        cache.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=self.device))
+        return cache
 
 
 def _continuation_logprobs(model: torch.nn.Module, context_cache, context_mask: torch.Tensor,
