@@ -505,3 +505,16 @@ def test_a_link_inside_the_include_folder_to_data_outside_is_refused_glob_or_not
         f"test: {folder / 'mc.jsonl'}", f"test: {pattern}"))
     message = _refused(server, dataset="lm-eval:unseen_leak", lm_eval_include=str(folder))
     assert message.startswith("lm_eval_include:") and "leads outside the folders this server may read" in message
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["finetune", "extract", "sft"])
+def test_a_kind_that_trains_or_extracts_refuses_an_lm_eval_task_naming_where_they_go(kind):
+    """Only the fields that declare it take lm-eval:<task>; elsewhere (training data, a teacher's top-k) the
+    refusal says which fields do, rather than failing once the job starts."""
+    from lab.core.config import ConfigError
+    from lab.jobkit.kinds import parse_config
+
+    with pytest.raises(ConfigError, match=r"^dataset: 'lm-eval:bundled_arc_easy': lm-eval:… names are taken by "
+                                          r"evaluate, series tasks"):
+        parse_config({"kind": kind, "dataset": "lm-eval:bundled_arc_easy"}, None)

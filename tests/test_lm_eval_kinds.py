@@ -52,7 +52,8 @@ def test_first_scores_an_lm_eval_ood_set_cloze_and_its_lab_sets_by_letter_as_bef
 
 @pytest.mark.unit
 @pytest.mark.parametrize("values, field, says", [
-    ({"dataset": TASK}, "dataset", "lettered options"),
+    # training data takes no lm-eval task (its field does not declare them): the refusal says where they go
+    ({"dataset": TASK}, "dataset", "out-of-domain sets"),
     ({"ood": [{"dataset": TASK, "template": "plain"}]}, "ood[0].template", "brings its own prompt"),
     ({"ood": [{"dataset": TASK, "subject": "anatomy"}]}, "ood[0].subject", "name a subtask"),
     ({"ood": [{"dataset": TASK, "fewshot_split": "train"}]}, "ood[0].fewshot_split", "its YAML's fewshot_split"),
@@ -80,7 +81,7 @@ def test_cft_keeps_lab_ood_entries_as_before_and_an_lm_eval_one_as_written():
 
 @pytest.mark.unit
 @pytest.mark.parametrize("values, field, says", [
-    ({"in_domain": [{"dataset": "obqa"}, {"dataset": TASK}]}, "in_domain[1].dataset", "lettered options"),
+    ({"in_domain": [{"dataset": "obqa"}, {"dataset": TASK}]}, "in_domain[1].dataset", "out-of-domain sets"),
     ({"ood": [{"dataset": "arc_challenge", "num_fewshot": 2}]}, "ood[0].num_fewshot", "applies to an lm-eval task"),
     ({"ood": [{"dataset": TASK, "fewshot_split": "train"}]}, "ood[0].fewshot_split", "its YAML's fewshot_split"),
     ({"ood": [{"dataset": TASK, "subject": "anatomy"}]}, "ood[0].subject", "name a subtask"),

@@ -362,7 +362,8 @@ BAD_CONFIGS = [
     ("kind: first\neval_batch_size: 0\n", "eval_batch_size: must be an integer ≥ 1 and ≤ 4,096, got 0", True),
     ("kind: first\nbootstrap: -5\n", "bootstrap: must be an integer ≥ 0 and ≤ 100,000, got -5", True),
     ("kind: first\nood: [{dataset: arc_challenge, limt: 5}]\n",
-     "ood[0].limt: unknown key; did you mean limit? (valid: dataset, data_files, subject, split, limit, template)", True),
+     "ood[0].limt: unknown key; did you mean limit? (valid: dataset, data_files, subject, split, limit, template, "
+     "num_fewshot, fewshot_split, lm_eval_include)", True),
     ("a: &a [x, x]\nb: [*a, *a]\n", "YAML anchors and aliases (&name, *name) are not accepted in a config; write each value out", False),
 ]
 

@@ -62,6 +62,7 @@ class Spec:
     min_items: int = 0  # a list that must not be empty (an empty one would fail later, at run time)
     pattern: Optional[str] = None
     registry: Any = None  # a lab.core.registry.Registry whose names are the valid values
+    families: bool = False  # ... and the names of its families too (lab.core.registry.Registry.add_family)
     entries: Optional[type] = None  # the dataclass each mapping of a dict / list-of-dict field follows
     exclude: tuple[str, ...] = ()  # entries' fields that may not be set here
     exclude_reason: str = ""
@@ -168,10 +169,16 @@ def _check_text(path: str, value: Any, spec: Spec) -> str:
         raise _fail(path, "must be valid Unicode text (it holds a lone surrogate)") from None
     if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
         raise _fail(path, f"{_show(value)} is not valid here ({spec.help})")
-    if spec.registry is not None and not spec.registry.knows(value):
+    if spec.registry is not None and value not in spec.registry:
+        family = spec.registry.family_of(value)
+        if family is not None and spec.families:
+            return value  # checked where it is used (lm-eval:<task>: lab.data.harness.check_task)
+        if family is not None:
+            raise _fail(path, f"{_show(value)}: {family}… names are taken by {spec.registry.family_use(family)}, not "
+                              f"here; this field takes a registered {spec.registry.kind}: {', '.join(spec.registry)}")
         close = suggest(value, list(spec.registry))
         hint = f" Did you mean {close!r}?" if close else ""
-        valid = [*spec.registry, *spec.registry.family_forms()]
+        valid = [*spec.registry, *(spec.registry.family_forms() if spec.families else [])]
         raise _fail(path, f"unknown {spec.registry.kind} {_show(value)}.{hint} Valid: {', '.join(valid)}")
     return value
 

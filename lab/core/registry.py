@@ -7,7 +7,7 @@ the valid ones (and a "did you mean") instead of a KeyError.
 from __future__ import annotations
 
 import difflib
-from typing import Generic, Iterator, TypeVar
+from typing import Generic, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -33,10 +33,14 @@ class Registry(Generic[T]):
         ``used_by`` says what takes them, for :meth:`get` to tell code that holds no object for them."""
         self._families[prefix] = (example, used_by)
 
-    def knows(self, name: object) -> bool:
-        """A registered name, or one of a family's (:meth:`add_family`)."""
-        return name in self._items or (isinstance(name, str) and any(
-            name.startswith(p) and len(name) > len(p) for p in self._families))
+    def family_of(self, name: object) -> Optional[str]:
+        """The prefix of the family ``name`` belongs to (:meth:`add_family`), or None."""
+        return next((p for p in self._families if isinstance(name, str) and name.startswith(p) and len(name) > len(p)),
+                    None)
+
+    def family_use(self, prefix: str) -> str:
+        """What takes a family's names (``used_by`` of :meth:`add_family`)."""
+        return self._families[prefix][1]
 
     def family_forms(self) -> list[str]:
         """How each family's names are written (``lm-eval:<task>``), for messages that list the valid names."""

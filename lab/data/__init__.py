@@ -17,7 +17,8 @@ from .record import MCQRecord, RowProblem
 from .split import carve
 from .texts import TEXT_TASKS, TextLoad, TextRecord, load_texts, text_dataset_names
 
-DATASETS.add_family(harness.PREFIX, "<task>", "the evaluate kind and series tasks (lm-evaluation-harness tasks)")
+DATASETS.add_family(harness.PREFIX, "<task>", "evaluate, series tasks, sft and dpo calibration tasks and FIRST's and "
+                    "CFT's out-of-domain sets (lm-evaluation-harness tasks)")
 
 __all__ = ["DATASETS", "DataError", "DatasetSpec", "InstructionLoad", "InstructionRecord", "LoadResult", "MCQRecord",
            "RowProblem", "SFT_TASK", "TEXT_TASKS", "TextLoad", "TextRecord", "carve", "dataset_names",

@@ -56,6 +56,7 @@ class OodSource(HarnessSection, Source):
     letter, the protocol's template, zero-shot), or an lm-eval task (``lm-eval:<task>``) scored as the evaluate
     kind scores one: cloze on lm-eval's own prompts, with the entry's ``num_fewshot`` and ``lm_eval_include``."""
 
+    dataset: str = redeclare(Source, "dataset", required=True, families=True)
     limit: Optional[int] = redeclare(DataSection, "limit", help=(
         "questions drawn from it at random, seeded; an lm-eval task: its first N documents per task, as "
         "lm_eval --limit N, so that its figures compare with lm-eval's (None: all)"))
@@ -108,13 +109,6 @@ class CftConfig(ConfigMixin, RunSection, PipelineEvalSection, ModelSection):
     def __post_init__(self) -> None:
         if not self.in_domain:
             raise ValueError("in_domain: must name at least one source")
-        for i, entry in enumerate(self.in_domain):
-            if harness.is_task(entry["dataset"]):
-                raise ValueError(
-                    f"in_domain[{i}].dataset: {entry['dataset']!r} is an lm-eval task, and every row trains on the "
-                    f"pool's questions as lettered options (template {self.template!r}), which lm-eval's prompts do "
-                    f"not have: pool lab datasets, and evaluate the task out of domain instead "
-                    f"(ood: [{{dataset: {entry['dataset']}}}])")
         # An entry without data_files reads the bundled sample, as its declaration (and FIRST's ood) says; an
         # lm-eval task reads the data its YAML names, so it is kept as written.
         self.in_domain = [with_defaults(Source, e) for e in self.in_domain]

@@ -48,7 +48,7 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, HarnessSection, PromptSec
     # on OpenBookQA (the evaluate-obqa preset) it is at chance. Cloze, because by option text it is
     # right about half the time yet claims ~80 % confidence (ECE ~28 %), the mis-calibration to see
     # first; by letter it is at chance and says so (the README's first five minutes has the figures).
-    dataset: str = redeclare(DataSection, "dataset", default=MCQ_DATASET, help=(
+    dataset: str = redeclare(DataSection, "dataset", default=MCQ_DATASET, families=True, help=(
         f"registered dataset name ({MCQ_DATASET} with task clm or facts: that task's own default, "
         f"{' / '.join(TOKEN_DATASETS.values())})"))
     split: str = redeclare(DataSection, "split", default=MCQ_SPLIT, help=(

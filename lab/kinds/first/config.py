@@ -44,7 +44,7 @@ class OodEvaluation(HarnessSection, PromptSection, DataSection):
     scored by letter as the in-domain test is, or an lm-eval task (``lm-eval:<task>``, its ``num_fewshot`` and
     ``lm_eval_include``), scored as the evaluate kind scores one: cloze on lm-eval's own prompts."""
 
-    dataset: str = redeclare(DataSection, "dataset", required=True)
+    dataset: str = redeclare(DataSection, "dataset", required=True, families=True)
 
 
 @dataclass
@@ -106,11 +106,6 @@ class FirstConfig(ConfigMixin, RunSection, PipelineEvalSection, PromptSection, D
         if self.kd_renormalise and self.kd_tail:
             raise ValueError("`kd_renormalise` and `kd_tail` exclude each other: after renormalising over the "
                              "top-k there is no mass left for a tail bucket")
-        if harness.is_task(self.dataset):
-            raise ValueError(
-                f"dataset: {self.dataset!r} is an lm-eval task, and FIRST trains the teacher and students on lettered "
-                "options and sweeps the temperature at the answer letter, which lm-eval's prompts do not have: train "
-                f"on a lab dataset and evaluate the task out of domain instead (ood: [{{dataset: {self.dataset}}}])")
         self.template = self.train_config(self.teacher, self.teacher_method).template
         for i, entry in enumerate(self.ood):  # each set as the evaluation will read it, at submit time
             try:
