@@ -254,3 +254,14 @@ def wandb_history(folder: Path) -> list[dict[str, Any]]:
                 rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                              for item in record.history.item})
     return rows
+
+
+def form_values(kind: str, **changes: Any) -> list:
+    """The Launch form's widget values for ``kind``: its defaults, with ``changes`` typed into their fields."""
+    from ui import forms
+
+    names = [f.name for f in forms.fields(kind)]
+    values = forms.preset_values(kind, None)
+    for name, text in changes.items():
+        values[names.index(name)] = text
+    return values

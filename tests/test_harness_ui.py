@@ -10,7 +10,7 @@ import pytest
 from lab.data import harness
 from lab.data.templates import LM_EVAL, default_template
 from lab.results import analysis, runs, series
-from tests.helpers import row, write_eval
+from tests.helpers import form_values, row, write_eval
 from ui import forms
 from ui.job_results import job_results
 from ui.launch_page import FOLLOW_DATASET, change_dataset, change_task, fill_tasks
@@ -26,11 +26,7 @@ def no_index(monkeypatch):
 
 def _values(kind: str = "evaluate", **given) -> list:
     """The form's widget values: the defaults, with ``given`` typed in."""
-    names = [f.name for f in forms.fields(kind)]
-    values = forms.preset_values(kind, None)
-    for name, value in given.items():
-        values[names.index(name)] = value
-    return values
+    return form_values(kind, **given)
 
 
 def _followers(values: list) -> list:

@@ -17,6 +17,7 @@ from lab.core.yamlio import load_yaml
 from lab.data import samples
 from lab.jobkit import kinds
 from lab.jobkit.paths import PathNotAllowed
+from tests.helpers import form_values
 from ui import forms, launch_page
 from ui.context import LabContext
 from ui.messages import error
@@ -38,15 +39,6 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [])
     return LabContext(tmp_path / "runs"), home
-
-
-def _form(kind: str, **changes) -> list:
-    """The form's default values with ``changes`` typed into their fields."""
-    names = [f.name for f in forms.fields(kind)]
-    values = forms.preset_values(kind, None)
-    for name, text in changes.items():
-        values[names.index(name)] = text
-    return values
 
 
 def _preset(name: str) -> dict:
@@ -149,7 +141,7 @@ def test_more_gpus_than_the_machine_has_are_refused_at_submit(fresh, monkeypatch
     ctx, _ = fresh
     with pytest.raises(ConfigError, match=r"^gpus: this machine has no GPU; set GPUs to 0$"):
         ctx.submit({"kind": "evaluate"}, gpus=1)
-    assert launch_page.submit_form(ctx, "evaluate", 1, 1, *_form("evaluate")) == error(
+    assert launch_page.submit_form(ctx, "evaluate", 1, 1, *form_values("evaluate")) == error(
         "gpus: this machine has no GPU; set GPUs to 0")
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
     with pytest.raises(ConfigError, match=r"^gpus: asked for 2 GPUs, but this machine has 1; set GPUs to 1 or fewer$"):
@@ -173,10 +165,10 @@ def test_gpus_must_be_a_whole_number(gpus):
 def test_a_temperature_that_is_no_number_and_no_file_is_named_as_such(fresh, capsys):
     ctx, _ = fresh
     message = f"temperature: {EXPECTED_T} 'hot'"
-    assert launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", temperature="hot")) == error(message)
-    assert launch_page.show_config(ctx, "evaluate", *_form("evaluate", temperature="hot"))[0] == error(message)
+    assert launch_page.submit_form(ctx, "evaluate", 0, 1, *form_values("evaluate", temperature="hot")) == error(message)
+    assert launch_page.show_config(ctx, "evaluate", *form_values("evaluate", temperature="hot"))[0] == error(message)
     models = "- {model: bundled, temperature: abc}"
-    assert launch_page.submit_form(ctx, "compare", 0, 1, *_form("compare", models=models)) == error(
+    assert launch_page.submit_form(ctx, "compare", 0, 1, *form_values("compare", models=models)) == error(
         f"models[0].temperature: {EXPECTED_T} 'abc'")
     assert lab_cli(["evaluate", "--temperature", "hot", "--out", str(ctx.runs / "cli")]) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
@@ -209,7 +201,7 @@ def test_a_temperature_path_is_looked_for_inside_and_refused_outside(fresh, tmp_
 ])
 def test_numbers_must_be_numbers(fresh, kind, field, text, message):
     ctx, _ = fresh
-    assert launch_page.submit_form(ctx, kind, 0, 1, *_form(kind, **{field: text})) == error(message)
+    assert launch_page.submit_form(ctx, kind, 0, 1, *form_values(kind, **{field: text})) == error(message)
     assert ctx.store.list() == []
 
 
@@ -221,9 +213,9 @@ def test_with_the_servers_working_folder_gone_the_form_still_answers(fresh, tmp_
     gone.mkdir()
     monkeypatch.chdir(gone)
     gone.rmdir()
-    assert launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", temperature="hot")) == error(
+    assert launch_page.submit_form(ctx, "evaluate", 0, 1, *form_values("evaluate", temperature="hot")) == error(
         f"temperature: {EXPECTED_T} 'hot'")
-    answer = launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", dataset="custom", data_files="q.jsonl"))
+    answer = launch_page.submit_form(ctx, "evaluate", 0, 1, *form_values("evaluate", dataset="custom", data_files="q.jsonl"))
     assert answer.startswith("<div class='lab-error'>⚠️ data_files: cannot read")
     assert ctx.store.list() == []
 
@@ -269,7 +261,7 @@ def test_every_resource_box_refuses_a_bad_value_naming_it(fresh, monkeypatch, ty
         said = launch_page.submit_anywhere(
             ctx, "evaluate", values["launch-gpus-evaluate"], values["launch-processes-evaluate"], executor, "",
             values["launch-nodes-evaluate"], values["launch-gpus-per-node-evaluate"], values["launch-minutes-evaluate"],
-            "", "", *_form("evaluate"))
+            "", "", *form_values("evaluate"))
         if typed == "" and field.startswith("slurm."):
             assert "queued" in said, (field, said)  # a blank Slurm box is left to the cluster's default
         else:
@@ -284,7 +276,7 @@ def test_a_dataset_name_the_lab_does_not_know_is_refused_naming_the_field_and_th
     ctx, _ = fresh
     field = next(f for f in forms.fields("evaluate") if f.name == "dataset")
     assert launch_page._widget("evaluate", field, "obqa").allow_custom_value
-    said = launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", dataset="openbookqa"))
+    said = launch_page.submit_form(ctx, "evaluate", 0, 1, *form_values("evaluate", dataset="openbookqa"))
     assert said.startswith("<div class='lab-error'>⚠️ dataset: unknown dataset &#x27;openbookqa&#x27;.")
     assert "obqa, synthetic" in said and ctx.store.list() == []
 
@@ -307,7 +299,7 @@ def test_a_hub_dataset_this_machine_cannot_load_is_refused_at_submit(fresh, no_h
     with pytest.raises(ConfigError, match=r"^data_files: empty, so the Hugging Face hub copy of csqa "
                                           r"\(tau/commonsense_qa\) is meant, but HF_HUB_OFFLINE is set"):
         ctx.submit(config)
-    said = launch_page.submit_form(ctx, "evaluate", 0, 1, *_form("evaluate", dataset="csqa", data_files=""))
+    said = launch_page.submit_form(ctx, "evaluate", 0, 1, *form_values("evaluate", dataset="csqa", data_files=""))
     assert said.startswith("<div class='lab-error'>⚠️ data_files: empty, so the Hugging Face hub copy of csqa")
     assert "set data_files" in said
     with pytest.raises(ConfigError, match=r"^data_files: empty, so the Hugging Face hub copy of custom is meant, but custom has no copy on the Hugging Face hub"):
@@ -334,7 +326,7 @@ def test_a_hub_dataset_in_the_cache_or_online_is_accepted(fresh, no_hub_cache, m
 def _marked(ctx, kind: str, **changes):
     """Submit as the page does: (message, one update per form field, the "More options" accordion)."""
     return launch_page.submit_and_mark(ctx, kind, "0", "1", "local", "", "1", "0", "30", "", "",
-                                       *_form(kind, **changes))
+                                       *form_values(kind, **changes))
 
 
 def test_a_refused_field_is_marked_with_its_message_and_the_others_cleared(fresh):

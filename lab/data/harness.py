@@ -399,9 +399,14 @@ def load_task(dataset: str, include: Optional[str] = None, num_fewshot: Optional
         if num_fewshot is not None and task.get_config("num_fewshot") != 0:  # lm-eval keeps a task's own 0
             task.set_config(key="num_fewshot", value=num_fewshot)
         task.set_fewshot_seed(seed=FEWSHOT_SEED)
-        with contextlib.chdir(include or SHIPPED), _quiet():
-            task.build_all_requests(limit=limit, rank=0, world_size=1)
-        got, bad = _records(leaf, task)
+        try:
+            with contextlib.chdir(include or SHIPPED), _quiet():
+                task.build_all_requests(limit=limit, rank=0, world_size=1)
+            got, bad = _records(leaf, task)
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:  # the task's own templates
+            raise DataError(f"lm-eval task {leaf!r} could not build its prompts: {type(e).__name__}: {e}. Check its "
+                            "doc_to_text / doc_to_target / doc_to_choice against the data (a target index past "
+                            "the choices, a field the rows lack)") from None
         records += got
         problems += bad
         split = task.config.test_split or task.config.validation_split
