@@ -1,6 +1,8 @@
 """Race lm-evaluation-harness on its own tasks, and check that the lab's answers are lm-eval's, document by document.
 
     python bench/vs_lm_eval.py [--lm-eval-python PYTHON] [--out bench/results/vs_lm_eval_cpu.txt]
+    python bench/vs_lm_eval.py --include examples/lm_eval_tasks --race csqa_local:0:100 --race csqa_local:5:50 \
+        --race medmcqa_local:5:50 --race local_group:0:30 --out bench/results/vs_lm_eval_own_tasks_cpu.txt
 
 For each task below, the same lm-eval task runs through both tools, one subprocess each, same machine,
 same run, ours first, the bundled model (SmolLM2-135M-Instruct, safetensors, float32, CPU):
@@ -10,7 +12,9 @@ same run, ours first, the bundled model (SmolLM2-135M-Instruct, safetensors, flo
 - ``python -m lm_eval run --model hf --tasks TASK --num_fewshot K --limit N --log_samples``, with the lab's
   task folder as ``--include_path`` (the ``bundled_*`` tasks: lm-eval's prompts over the bundled samples).
 
-It prints, per task: whether every request's context and continuation are the same text in both, both
+With ``--include DIR --race TASK:SHOTS:LIMIT`` it runs a folder of the user's own task YAMLs instead
+(``examples/lm_eval_tasks``: data the lab does not bundle, a ``!function``, a group), both tools as a
+user runs them. It prints, per task: whether every request's context and continuation are the same text in both, both
 tools' ``acc`` / ``acc_norm``, how many documents agree on both, the largest log-likelihood difference,
 and each tool's time: wall and CPU seconds of the whole subprocess (start-up, task building and model load
 included), wall seconds of scoring alone (ours: metrics.json ``seconds``; lm-eval's: its progress bar,
@@ -63,6 +67,7 @@ RACES = (
     Race("bundled_arc_challenge", 0, 200),  # ARC-Challenge test: 4 options of a few words
     Race("bundled_openbookqa", 0, 200),  # OpenBookQA test: short contexts, 4 options
     Race("bundled_mmlu", 5, 1),  # MMLU 5-shot, 1 question of each of 57 subjects: long contexts, 1-token options
+    Race("bundled_mmlu_high_school_psychology", 5, 40),  # ... 40 questions of one subject, which share their 5 shots
 )
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # both tools read local files only
 TQDM_DONE = re.compile(r"Running loglikelihood requests: 100%\|[^|]*\| (\d+)/\1 \[([\d:]+)<")
@@ -79,12 +84,12 @@ def cpu_seconds() -> tuple[float, float]:
     return usage.ru_utime + usage.ru_stime, machine
 
 
-def run(cmd: list[str], log: Path) -> tuple[float, float, float]:
+def run(cmd: list[str], log: Path, cwd: Path = REPO) -> tuple[float, float, float]:
     """Run ``cmd`` with its output in ``log``: wall and CPU seconds of the whole subprocess, and the CPU
     seconds other processes used meanwhile (both tools run 2 compute threads: a neighbour slows either)."""
     start, (child0, machine0) = time.perf_counter(), cpu_seconds()
     with log.open("w") as out:
-        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **OFFLINE}).returncode
+        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env={**os.environ, **OFFLINE}).returncode
     elapsed, (child1, machine1) = time.perf_counter() - start, cpu_seconds()
     if code:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
@@ -161,19 +166,22 @@ def compare(ours_dir: Path, lm_dir: Path) -> list[str]:
     return lines + differ[:5]
 
 
-def race(spec: Race, model_dir: Path, batch_size: int, python: str, work: Path) -> list[str]:
-    ours_dir, lm_dir = work / f"lab-{spec.task}", work / f"lm-eval-{spec.task}"
+def race(spec: Race, model_dir: Path, batch_size: int, python: str, work: Path, include: Path) -> list[str]:
+    """Both tools on one task; lm_eval runs in the include folder, whose relative data files the lab reads from it."""
+    tag = f"{spec.task}-{spec.shots}shot"
+    ours_dir, lm_dir = work / f"lab-{tag}", work / f"lm-eval-{tag}"
     ours_wall, ours_cpu, ours_others = run([
         sys.executable, "-m", "lab", "evaluate", "--model", str(model_dir), "--dataset", f"lm-eval:{spec.task}",
         "--num-fewshot", str(spec.shots), "--limit", str(spec.limit), "--batch-size", str(batch_size),
         "--device", "cpu", "--dtype", "float32", "--bootstrap", "0", "--out", str(ours_dir),
-    ], work / f"lab-{spec.task}.log")
-    lm_log = work / f"lm-eval-{spec.task}.log"
+        *(["--lm-eval-include", str(include)] if include != SHIPPED else []),
+    ], work / f"lab-{tag}.log")
+    lm_log = work / f"lm-eval-{tag}.log"
     lm_wall, lm_cpu, lm_others = run([
         python, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={model_dir},dtype=float32",
-        "--device", "cpu", "--batch_size", str(batch_size), "--tasks", spec.task, "--include_path", str(SHIPPED),
+        "--device", "cpu", "--batch_size", str(batch_size), "--tasks", spec.task, "--include_path", str(include),
         "--num_fewshot", str(spec.shots), "--limit", str(spec.limit), "--log_samples", "--output_path", str(lm_dir),
-    ], lm_log)
+    ], lm_log, cwd=include)
     lines = [f"\n== lm-eval:{spec.task}, {spec.shots}-shot, --limit {spec.limit}"] + compare(ours_dir, lm_dir)
     ours_scoring = json.loads((ours_dir / "metrics.json").read_text())["seconds"]
     bars = TQDM_DONE.findall(lm_log.read_text(errors="replace"))
@@ -193,6 +201,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="passed to both tools (lab: questions; lm-eval: pairs)")
     parser.add_argument("--only", nargs="+", default=None, help="race these tasks only (default: all)")
     parser.add_argument("--limit", type=int, default=None, help="documents of each (sub)task (default: each race's own)")
+    parser.add_argument("--include", type=Path, default=SHIPPED, help="a folder of task YAMLs both tools read "
+                        "(default: the lab's bundled_* tasks)")
+    parser.add_argument("--race", action="append", default=[], metavar="TASK:SHOTS:LIMIT",
+                        help="race this task instead of the default ones (repeatable)")
     parser.add_argument("--keep", type=Path, default=None, help="keep both tools' outputs here (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
     args = parser.parse_args()
@@ -209,12 +221,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vs-lm-eval-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        for spec in RACES:
+        races = [Race(t, int(k), int(n)) for t, k, n in (r.split(":") for r in args.race)] if args.race else RACES
+        for spec in races:
             if args.only and spec.task not in args.only:
                 continue
             if args.limit is not None:
                 spec = Race(spec.task, spec.shots, args.limit)
-            got = race(spec, model_dir, args.batch_size, args.lm_eval_python, work)
+            got = race(spec, model_dir, args.batch_size, args.lm_eval_python, work, args.include.resolve())
             print("\n".join(got), flush=True)
             lines += got
     lines.append(f"\n{(time.perf_counter() - start) / 60:.1f} min in all")

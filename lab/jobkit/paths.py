@@ -44,7 +44,7 @@ from lab.core.config import PATH_ROLES, ConfigError, spec_of, validate, walk
 from lab.core.errors import ModelLoadError
 from lab.core.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
 from lab.core.reads import PathNotAllowed, inside, resolved_entries, shown, shown_roots
-from lab.data import DATASETS, DataError, harness, samples, with_sample
+from lab.data import DATASETS, DataError, harness, samples, task_folders, with_sample
 from lab.data.loaders import hub_copy_problem, list_folder, split_entry
 from lab.jobkit import chain
 from lab.models.tokenizers import check_folder_template
@@ -224,7 +224,7 @@ def _tasks(field: str, value: str, holder: dict[str, Any], owner: type, policy: 
                           "folder runs the Python its YAMLs name (!function); ask the operator to start the app with "
                           "--trust-tasks for it")
     try:
-        scan = harness.scan_folder(real, policy.shown(real))
+        scan = task_folders.scan_folder(real, policy.shown(real))
     except DataError as e:
         raise ConfigError(f"{field}: {e}") from None
     for what, path in scan.data:
