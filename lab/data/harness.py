@@ -176,20 +176,22 @@ def _leaves(loaded: dict, groups: dict[str, list[str]], owners: tuple[str, ...] 
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """lm-eval's info and warnings (a custom dataset's "--metadata" hint, a metric's default aggregation)
-    are about its own command line: a job's log keeps the lab's lines."""
+    """lm-eval's info and warnings (a custom dataset's "--metadata" hint, a metric's default aggregation) and
+    its request-building progress bar (a line per task: 57 for MMLU) are about its own command line: a job's
+    log keeps the lab's lines. The bar is lm-eval's module-level ``tqdm``, handed ``disable`` here."""
+    from lm_eval.api import task as task_module
+
     logger = logging.getLogger("lm_eval")
-    level, bars = logger.level, os.environ.get("TQDM_DISABLE")
+    level, bar = logger.level, getattr(task_module, "tqdm", None)
     logger.setLevel(logging.ERROR)
-    os.environ["TQDM_DISABLE"] = "1"  # build_all_requests' progress bar, a line per task (tqdm reads it per bar)
+    if bar is not None:
+        task_module.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
         logger.setLevel(level)
-        if bars is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = bars
+        if bar is not None:
+            task_module.tqdm = bar
 
 
 def _build(name: str, include: Optional[str]) -> dict:
