@@ -30,7 +30,7 @@ EXAMPLES = REPO / "examples"
 QUICK_FILES = sorted(EXAMPLES.glob("*-quick.yaml"))
 PIPELINES = [p for p in QUICK_FILES if pipeline.is_pipeline(load_yaml(p.read_bytes(), p.name))]
 QUICK = [p for p in QUICK_FILES if p not in PIPELINES]
-NOTES = {"SOURCES.md", "LICENSES"}  # beside the data, not data
+NOTES = {"SOURCES.md", "LICENSES", "lm_eval"}  # beside the data, not data (lm_eval: task YAMLs over it, tested in test_harness)
 # (dataset, split asked for, rows): the counts of lab/data/bundled/SOURCES.md
 SPLITS = [("obqa", "train", 2000), ("obqa", "validation", 500), ("obqa", "dev", 500), ("obqa", "test", 500),
           ("mmlu", "dev", 285), ("mmlu", "validation", 1531), ("mmlu", "val", 1531),
