@@ -224,3 +224,14 @@ def test_a_user_picks_an_lm_eval_task_on_the_launch_form_and_queues_it(tmp_path)
     config = ctx.store.list()[0].config_dict
     assert (config["dataset"], config["scoring"], config["template"], config["num_fewshot"], config["data_files"]) \
         == ("lm-eval:bundled_boolq", "cloze", LM_EVAL, 2, [])
+
+
+@pytest.mark.unit
+def test_the_dataset_line_keeps_its_lm_eval_hint_after_a_refusal_is_cleared():
+    """A refusal's mark is cleared by drawing each field's line again: the dataset's lost the lm-eval hint
+    it was built with (seen on the form after Submit)."""
+    from ui import launch_page
+
+    names = [f.name for f in forms.fields("evaluate")]
+    marks = launch_page.field_marks("evaluate", "")
+    assert marks[names.index("dataset")]["info"].endswith(launch_page.LM_EVAL_INFO)

@@ -47,7 +47,7 @@ def test_typing_in_a_field_clears_the_refusal_and_its_mark(tmp_path):
     assert marked[names.index("model")]["elem_classes"] == [launch_page.REFUSED]  # as Submit left it
     cleared, *marks, more = wired[0].fn(refused)
     assert cleared == "" and all(m["elem_classes"] == [] for m in marks) and more == SKIP
-    assert marks[names.index("model")]["info"] == launch_page._info(forms.fields("evaluate")[names.index("model")])
+    assert marks[names.index("model")]["info"] == launch_page._info("evaluate", forms.fields("evaluate")[names.index("model")])
     queued = "<div class='lab-ok'>✅ Job 3 queued (evaluate); follow it on the Jobs tab.</div>"
     assert all(update == SKIP for update in wired[0].fn(queued))  # still true: left, and nothing redrawn
     clearing = {target for fn in demo.fns.values() if getattr(fn.fn, "func", None) is launch_page.clear_refusal
@@ -68,7 +68,7 @@ def test_the_life_cycle_intro_keeps_its_run_reference_placeholder():
 def test_launch_field_infos_show_their_placeholders_as_typed():
     """Gradio 6 shows a field's info as text (a Chromium check on 6.31: ``run:<id>`` and ``<script>`` show
     literally, ``&#x27;`` too): escaping the help put ``&lt;id&gt;`` and ``&#x27;bundled&#x27;`` on the form."""
-    infos = [launch_page._info(f) for kind in kinds.all_kinds() for f in forms.fields(kind.name)]
+    infos = [launch_page._info(kind.name, f) for kind in kinds.all_kinds() for f in forms.fields(kind.name)]
     assert any("run:<id>" in info for info in infos)
     assert not [info for info in infos if re.search(r"&(lt|gt|amp|#x27|quot);", info)]
 

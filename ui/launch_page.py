@@ -91,11 +91,16 @@ def submit_anywhere(ctx: LabContext, kind: str, gpus: Any, processes: Any, execu
     return submit_form(ctx, kind, gpus, processes, *values, executor=executor, slurm=slurm)
 
 
-def _info(field: forms.Field) -> str:
-    """The line under a field's label: its help (a model field also says what else it takes), as written.
-    Gradio 6 shows an info line as text (only Markdown's code spans are read): ``run:<id>`` and quotes show
-    as typed, and HTML-escaping them put ``&lt;id&gt;`` and ``&#x27;`` on the form (seen in Chromium)."""
-    return field.help + (" (type a hub id, a path or run:<id>)" if field.role == "model" else "")
+def _info(kind: str, field: forms.Field) -> str:
+    """The line under a field's label: its help (a model field also says what else it takes; a dataset field
+    that takes lm-eval tasks, how to find them), as written. Gradio 6 shows an info line as text (only
+    Markdown's code spans are read): ``run:<id>`` and quotes show as typed, and HTML-escaping them put
+    ``&lt;id&gt;`` and ``&#x27;`` on the form (seen in Chromium). The same line is drawn again after a
+    refusal is cleared (:func:`field_marks`), so it is made here once."""
+    extra = {"model": " (type a hub id, a path or run:<id>)"}.get(field.role or "", "")
+    if field.name == "dataset" and forms.takes_lm_eval(kind):
+        extra = LM_EVAL_INFO
+    return field.help + extra
 
 
 def field_marks(kind: str, shown: str) -> list[Any]:
@@ -108,7 +113,7 @@ def field_marks(kind: str, shown: str) -> list[Any]:
     form = forms.fields(kind)
     named = next((f for f in form if path and f.name == path.group(1)), None)
     marks = [gr.update(elem_classes=[REFUSED], info=f"⚠️ {text}") if f is named else
-             gr.update(elem_classes=[], info=_info(f)) for f in form]
+             gr.update(elem_classes=[], info=_info(kind, f)) for f in form]
     return [*marks, gr.update(open=True) if named and not forms.is_key(kind, named.name) else gr.skip()]
 
 
@@ -197,11 +202,10 @@ def upload_questions(ctx: LabContext, path: Optional[str]) -> tuple[Any, Any, st
 
 # ---------------------------------------------------------------- layout
 def _widget(kind: str, field: forms.Field, value: Any) -> gr.components.Component:
-    label, info, elem_id = field.name, _info(field), f"{kind}-{field.name}"
+    label, info, elem_id = field.name, _info(kind, field), f"{kind}-{field.name}"
     if field.name == "dataset":
         # What the kind (and its task) accepts, and what is typed is kept: a dropdown refusing it put the
         # old name back without a word, and Submit ran a job on that; the store refuses an unknown name.
-        info += LM_EVAL_INFO if forms.takes_lm_eval(kind) else ""
         return gr.Dropdown(forms.dataset_choices(kind), value=value, label=label, info=info, allow_custom_value=True,
                            filterable=True, elem_id=elem_id)
     if field.name == "template":
