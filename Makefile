@@ -50,7 +50,7 @@ run: setup
 test: setup-test
 	$(PY) -m pytest -q --durations=15
 
-# The fast tier: every test not marked `slow` (pytest.ini's markers), under 3 minutes on two cores.
+# The fast tier: every test not marked `slow` (pytest.ini's markers), about 9 minutes on two idle cores (README, Tests).
 test-fast: setup-test
 	$(PY) -m pytest -q -m "not slow" --durations=15
 
