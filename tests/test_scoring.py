@@ -8,7 +8,7 @@ import torch
 from lab.core.errors import ScoringError
 from lab.data.record import MCQRecord
 from lab.data.templates import Prompt, get_template
-from lab.models.scoring import (MIN_SHARED, encode_prompts, plan_cloze, score_cloze, score_letter, shared_prefixes,
+from lab.models.scoring import (MIN_SHARED, encode_prompts, plan_shared, score_cloze, score_letter, shared_prefixes,
                                 split_pairs)
 
 
@@ -187,11 +187,11 @@ def test_shared_prefixes_group_questions_that_open_alike():
 
 
 @pytest.mark.unit
-def test_plan_cloze_never_mixes_groups_in_a_batch():
+def test_plan_shared_never_mixes_groups_in_a_batch():
     a, b = list(range(70)), list(range(100, 180))
     encoded = [(a + [1], [[5]]), (b + [2], [[5]]), (a + [3, 4], [[5, 6]]), (list(range(300, 310)), [[5]]),
                (b + [9], [[5]])]
-    batches, shared = plan_cloze(encoded, batch_size=8)
+    batches, shared = plan_shared(encoded, "cloze", batch_size=8)
     assert sorted(sorted(batch) for batch in batches) == [[0, 2], [1, 4], [3]]
     assert shared == {0: 70, 2: 70, 1: 80, 4: 80}
 
@@ -206,9 +206,25 @@ def test_a_shared_opening_run_once_gives_the_same_log_likelihoods(tiny):
         ("two and two?", (" four", " five", " twenty two")),
         ("what comes after 41 in the list of numbers that we counted before?", (" 42", " 40 or 43"))]]
     encoded = encode_prompts(tiny.tokenizer, prompts, "cloze")
-    batches, shared = plan_cloze(encoded, batch_size=3)
+    batches, shared = plan_shared(encoded, "cloze", batch_size=3)
     assert set(shared) == {0, 1, 2} and len(batches) == 1 and min(shared.values()) >= MIN_SHARED
     together = score_cloze(tiny.model, tiny.tokenizer, prompts, encoded=encoded, batches=batches, shared=shared)
     alone = [score_cloze(tiny.model, tiny.tokenizer, [p])[0] for p in prompts]
     for got, want in zip(together, alone):
         np.testing.assert_allclose(got.logliks, want.logliks, atol=1e-4)
+
+
+@pytest.mark.model
+def test_letter_scoring_runs_a_shared_opening_once_with_the_same_probabilities(tiny):
+    shots = "\n".join(f"Question: {i} plus one? A. {i + 1} B. {i + 2}\nAnswer: A" for i in range(10))
+    prompts = [Prompt(f"{shots}\nQuestion: {q} A. {a} B. {b}\nAnswer:", (" A", " B")) for q, a, b in [
+        ("what colour is the sky on a clear day?", "blue", "green"), ("two and two?", "four", "five"),
+        ("the largest planet of the solar system we live in?", "Jupiter", "Mars")]]
+    encoded = encode_prompts(tiny.tokenizer, prompts, "letter")
+    batches, shared = plan_shared(encoded, "letter", batch_size=3)
+    assert set(shared) == {0, 1, 2} and len(batches) == 1
+    together = score_letter(tiny.model, tiny.tokenizer, prompts, encoded=encoded, batches=batches, shared=shared)
+    alone = [score_letter(tiny.model, tiny.tokenizer, [p])[0] for p in prompts]
+    for got, want in zip(together, alone):
+        np.testing.assert_allclose(got.vocab_probs, want.vocab_probs, atol=1e-5)
+        np.testing.assert_allclose(got.probs, want.probs, atol=1e-5)

@@ -48,7 +48,7 @@ MIN_OPTION_CHUNK = 8  # option rows per continuation pass at least (fewer calls 
 # Tokenizers that set no limit report transformers' VERY_LARGE_INTEGER (1e30): that is no limit.
 SANE_MAX_LENGTH = 10_000_000
 MAX_LISTED = 5  # questions named in a too-long error
-MIN_SHARED = 64  # tokens of context a group of questions must share for it to run once (plan_cloze)
+MIN_SHARED = 64  # tokens of context a group of questions must share for it to run once (plan_shared)
 # Padded tokens per forward pass at most, by device type; a type not listed: batch_size alone.
 # On a CPU it cuts the batches of the longest passages (16 BoolQ passages pad to 13,200 tokens, a
 # minute on two cores), so questions are counted at least every few seconds and less is padded
@@ -229,10 +229,11 @@ def shared_prefixes(contexts: Sequence[Sequence[int]], min_shared: int = MIN_SHA
     return shared
 
 
-def plan_cloze(encoded: Sequence[Encoded], batch_size: int, max_tokens: Optional[int] = None
-               ) -> tuple[list[list[int]], dict[int, int]]:
-    """:func:`plan_batches` for :func:`score_cloze` with shared openings (:func:`shared_prefixes`): the batches
-    (a batch never mixes groups, and is planned on the questions' own parts) and each question's shared length."""
+def plan_shared(encoded: Sequence[Encoded], scoring: str, batch_size: int, max_tokens: Optional[int] = None
+                ) -> tuple[list[list[int]], dict[int, int]]:
+    """:func:`plan_batches` for :func:`score_cloze` or :func:`score_letter` (``scoring``) with shared openings
+    (:func:`shared_prefixes`): the batches (a batch never mixes groups, and is planned on the questions' own
+    parts) and each question's shared length."""
     shared = shared_prefixes([context for context, _ in encoded])
     groups: dict[tuple, list[int]] = {}
     for i in range(len(encoded)):
@@ -240,7 +241,7 @@ def plan_cloze(encoded: Sequence[Encoded], batch_size: int, max_tokens: Optional
         groups.setdefault((length, tuple(encoded[i][0][:length])), []).append(i)
     batches: list[list[int]] = []
     for (length, _), members in groups.items():
-        own = [scored_length(encoded[i], "cloze") - length for i in members]
+        own = [scored_length(encoded[i], scoring) - length for i in members]
         batches += [[members[j] for j in batch] for batch in plan_batches(own, batch_size, max_tokens)]
     return batches, shared
 
@@ -396,12 +397,14 @@ def letter_score(logits: torch.Tensor, option_ids: list[int], tokenizer) -> Lett
 def score_letter(
     model: torch.nn.Module, tokenizer, prompts: Sequence[Prompt], batch_size: int = 16, progress: Progress = None,
     encoded: Optional[Sequence[Encoded]] = None, batches: Optional[Sequence[Sequence[int]]] = None,
+    shared: Optional[dict[int, int]] = None,
 ) -> list[LetterScore]:
     """Score each prompt's options as the next token; one forward pass per question.
 
     ``encoded``: ``encode_prompts(tokenizer, prompts, "letter")``, where the caller already has it;
     ``batches``: the caller's :func:`plan_batches` over ``scored_length(…, "letter")`` (it weighs
-    progress by that plan), else batches of ``batch_size`` questions. ``progress(n)`` after each batch.
+    progress by that plan), else batches of ``batch_size`` questions; or, with ``shared``,
+    :func:`plan_shared`'s plan (an opening several questions share runs once). ``progress(n)`` after each batch.
     """
     if encoded is None:
         encoded = encode_prompts(tokenizer, prompts, "letter")
@@ -410,9 +413,11 @@ def score_letter(
     device = _device(model)
     if batches is None:
         batches = plan_batches([scored_length(e, "letter") for e in encoded], batch_size)
+    opening = _Opening(model, device)
     for batch in batches:
-        ids, mask, pos = _left_padded([encoded[i][0] for i in batch], _pad_id(tokenizer), device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=False).logits
+        length = (shared or {}).get(batch[0], 0)
+        logits = _context_pass(model, [encoded[i][0] for i in batch], length, opening, _pad_id(tokenizer),
+                               keep_cache=False)[0].logits
         for row, i in enumerate(batch):
             results[i] = letter_score(logits[row, -1, :], option_ids[i], tokenizer)  # (V,)
         if progress:
@@ -430,7 +435,7 @@ def score_cloze(
 
     ``encoded``: ``encode_prompts(tokenizer, prompts, "cloze")``, where the caller already has it;
     ``batches``: the caller's :func:`plan_batches` over ``scored_length(…, "cloze")``, else batches
-    of ``batch_size`` questions; or, with ``shared``, :func:`plan_cloze`'s plan: a batch of questions
+    of ``batch_size`` questions; or, with ``shared``, :func:`plan_shared`'s plan: a batch of questions
     sharing an opening runs it once and then only their own parts on its KV cache (the same
     log-likelihoods, to float rounding). ``progress(n)`` after each batch.
     """
@@ -443,14 +448,8 @@ def score_cloze(
         batches = plan_batches([scored_length(e, "cloze") for e in encoded], batch_size)
     opening = _Opening(model, device)
     for batch in batches:
-        length = (shared or {}).get(batch[0], 0)
-        ids, mask, pos = _left_padded([encoded[i][0][length:] for i in batch], pad, device)
-        extra = {}
-        if length:  # the group's opening, run once, before each question's own part
-            pos = pos + length
-            mask = torch.cat([torch.ones((len(batch), length), dtype=mask.dtype, device=device), mask], dim=1)
-            extra = {_cache_keyword(_base_class(model)): opening.cache(encoded[batch[0]][0][:length], len(batch))}
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=True, **extra)
+        out, mask = _context_pass(model, [encoded[i][0] for i in batch], (shared or {}).get(batch[0], 0), opening,
+                                  pad, keep_cache=True)
         first_lp = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)  # (B, V): predicts each option's 1st token
         # One row per (question, option): the option's tokens after the first, fed on the shared cache.
         rows = [(b, cont) for b, i in enumerate(batch) for cont in encoded[i][1]]
@@ -493,9 +492,26 @@ def regroup_cloze(scores: Sequence[ClozeScore], owners: Sequence[Sequence[tuple[
     return out
 
 
+def _context_pass(model: torch.nn.Module, contexts: list[list[int]], length: int, opening: "_Opening", pad: int,
+                  keep_cache: bool) -> tuple[Any, torch.Tensor]:
+    """One forward pass over a batch's contexts, logits at their last token: the whole contexts, or (``length``
+    > 0) only their own parts after the opening they share, on its cache (:class:`_Opening`). Returns the
+    output (its cache, where kept, for the options' pass) and the attention mask over the whole contexts."""
+    device = opening.device
+    ids, mask, pos = _left_padded([c[length:] for c in contexts], pad, device)
+    extra = {}
+    if length:  # padding then sits between the opening and each own part, masked out
+        pos = pos + length
+        mask = torch.cat([torch.ones((len(contexts), length), dtype=mask.dtype, device=device), mask], dim=1)
+        extra = {_cache_keyword(_base_class(model)): opening.cache(contexts[0][:length], len(contexts))}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1,
+                use_cache=keep_cache or bool(length), **extra)
+    return out, mask
+
+
 class _Opening:
     """The KV cache of the opening a group of questions shares, run once per group (the last one is kept:
-    :func:`plan_cloze` puts a group's batches one after another)."""
+    :func:`plan_shared` puts a group's batches one after another)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
         self.model, self.device = model, device

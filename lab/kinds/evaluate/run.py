@@ -31,7 +31,7 @@ from typing import Any, Callable, ContextManager, Optional
 import numpy as np
 from scipy.special import softmax
 
-from lab.calibration import calibrators, confidence, metrics
+from lab.calibration import confidence, metrics
 from lab.calibration.summary import SELECTIVE_BOOT, compute_metrics, oracle_metrics, selective_metrics
 from lab.calibration.temperature import load_temperature, scale
 from lab.core.errors import ScoringError
@@ -81,8 +81,8 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
     one question past it would otherwise hold the whole job at 0 done for minutes, then mean nothing.
     ``progress(n)`` after each batch of n questions; a job's counter is told more (:func:`_reporting`).
     """
-    from lab.models.scoring import (batch_tokens, check_context, encode_prompts, plan_batches, plan_cloze,
-                                    regroup_cloze, score_cloze, score_letter, scored_length)
+    from lab.models.scoring import (batch_tokens, check_context, encode_prompts, plan_shared, regroup_cloze,
+                                    score_cloze, score_letter, scored_length)
 
     prompts, owners, named = _prompts(cfg, records, loaded.tokenizer, shots)
     encoded = encode_prompts(loaded.tokenizer, prompts, cfg.scoring)
@@ -91,18 +91,13 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
                   [(f"{r.id!r} at {r.where}" if r.where else repr(r.id), n) for r, n in zip(named, lengths)],
                   remedy="Shorten or remove these questions (their passage and options count too, and so do the "
                          "few-shot examples before them: lower num_fewshot), or evaluate a model with a longer context.")
-    if cfg.scoring == "letter":
-        batches, shared = plan_batches(lengths, cfg.batch_size, batch_tokens(loaded.device)), {}
-    else:  # questions opening alike (few-shot examples, a description) run that opening once
-        batches, shared = plan_cloze(encoded, cfg.batch_size, batch_tokens(loaded.device))
+    # Questions opening alike (few-shot examples, a description) run that opening once.
+    batches, shared = plan_shared(encoded, cfg.scoring, cfg.batch_size, batch_tokens(loaded.device))
     weights = [(len(b), len(b) * max(lengths[i] - shared.get(i, 0) for i in b)) for b in batches]
+    scorer = score_letter if cfg.scoring == "letter" else score_cloze
     with _reporting(progress, loaded.model, weights):
-        if cfg.scoring == "letter":
-            scores = score_letter(loaded.model, loaded.tokenizer, prompts, batch_size=cfg.batch_size,
-                                  progress=progress, encoded=encoded, batches=batches)
-        else:
-            scores = score_cloze(loaded.model, loaded.tokenizer, prompts, batch_size=cfg.batch_size,
-                                 progress=progress, encoded=encoded, batches=batches, shared=shared)
+        scores = scorer(loaded.model, loaded.tokenizer, prompts, batch_size=cfg.batch_size, progress=progress,
+                        encoded=encoded, batches=batches, shared=shared)
     if owners is not None:
         scores = regroup_cloze(scores, owners, [r.choices for r in records])
     skipped = [{"id": r.id, "where": r.where, "cause": s.problem} for r, s in zip(records, scores) if s.problem]
