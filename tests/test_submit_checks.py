@@ -103,9 +103,9 @@ def test_a_paper_preset_is_a_valid_config_once_its_files_and_models_are_here(fre
     its hub models named as the bundled one and the hub's datasets of its lm-eval tasks taken as reachable,
     every other field passes, so a misspelt field or a value out of range fails here and not on their machine."""
     from lab.core.config import walk
-    from lab.data import harness
+    from lab.data import loaders
 
-    monkeypatch.setattr(harness, "hub_reachable", lambda: True)
+    monkeypatch.setattr(loaders, "hub_reachable", lambda: True)
     _, home = fresh
     config = _preset(name)
     cls = kinds.get(config["kind"]).config

@@ -55,7 +55,7 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            family = next((p for p in self._families if name.startswith(p)), None)
+            family = self.family_of(name)
             if family is not None:
                 raise UnknownNameError(f"{name!r} names no registered {self.kind}: {family}… names are read by "
                                        f"{self._families[family][1]}") from None

@@ -33,9 +33,9 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import yaml
 
 from lab.core.errors import DataError
-from lab.core.hub import hub_offline_mode, hub_reachable
 
 from . import samples
+from .loaders import hub_unavailable
 from .record import MCQRecord, RowProblem
 from .task_folders import LOCAL_BUILDERS, local_data, names_local, yaml_loader
 from .templates import Prompt
@@ -337,11 +337,8 @@ def check_task(dataset: str, include: Optional[str] = None) -> None:
         if output_type != MULTIPLE_CHOICE:
             raise DataError(not_multiple_choice(leaf, output_type))
         path = cfg.get("dataset_path")
-        if not _reads_hub(cfg, include):
-            continue
-        if not (hub_reachable() or (hub_offline_mode() and _in_cache(path))):
-            why = "HF_HUB_OFFLINE is set and the local cache has no copy" if hub_offline_mode() else \
-                "the Hugging Face hub cannot be reached from this machine"
+        why = hub_unavailable(path) if _reads_hub(cfg, include) else None
+        if why is not None:
             raise DataError(f"lm-eval task {leaf!r} reads dataset {path!r} from the Hugging Face hub, but {why}. "
                             "Write a task YAML over local files (dataset_path: json, dataset_kwargs.data_files) in "
                             f"an include folder, or use an offline one: {', '.join(shipped_tasks())}")
@@ -353,14 +350,6 @@ def _reads_hub(cfg: dict, include: Optional[str]) -> bool:
     path = cfg.get("dataset_path")
     return ("custom_dataset" not in cfg and isinstance(path, str) and path not in LOCAL_BUILDERS
             and not names_local(path, Path(include) if include else SHIPPED))
-
-
-def _in_cache(hub_path: str) -> bool:
-    from huggingface_hub import constants
-
-    prepared = Path(os.environ.get("HF_DATASETS_CACHE") or Path(constants.HF_HOME) / "datasets")
-    return ((prepared / hub_path.replace("/", "___")).is_dir()
-            or (Path(constants.HF_HUB_CACHE) / f"datasets--{hub_path.replace('/', '--')}").is_dir())
 
 
 # ---------------------------------------------------------------- what the scorer reads

@@ -341,11 +341,18 @@ def hub_copy_problem(name: str) -> str | None:
     meant = f"the Hugging Face hub copy of {spec.name}" + (f" ({spec.hub_path})" if spec.hub_path else "") + " is meant"
     if spec.hub_path is None or spec.from_hub is None:
         return f"{meant}, but {spec.name} has no copy on the Hugging Face hub: {local_way(spec)}"
-    if hub_reachable() or (hub_offline_mode() and _in_hub_cache(spec.hub_path)):
+    why = hub_unavailable(spec.hub_path)
+    return None if why is None else f"{meant}, but {why}: {local_way(spec)}"
+
+
+def hub_unavailable(hub_path: str) -> str | None:
+    """Why ``load_dataset`` cannot read the hub dataset ``hub_path`` here (None: it can, or may): the hub out
+    of reach, or ``HF_HUB_OFFLINE`` with no copy in the local cache. A lab dataset's hub copy and an lm-eval
+    task's hub data (:func:`lab.data.harness.check_task`) are refused at submit by it alike."""
+    if hub_reachable() or (hub_offline_mode() and _in_hub_cache(hub_path)):
         return None
-    why = ("HF_HUB_OFFLINE is set and the local Hugging Face cache has none" if hub_offline_mode()
-           else "the Hugging Face hub cannot be reached from this machine")
-    return f"{meant}, but {why}: {local_way(spec)}"
+    return ("HF_HUB_OFFLINE is set and the local Hugging Face cache has none" if hub_offline_mode()
+            else "the Hugging Face hub cannot be reached from this machine")
 
 
 def _bundled_hint(spec: DatasetSpec) -> str:

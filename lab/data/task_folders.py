@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import yaml
 
 from lab.core.errors import DataError
+from lab.core.reads import inside
 
 MAX_YAML_FILES = 5000  # YAMLs one include folder may hold
 MAX_YAML_BYTES = 1 << 20  # ... each at most
@@ -46,10 +47,6 @@ def yaml_loader(found: list[tuple[int, str]]) -> type:
 
     Loader.add_constructor("!function", function)
     return Loader
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or path.is_relative_to(folder)
 
 
 def _function_file(qual: str, yaml_dir: Path) -> Path:
@@ -98,7 +95,7 @@ def scan_folder(folder: Path, shown: str) -> FolderScan:
     for path in _yaml_files(folder):
         where = f"{shown}/{path.relative_to(folder)}"
         real = Path(os.path.realpath(path))
-        if not _inside(real, folder):
+        if not inside(real, [folder]):
             raise DataError(f"{where} leads outside the folder (a link): keep the task YAMLs inside it")
         if not real.is_file():
             continue
@@ -116,14 +113,14 @@ def scan_folder(folder: Path, shown: str) -> FolderScan:
             raise DataError(f"{where}:{line} is not valid YAML ({getattr(e, 'problem', None) or e})") from None
         for line, qual in functions:
             module = _function_file(qual, real.parent)
-            if "." not in qual or not _inside(module, folder) or not module.is_file():
+            if "." not in qual or not inside(module, [folder]) or not module.is_file():
                 raise DataError(f"{where} line {line}: '!function {qual}' must name a function in a .py file inside "
                                 "the include folder (module.function, the module beside the YAML); lm-eval would "
                                 "otherwise import it from anywhere, and an include folder is trusted as code")
         if not isinstance(cfg, dict):
             continue
         _check_includes(cfg, real, folder, where)
-        _collect_data(cfg, real.parent, folder, where, scan)
+        _collect_data(cfg, folder, where, scan)
     return scan
 
 
@@ -131,11 +128,11 @@ def _check_includes(cfg: dict, real: Path, folder: Path, where: str) -> None:
     includes = cfg.get("include")
     for inc in includes if isinstance(includes, list) else [includes] if includes is not None else []:
         target = Path(os.path.realpath(real.parent / str(inc)))
-        if not _inside(target, folder):
+        if not inside(target, [folder]):
             raise DataError(f"{where}: 'include: {inc}' leads outside the include folder; copy the file into it")
 
 
-def _collect_data(cfg: dict, yaml_dir: Path, folder: Path, where: str, scan: FolderScan) -> None:
+def _collect_data(cfg: dict, folder: Path, where: str, scan: FolderScan) -> None:
     kwargs = cfg.get("dataset_kwargs") if isinstance(cfg.get("dataset_kwargs"), dict) else {}
     named = [("data_files", p) for p in local_data(kwargs.get("data_files"))]
     named += [("data_dir", p) for p in local_data(kwargs.get("data_dir"))]
@@ -152,4 +149,4 @@ def _as_written(given: str, real: Path, folder: Path) -> str:
     by its last part alone (an absolute path is the server's, which a browser's user must not see)."""
     if not os.path.isabs(os.path.expanduser(given)):
         return given
-    return str(real.relative_to(folder)) if _inside(real, folder) else f".../{real.name}"
+    return str(real.relative_to(folder)) if inside(real, [folder]) else f".../{real.name}"
