@@ -220,9 +220,9 @@ def test_a_lab_datasets_shots_are_named_and_tell_tasks_apart():
 def test_results_name_a_lab_dataset_run_by_its_shots(tmp_path):
     """Results, Life cycle and the job page read a run's label through runs.py: a 3-shot run of a lab dataset
     says so, as an lm-eval run does, and a zero-shot one says nothing more."""
-    from lab.results.runs import EvalRun, lm_eval_run
+    from lab.results.runs import EvalRun, shots_of
 
-    assert lm_eval_run({"fewshot": {"num_fewshot": 3, "split": "train"}}) == ("3", None)
-    assert lm_eval_run({"dataset": "obqa"}) == (None, None)
+    assert shots_of({"fewshot": {"num_fewshot": 3, "split": "train"}}) == ("3", None)
+    assert shots_of({"dataset": "obqa"}) == (None, None)
     run = EvalRun(path=tmp_path, name="r", model="bundled", dataset="obqa", split="test", n=10, shots="3")
     assert run.dataset_label == "obqa (3-shot)" and "3-shot" in run.label

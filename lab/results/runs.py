@@ -227,7 +227,7 @@ def write_label(directory: Path, label: str) -> Optional[str]:
     return text
 
 
-def lm_eval_run(data: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
+def shots_of(data: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
     """A few-shot run's (shots, split) from its ``metrics.json``: an lm-eval run's tasks' few-shot count ("5",
     or "0–5" where a group's tasks differ) and their split where they share one; a lab dataset's ``fewshot``
     count (its split is the config's); (None, None) for a zero-shot run of a lab dataset."""
@@ -254,7 +254,7 @@ def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
     n = finite_or_none(data.get("n"))
     low, high = finite_or_none(data.get("ece_ci_low")), finite_or_none(data.get("ece_ci_high"))
     oracle = data.get("oracle") if isinstance(data.get("oracle"), dict) else {}
-    shots, task_split = lm_eval_run(data)
+    shots, task_split = shots_of(data)
     run = EvalRun(
         path=directory, name=name, model=_text(data.get("model")), dataset=_text(data.get("dataset")),
         split=task_split or _text(data.get("split")), n=None if n is None else int(n), shots=shots,
