@@ -30,8 +30,7 @@ from lab.jobkit.stages import stage
 from lab.jobkit.worker import JobContext
 from lab.kinds.cft.config import CftConfig
 from lab.kinds.cft.report import write_report
-from lab.kinds.evaluate.run import _lm_eval_info as lm_eval_info  # its record of an lm-eval run, as evaluate writes it
-from lab.kinds.evaluate.run import apply_temperature, evaluate_records, write_evaluation
+from lab.kinds.evaluate.run import apply_temperature, evaluate_records, lm_eval_info, write_evaluation
 from lab.results.analysis import load_predictions
 from lab.training.config import TrainConfig
 

@@ -212,7 +212,7 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
     announce(f"loading data {cfg.dataset}")
     if harness.is_task(cfg.dataset):
         data = harness.load_task(cfg.dataset, cfg.lm_eval_include, cfg.num_fewshot, cfg.limit)
-        info = {**info, "lm_eval": _lm_eval_info(data)}
+        info = {**info, "lm_eval": lm_eval_info(data)}
     else:
         data = load_records(
             cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject,
@@ -233,7 +233,7 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
                             shots=shots, **info)
 
 
-def _lm_eval_info(data: harness.TaskLoad) -> dict[str, Any]:
+def lm_eval_info(data: harness.TaskLoad) -> dict[str, Any]:
     """What metrics.json says of an lm-eval run: each task's shots, split and metrics, the groups, the
     few-shot seed and lm-eval's version (the prompts are its, so its release is part of the result)."""
     from importlib.metadata import version
