@@ -30,6 +30,7 @@ from lab.jobkit.sections import DataSection, EvalSection, ModelSection, PromptSe
 from lab.models.weights import ALL_LINEAR
 
 Tuning = Literal["full", "lora", "qlora"]  # which weights train
+Sharding = Literal["none", "fsdp"]  # each rank a whole copy (DDP), or the weights, gradients and AdamW state split
 Loss = Literal["sft", "label_smoothing", "rcft"]  # what they train on: picks the trainer
 Tracker = Literal["none", "tensorboard", "wandb", "mlflow", "trackio"]  # transformers' report_to names we offer
 # The package each tracker needs; a tracker that is not installed is refused when the config is read.
@@ -123,6 +124,13 @@ class TrainConfig(ConfigMixin, RunSection, PromptSection, DataSection, ModelSect
     report_to: Tracker = field(default="none", metadata=doc(
         "experiment tracker for loss and validation ECE / accuracy / NLL (installed ones: "
         "tensorboard writes into the stage's tensorboard/ folder)"))
+    sharding: Sharding = field(default="none", metadata=doc(
+        "none: each GPU holds the whole model, its gradients and AdamW's state (DDP); fsdp: they are split across "
+        "the job's GPUs (accelerate's FSDP2, full shard, one unit per decoder layer), so a model too large for one "
+        "GPU trains on several. Needs GPUs"))
+    fsdp_offload: bool = field(default=False, metadata=doc(
+        "fsdp: keep the parameters, gradients and AdamW's state in host memory, moving each layer to the GPU for "
+        "its forward and backward (fits a larger model, steps slower)"))
     objective: Loss = field(default="sft", metadata=doc("sft, label_smoothing (over the option letters) or rcft"))
     label_smoothing: float = field(default=0.1, metadata=doc("ε of label_smoothing: mass spread over the options",
                                                              ge=0, lt=1))

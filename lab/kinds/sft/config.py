@@ -24,7 +24,7 @@ from lab.data.loaders import dataset_names
 from lab.jobkit.kinds import JobKind, register
 from lab.jobkit.sections import DataSection, EvalSection, ModelSection, RunSection
 from lab.kinds.evaluate.config import EvalConfig
-from lab.training.config import Scheduler, Tracker, TrainConfig, Tuning, check_lora_targets, check_tracker
+from lab.training.config import Scheduler, Sharding, Tracker, TrainConfig, Tuning, check_lora_targets, check_tracker
 
 CALIBRATION_DIR = "calibration"  # calibration/step-<n>/<task>/: the evaluations made during training
 MAX_TASKS = 8
@@ -75,6 +75,8 @@ class AlignmentSection:
     save_optimizer: bool = _train("save_optimizer")
     snapshots: bool = _train("snapshots")
     report_to: Tracker = _train("report_to")
+    sharding: Sharding = _train("sharding")
+    fsdp_offload: bool = _train("fsdp_offload")
     bootstrap: int = redeclare(EvalSection, "bootstrap", default=200, help=(
         "bootstrap replicates of each calibration evaluation's ECE interval (0: none)"))
 
