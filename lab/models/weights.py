@@ -13,11 +13,17 @@ Python's recursion limit, or gives a shape that is not a list of counts, and a `
 sizes are text or zero, are refused with the file's name (relative to the folder) and what is wrong,
 at submit (:mod:`lab.jobkit.paths`) and again when the worker loads it (:mod:`lab.models.loading`).
 The size readers (:func:`count_parameters`, :func:`model_shape`) answer None for such a folder.
+
+A folder with config.json and no safetensors at all (a hub model planned before it is downloaded:
+:func:`planning_dir` finds the Hugging Face cache's config.json, or the one the lab ships for the papers'
+7-13B models under ``lab/models/configs/``) is sized by building it on the meta device in a subprocess
+(:mod:`lab.models.meta`): no weight is loaded or allocated.
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from lab.core.errors import ModelLoadError
 from lab.core.files import cache_dir
+from lab.models.meta import meta_shapes
 
 BUNDLED = "bundled"
 BUNDLED_DIRNAME = "SmolLM2-135M-Instruct"
@@ -50,6 +57,10 @@ DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16
 SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 OPTIONAL_SIZE_KEYS = ("num_key_value_heads", "head_dim", "max_position_embeddings", "n_embd", "n_layer", "n_head",
                       "n_positions", "n_inner")
+# config.json files of hub models the papers train (LLaMA-2 7B and 13B, the CFT paper's 7-8B families), shipped
+# so that a job is planned before its weights are fetched; SOURCES.md beside them says where each came from.
+SHIPPED_CONFIGS = Path(__file__).resolve().parent / "configs"
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")  # owner/name, as the hub spells them
 
 
 class ModelFolderError(ModelLoadError):
@@ -81,6 +92,32 @@ def local_model_dir(model: str) -> Optional[Path]:
     else:
         path = Path(model).expanduser()
     return path if path.is_dir() else None
+
+
+def _hub_cache_config(model: str) -> Optional[Path]:
+    """The Hugging Face cache's config.json of hub id ``model``, when it holds one."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(model, "config.json")
+    except ValueError:  # an id huggingface_hub refuses to look up
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def planning_dir(model: str) -> Optional[Path]:
+    """A folder whose config.json (and safetensors, when there) give ``model``'s size before it is
+    loaded: the model's own folder, else for a hub id the Hugging Face cache's snapshot holding its
+    config.json, else the config.json the lab ships for it (:data:`SHIPPED_CONFIGS`); None: no way to
+    tell. A name with ``..`` or any other path in it is no hub id and never reaches the shipped folder."""
+    local = local_model_dir(model)
+    if local or not HUB_ID.fullmatch(model) or ".." in model:
+        return local
+    cached = _hub_cache_config(model)
+    if cached:
+        return cached.parent
+    shipped = SHIPPED_CONFIGS / model
+    return shipped if (shipped / "config.json").is_file() else None
 
 
 def _short(value: object) -> str:
@@ -176,11 +213,16 @@ def check_model_folder(model_dir: Path) -> None:
 
 def _tensor_shapes(model_dir: Path) -> Optional[dict[str, list[int]]]:
     """The shape of every tensor in ``model_dir``'s safetensors files by name, from their headers; None
-    when there are none, or one cannot be read (a damaged file has no size to tell: the load will say why)."""
+    when one cannot be read (a damaged file has no size to tell: the load will say why). A folder without
+    safetensors is sized from its config.json (checked first) on the meta device (:mod:`lab.models.meta`)."""
     try:
-        return read_tensor_shapes(model_dir) or None
+        shapes = read_tensor_shapes(model_dir)
+        if shapes or any(Path(model_dir).glob("*.safetensors")):
+            return shapes or None
+        read_config(model_dir)
     except (OSError, ModelFolderError):
         return None
+    return meta_shapes(model_dir)
 
 
 def count_parameters(model_dir: Path) -> Optional[int]:
