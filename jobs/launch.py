@@ -6,7 +6,9 @@ several machines: the same module under ``accelerate launch`` (``--num_processes
 rank runs the same config, the work is split across ranks (:mod:`lab.models.distributed`) and only rank
 0 writes events and results. Without GPUs the ranks train over torch's gloo backend: the same
 launcher, process group, samplers and gathers as NCCL on GPUs, which is how the test suite runs
-them on a CPU. ``slurm_script`` writes the batch file
+them on a CPU. A training job with ``sharding: fsdp`` goes through the same launcher with accelerate's
+FSDP options (:data:`FSDP_OPTIONS`), even on one GPU: accelerate applies FSDP only to a torchrun launch.
+``slurm_script`` writes the batch file
 that runs the same config on a cluster, one ``accelerate launch`` per node, into a run directory
 on a shared file system that the lab then reads back like any other run.
 """
@@ -42,6 +44,19 @@ def visible_gpus() -> list[int]:
     return [int(x) for x in out.split() if x.isdigit()]
 
 
+# accelerate launch's FSDP options, said in full (accelerate would fill unset ones with FSDP1's defaults and warn):
+# FSDP2, every rank a shard of every weight, gradient and AdamW moment (reshard_after_forward: ZeRO-3), one unit
+# per decoder layer as the model's own ``_no_split_modules`` names them (TRANSFORMER_BASED_WRAP without a class
+# list reads them), checkpoints sharded per rank so that a resume restores the optimizer. Every rank loads the
+# weights itself (no cpu_ram_efficient_loading): TRL's DPO reference model is sharded by TRL, which would shard
+# the empty weights that loading leaves on ranks other than 0. The run's bf16 autocast becomes FSDP's
+# mixed-precision policy (fp32 shards, bf16 gathered), set by the Trainer's ``bf16`` argument.
+FSDP_OPTIONS = ("--use_fsdp", "--fsdp_version", "2", "--fsdp_reshard_after_forward", "true",
+                "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP", "--fsdp_state_dict_type", "SHARDED_STATE_DICT",
+                "--fsdp_cpu_ram_efficient_loading", "false", "--fsdp_sync_module_states", "false",
+                "--fsdp_activation_checkpointing", "false")
+
+
 @dataclass(frozen=True)
 class Launch:
     """Where a job runs: its GPUs on this machine, and the machines of a multi-node run."""
@@ -53,6 +68,8 @@ class Launch:
     main_process_ip: Optional[str] = None
     main_process_port: int = 29500
     mixed_precision: Optional[str] = None  # accelerate's: no, fp16, bf16
+    fsdp: bool = False  # sharding: fsdp (GPUs only)
+    fsdp_offload: bool = False  # ... with parameters, gradients and optimizer state in host memory
 
     def __post_init__(self) -> None:
         if self.num_machines < 1 or not 0 <= self.machine_rank < self.num_machines:
@@ -61,6 +78,11 @@ class Launch:
             raise ValueError(f"Expected processes >= 1, and 1 with GPUs (one process per GPU), got {self.processes}")
         if self.num_machines > 1 and not self.main_process_ip:
             raise ValueError("A multi-node launch needs main_process_ip (the address of the rank-0 machine)")
+        if self.fsdp and not self.gpus:
+            raise ValueError("sharding: fsdp splits the model across GPUs; a launch without GPUs cannot (accelerate "
+                             "refuses --cpu with --use_fsdp)")
+        if self.fsdp_offload and not self.fsdp:
+            raise ValueError("fsdp_offload is an option of sharding: fsdp")
 
     @property
     def per_machine(self) -> int:
@@ -75,7 +97,7 @@ class Launch:
 def build_command(config: Path, run_dir: Path, launch: Launch = Launch()) -> list[str]:
     """The argv that runs ``config`` in ``run_dir``."""
     worker = ["lab", "run", str(config), "--run-dir", str(run_dir)]
-    if not launch.distributed:
+    if not launch.distributed and not launch.fsdp:
         return [sys.executable, "-m", *worker]
     argv = [sys.executable, "-m", "accelerate.commands.launch",
             "--num_processes", str(launch.per_machine * launch.num_machines),
@@ -88,6 +110,8 @@ def build_command(config: Path, run_dir: Path, launch: Launch = Launch()) -> lis
     if launch.num_machines > 1:
         argv += ["--machine_rank", str(launch.machine_rank),
                  "--main_process_ip", launch.main_process_ip, "--main_process_port", str(launch.main_process_port)]
+    if launch.fsdp:
+        argv += [*FSDP_OPTIONS, "--fsdp_offload_params", str(launch.fsdp_offload).lower()]
     # Said, not defaulted: accelerate would print a warning per unset option into every job's log.
     argv += ["--mixed_precision", launch.mixed_precision or "no", "--dynamo_backend", "no"]
     return argv + ["--module", *worker]
@@ -106,10 +130,11 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]  # where ``python -m lab`` fin
 
 def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int, partition: Optional[str] = None,
                  minutes: int = 24 * 60, processes: int = 1, account: Optional[str] = None,
-                 extra: tuple[str, ...] = ()) -> str:
+                 extra: tuple[str, ...] = (), fsdp: bool = False, fsdp_offload: bool = False) -> str:
     """An ``sbatch`` file running ``config`` on ``nodes`` × ``gpus_per_node`` GPUs, or, without
     GPUs, on ``processes`` CPU processes per node (as many cores reserved), within ``minutes``;
-    ``extra``: more ``#SBATCH`` options, as checked by :func:`jobs.slurm.parse_options`.
+    ``extra``: more ``#SBATCH`` options, as checked by :func:`jobs.slurm.parse_options`; ``fsdp`` and
+    ``fsdp_offload``: the job's ``sharding`` (:class:`Launch`), the FSDP process group spanning every node.
 
     Rank 0's hostname is the rendezvous address; ``srun`` starts one ``accelerate launch`` per
     node with that node's rank. ``run_dir`` must be on a file system every node and the lab share;
@@ -142,7 +167,7 @@ def slurm_script(config: Path, run_dir: Path, nodes: int, gpus_per_node: int, pa
     env = ["export PYTHONUNBUFFERED=1", *([] if gpus_per_node else ["export CUDA_VISIBLE_DEVICES="])]
     head = 'export MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
     launch = Launch(gpus=tuple(range(gpus_per_node)), processes=1 if gpus_per_node else processes,
-                    num_machines=nodes, machine_rank=0, main_process_ip="MAIN_IP")
+                    num_machines=nodes, machine_rank=0, main_process_ip="MAIN_IP", fsdp=fsdp, fsdp_offload=fsdp_offload)
     argv = [shlex.quote(a) for a in build_command(config, run_dir, launch)]
     # Per node: its own rank and the shared rendezvous address, filled in by the shell on that node.
     cmd = " ".join(argv).replace("--machine_rank 0", "--machine_rank $SLURM_NODEID").replace("MAIN_IP", "$MAIN_IP")

@@ -43,6 +43,7 @@ import psutil
 
 from jobs import failures, preflight, slurm
 from jobs.launch import Launch, build_command, job_env, visible_gpus
+from jobs.sharding import fsdp_of
 from jobs.process import job_process, reap, terminate_tree
 from jobs.store import Job, JobStore, end_in
 from lab.core.events import EVENTS_FILE, EventWriter
@@ -348,7 +349,8 @@ class Scheduler:
                 return
         run_dir = Path(job.run_dir)
         try:
-            slurm_id = slurm.submit(run_dir, slurm.parse_options(job.slurm), job.processes)
+            slurm_id = slurm.submit(run_dir, slurm.parse_options(job.slurm), job.processes,
+                                    fsdp_of(job.kind, job.config_dict))
         except RuntimeError as e:
             if self.store.end(job.id, "failed", str(e), only_if_status=("queued",)):
                 _emit_ended(run_dir, "failed", str(e))
@@ -405,7 +407,9 @@ class Scheduler:
         events.emit("queued_start", devices=list(gpus) or "cpu")
         with open(run_dir / failures.LOG_FILE, "ab") as log:
             try:
-                launch = Launch(gpus=gpus, processes=1 if gpus else job.processes)
+                fsdp, offload = fsdp_of(job.kind, job.config_dict)
+                launch = Launch(gpus=gpus, processes=1 if gpus else job.processes, fsdp=fsdp and bool(gpus),
+                                fsdp_offload=offload and bool(gpus))
                 popen = subprocess.Popen(self.launcher(job, launch), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self._env(gpus), start_new_session=True)
             except OSError as e:

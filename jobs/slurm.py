@@ -137,18 +137,20 @@ def _extra_line(line: Any) -> str:
     return option
 
 
-def batch_file(run_dir: Path, options: SlurmOptions, processes: int) -> str:
-    """The ``sbatch`` file of a job in ``run_dir``: its config, on the resources it asked for."""
+def batch_file(run_dir: Path, options: SlurmOptions, processes: int, fsdp: tuple[bool, bool] = (False, False)) -> str:
+    """The ``sbatch`` file of a job in ``run_dir``: its config, on the resources it asked for; ``fsdp``: its
+    sharding and offload (:func:`jobs.sharding.fsdp_of`)."""
     return slurm_script(run_dir / CONFIG_FILE, run_dir, nodes=options.nodes, gpus_per_node=options.gpus_per_node,
                         partition=options.partition, minutes=options.minutes, processes=processes,
-                        account=options.account, extra=options.extra)
+                        account=options.account, extra=options.extra, fsdp=fsdp[0] and options.gpus_per_node > 0,
+                        fsdp_offload=fsdp[1] and options.gpus_per_node > 0)
 
 
 def _run(argv: list[str], cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=cwd)
 
 
-def submit(run_dir: Path, options: SlurmOptions, processes: int) -> str:
+def submit(run_dir: Path, options: SlurmOptions, processes: int, fsdp: tuple[bool, bool] = (False, False)) -> str:
     """Write the batch file into ``run_dir`` and submit it; Slurm's job id. Raises ``RuntimeError``
     with sbatch's own words when Slurm refuses it (a partition that does not exist, too much memory).
 
@@ -156,7 +158,7 @@ def submit(run_dir: Path, options: SlurmOptions, processes: int) -> str:
     runs in the run directory too: nothing of a job is ever written into the lab's current folder."""
     run_dir = Path(os.path.abspath(run_dir))
     path = run_dir / BATCH_FILE
-    path.write_text(batch_file(run_dir, options, processes), encoding="utf-8")
+    path.write_text(batch_file(run_dir, options, processes, fsdp), encoding="utf-8")
     try:
         done = _run(["sbatch", "--parsable", str(path)], cwd=run_dir)
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -68,9 +68,23 @@ def gather(local: Sequence[R], n: int) -> list[R]:
     return whole
 
 
-def map_sharded(fn: Callable[[list[T]], Sequence[R]], items: Sequence[T]) -> list[R]:
-    """``fn(items)`` computed as ``fn`` of each rank's share, gathered in order on every rank."""
+def map_sharded(fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], lockstep: bool = False) -> list[R]:
+    """``fn(items)`` computed as ``fn`` of each rank's share, gathered in order on every rank; ``lockstep``
+    (a model sharded with FSDP, :func:`in_lockstep`): every rank computes all of it, since each forward pass
+    gathers the layers from every rank and a rank with a smaller share would leave the others waiting."""
+    if lockstep:
+        return list(fn(list(items)))
     return gather(fn(shard(items)), len(items))
+
+
+def in_lockstep(model: object) -> bool:
+    """Whether ``model`` is sharded across the ranks (FSDP2's ``fully_shard``): its forward passes are
+    collectives, so every rank must run the same ones."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch built without distributed support
+        return False
+    return isinstance(model, FSDPModule)
 
 
 def agree(flag: bool) -> bool:

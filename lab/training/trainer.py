@@ -35,7 +35,7 @@ from lab.data import load_records
 from lab.data.record import MCQRecord
 from lab.data.templates import get_template
 from lab.models import distributed
-from lab.models.loading import load_model, peft_quietly, select_device
+from lab.models.loading import load_model, peft_quietly, select_device, select_dtype
 from lab.models.scoring import score_letter
 from lab.models.weights import ALL_LINEAR, local_model_shape, size_text, unknown_targets
 from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
@@ -43,6 +43,7 @@ from lab.training.config import KEPT_CHECKPOINTS, TrainConfig, trackers_online
 from lab.training.data import build_examples, pad_batch, pad_option_batch
 from lab.training.estimates import (MEMORY_EVENT, Precision, TrainingMemory, checkpoint_bytes, describe, memory_advice,
                                     training_memory)
+from lab.training.sharding import fsdp_launched, load_device, save_consolidated
 from lab.training.snapshots import save_snapshot
 
 STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: the last file of a checkpoint
@@ -68,7 +69,8 @@ logging.getLogger("transformers.trainer_utils").addFilter(_QuietCheckpointOrder(
 def letter_probs(model, tokenizer, records: Sequence[MCQRecord], template: str) -> list:
     """Option probabilities of ``records`` under ``model`` in eval mode, restoring its mode after.
 
-    Under a multi-process launch each rank scores its share and every rank gets them all, in order."""
+    Under a multi-process launch each rank scores its share and every rank gets them all, in order (under
+    FSDP every rank scores them all: each forward pass is a collective)."""
     render = get_template(template).render
 
     def score(share: list[MCQRecord]) -> list:
@@ -78,7 +80,7 @@ def letter_probs(model, tokenizer, records: Sequence[MCQRecord], template: str) 
         model.train(was_training)
         return [s.probs for s in scores]
 
-    return distributed.map_sharded(score, records)
+    return distributed.map_sharded(score, records, lockstep=distributed.in_lockstep(model))
 
 
 def validation_metrics(model, tokenizer, records: Sequence[MCQRecord], template: str, bins: int,
@@ -288,8 +290,10 @@ def prepare_model(cfg: TrainConfig):
     """The model to train: fp32 weights (bf16 autocast on a GPU) for full training; a LoRA
     wrapper around frozen weights (bf16 on a GPU) for LoRA; around 4-bit NF4 weights for QLoRA."""
     device = select_device(cfg.device)
-    dtype = "float32" if cfg.method == "full" or device.type == "cpu" else cfg.dtype
-    loaded = load_model(cfg.model, device=cfg.device, dtype=dtype, quantize_4bit=cfg.method == "qlora")
+    # The dtype is the training device's even where the weights load elsewhere (FSDP: host memory first)
+    dtype = "float32" if cfg.method == "full" or device.type == "cpu" else \
+        str(select_dtype(cfg.dtype, device)).removeprefix("torch.")
+    loaded = load_model(cfg.model, device=load_device(cfg.device), dtype=dtype, quantize_4bit=cfg.method == "qlora")
     model = loaded.model
     if cfg.method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
@@ -370,6 +374,11 @@ def last_checkpoint(folder: Path) -> Optional[Path]:
     return steps[max(steps)] if steps else None
 
 
+def _has_optimizer(checkpoint: Path) -> bool:
+    """Whether ``checkpoint`` holds AdamW's state: one file, or FSDP's sharded folder (``optimizer_0``)."""
+    return (checkpoint / OPTIMIZER_FILE).is_file() or any(checkpoint.glob(f"{OPTIMIZER_FILE.removesuffix('.pt')}_*"))
+
+
 def _sequence_length(row: dict[str, Any]) -> int:
     """The tokens one example feeds the model: its ``input_ids``, or a TRL preference row's prompt and
     its longer response (DPO: ``prompt_ids`` + ``chosen_ids`` / ``rejected_ids``); 0 for neither."""
@@ -434,7 +443,7 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     resume = last_checkpoint(checkpoints)
     if resume:
         step = TrainerState.load_from_json(str(resume / STATE_FILE)).global_step
-        restored = ("weights, optimizer, scheduler and RNG state restored" if (resume / OPTIMIZER_FILE).is_file() else
+        restored = ("weights, optimizer, scheduler and RNG state restored" if _has_optimizer(resume) else
                     "weights restored; a weights-only checkpoint (save_optimizer: false), so AdamW starts afresh "
                     "and the learning-rate schedule goes on from that step")
         events.emit("resumed", step=step, message=f"{stage}: resumed from step {step} ({resume.name}): {restored}")
@@ -448,7 +457,9 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
         raise Stopped(f"{stage} stopped at step {trainer.state.global_step}; checkpoint kept in {checkpoints}")
     target = out_dir / (ADAPTER_DIR if lora else MODEL_DIR)
     ensure_room(target, weights, "the trained weights")
-    if distributed.is_main():  # every rank holds the same weights; one writes them
+    if fsdp_launched():  # each rank holds a shard: gathered, then written by rank 0
+        save_consolidated(trainer, target, tokenizer, lora)
+    elif distributed.is_main():  # every rank holds the same weights; one writes them
         model.save_pretrained(target)
         if not lora:
             tokenizer.save_pretrained(target)

@@ -16,6 +16,8 @@ that trackers (``report_to``) plot it beside the loss.
 """
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -53,9 +55,13 @@ def calibration_check(cfg: SftConfig, tokenizer: Any, ctx: JobContext,
         name = f"calibration task {index + 1}/{n_tasks} ({label}) {when}"
         dtype = next(model.parameters()).dtype
         loaded = LoadedModel(model, tokenizer, cfg.model, cfg.model, None, device, dtype)
-        m = evaluate(task, ctx.run_dir / CALIBRATION_DIR / f"step-{step}" / key,
-                     progress_factory=ctx.progress(f"scoring {name}"),
-                     log=lambda message: ctx.log(f"{name}: {message}"), loaded=loaded, step=step, base_model=cfg.model)
+        with contextlib.ExitStack() as scratch:
+            out = ctx.run_dir / CALIBRATION_DIR / f"step-{step}" / key
+            if distributed.in_lockstep(model) and not distributed.is_main():  # rank 0 writes; the others score
+                out = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="calibration-"))) / key
+            m = evaluate(task, out, progress_factory=ctx.progress(f"scoring {name}"),
+                         log=lambda message: ctx.log(f"{name}: {message}"), loaded=loaded, step=step,
+                         base_model=cfg.model)
         ctx.log(f"{name}: {calibration_line(m)}")
         return {"key": key, "label": label, "n": m["n"], "accuracy": m["accuracy"], "ece": m["ece"],
                 "ece_low": m.get("ece_ci_low"), "ece_high": m.get("ece_ci_high"), "nll": m["nll"]}
@@ -65,7 +71,7 @@ def calibration_check(cfg: SftConfig, tokenizer: Any, ctx: JobContext,
         model.eval()
         try:
             results = distributed.map_sharded(lambda share: [one(j, model, step) for j in share],
-                                              list(range(n_tasks)))
+                                              list(range(n_tasks)), lockstep=distributed.in_lockstep(model))
         finally:
             model.train(was_training)
         if step == 0:

@@ -1,0 +1,47 @@
+"""Training under FSDP (``sharding: fsdp``): what changes for the lab's trainer around transformers' own.
+
+The job is launched with accelerate's FSDP2 options (:data:`jobs.launch.FSDP_OPTIONS`), which reach the
+worker as ``ACCELERATE_USE_FSDP`` and ``FSDP_*`` variables; transformers' Trainer (and TRL's, which are
+Trainers) builds accelerate's FSDP plugin from them and shards the model when it prepares it. Three
+things are the lab's:
+
+- **loading**: each rank loads the weights into host memory and the Trainer's ``fully_shard`` moves
+  only its shard of each layer to its GPU (:func:`load_device`); loading onto the GPU first would need
+  the whole model to fit one GPU, which is what sharding is for;
+- **validation** runs every question on every rank (:func:`lab.models.distributed.in_lockstep`);
+- **the trained weights** are consolidated into one safetensors folder at the end
+  (:func:`save_consolidated`), so that ``run:<id>``, evaluate and compare read them as any other run's;
+  the checkpoints while training stay sharded (each rank its part of the weights and of AdamW's state,
+  through ``torch.distributed.checkpoint``), which is what resuming restores.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lab.models import distributed
+
+FSDP_ENV = "ACCELERATE_USE_FSDP"  # set by ``accelerate launch --use_fsdp`` for every rank
+
+
+def fsdp_launched() -> bool:
+    """Whether this worker was launched with FSDP (``sharding: fsdp``)."""
+    return os.environ.get(FSDP_ENV, "false").lower() == "true"
+
+
+def load_device(device: str) -> str:
+    """Where the model to train is loaded: the host under FSDP (the Trainer's ``fully_shard`` then moves each
+    rank's shard to its GPU, or leaves it in host memory with ``fsdp_offload``), else ``device``."""
+    return "cpu" if fsdp_launched() else device
+
+
+def save_consolidated(trainer: Any, target: Path, tokenizer: Any, lora: bool) -> None:
+    """Write the trained weights into ``target`` as one folder: every rank takes part in gathering the full
+    state dict (FSDP2's ``get_model_state_dict``, offloaded to rank 0's host memory), rank 0 writes it with
+    ``save_pretrained`` — the model's safetensors and config, or a LoRA run's adapter alone."""
+    state = trainer.accelerator.get_state_dict(trainer.model)
+    if distributed.is_main():
+        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(target, state_dict=state)
+        if not lora:
+            tokenizer.save_pretrained(target)

@@ -1,0 +1,109 @@
+"""``sharding: fsdp`` from submit to launch: the refusals at submit, naming the field, and the launch
+command with accelerate's FSDP2 options, read back through accelerate's own parser, environment and plugin
+(what the worker's Trainer builds its FSDP from). FSDP itself cannot run on a CPU (accelerate refuses
+``--cpu`` with ``--use_fsdp``): bench/gpu.py runs it on a GPU."""
+import sys
+from pathlib import Path
+
+import pytest
+from accelerate.commands.launch import launch_command_parser
+from accelerate.utils.launch import prepare_multi_gpu_env
+
+from jobs import preflight
+from jobs.launch import Launch, build_command, slurm_script
+from jobs.sharding import check_sharding, fsdp_of
+from jobs.store import JobStore
+from lab.core.config import ConfigError
+from lab.models import distributed
+
+pytestmark = pytest.mark.unit
+
+CONFIG, RUN = Path("/runs/00007-finetune/config.yaml"), Path("/runs/00007-finetune")
+FSDP = {"kind": "finetune", "sharding": "fsdp"}
+
+
+def _args(argv):
+    assert argv[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    return launch_command_parser().parse_args(argv[3:])
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_fsdp_goes_through_accelerate_launch_even_on_one_gpu(offload, monkeypatch):
+    args = _args(build_command(CONFIG, RUN, Launch(gpus=(0,), fsdp=True, fsdp_offload=offload)))
+    assert (args.num_processes, args.use_fsdp, args.fsdp_version) == (1, True, "2")
+    env = prepare_multi_gpu_env(args)  # what accelerate gives every rank
+    assert env["ACCELERATE_USE_FSDP"] == "true" and env["FSDP_VERSION"] == "2"
+    assert env["FSDP_OFFLOAD_PARAMS"] == str(offload).lower()
+    for name, value in env.items():
+        if name.startswith("FSDP_") or name == "ACCELERATE_USE_FSDP":
+            monkeypatch.setenv(name, value)
+    from accelerate import FullyShardedDataParallelPlugin
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    plugin = FullyShardedDataParallelPlugin()  # as the Trainer's Accelerator builds it from the environment
+    assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is True
+    assert "SHARDED_STATE_DICT" in str(plugin.state_dict_type)
+    assert isinstance(plugin.cpu_offload, CPUOffloadPolicy) == offload
+    assert plugin.transformer_cls_names_to_wrap is None  # read from the model's _no_split_modules when it wraps
+
+
+def test_fsdp_on_several_gpus_and_nodes():
+    args = _args(build_command(CONFIG, RUN, Launch(gpus=(0, 1, 2, 3), fsdp=True)))
+    assert (args.num_processes, args.multi_gpu, args.use_fsdp, args.gpu_ids) == (4, True, True, "0,1,2,3")
+    script = slurm_script(CONFIG, RUN, nodes=2, gpus_per_node=8, fsdp=True, fsdp_offload=True)
+    line = next(line for line in script.splitlines() if line.startswith("srun "))
+    args = _args([a.replace("$SLURM_NODEID", "1").replace("$MAIN_IP", "n1") for a in line[len("srun bash -c '"):-1].split()])
+    assert (args.num_processes, args.num_machines, args.use_fsdp, args.fsdp_offload_params) == (16, 2, True, "true")
+    assert "--use_fsdp" not in slurm_script(CONFIG, RUN, nodes=1, gpus_per_node=8)
+
+
+def test_a_launch_without_gpus_cannot_shard():
+    with pytest.raises(ValueError, match="sharding: fsdp"):
+        Launch(processes=2, fsdp=True)
+    with pytest.raises(ValueError, match="fsdp_offload"):
+        Launch(gpus=(0,), fsdp_offload=True)
+
+
+def test_the_launch_options_come_from_the_config_wherever_the_kind_keeps_them():
+    assert fsdp_of("finetune", FSDP) == (True, False)
+    assert fsdp_of("finetune", {**FSDP, "fsdp_offload": True}) == (True, True)
+    assert fsdp_of("first", {"training": {"sharding": "fsdp", "fsdp_offload": True}}) == (True, True)
+    assert fsdp_of("sft", {"sharding": "fsdp"}) == (True, False)
+    assert fsdp_of("finetune", {}) == (False, False) and fsdp_of("evaluate", {}) == (False, False)
+
+
+@pytest.mark.parametrize("config, gpus, field, said", [
+    (FSDP, 0, "sharding", "asks for none"),
+    ({"kind": "cft", "training": {"sharding": "fsdp"}}, 0, "training.sharding", "asks for none"),
+    ({**FSDP, "method": "qlora"}, 2, "sharding", "QLoRA"),
+    ({**FSDP, "save_optimizer": False}, 2, "save_optimizer", "sharded"),
+    ({**FSDP, "snapshots": True}, 2, "snapshots", "shard"),
+    ({"kind": "finetune", "fsdp_offload": True}, 2, "fsdp_offload", "sharding: fsdp"),
+    ({"kind": "dpo", "sharding": "fsdp"}, 0, "sharding", "asks for none"),
+])
+def test_what_fsdp_cannot_do_is_refused_naming_the_field(config, gpus, field, said):
+    kind = config["kind"]
+    values = {k: v for k, v in config.items() if k != "kind"}
+    with pytest.raises(ConfigError) as refused:
+        check_sharding(kind, values, gpus)
+    assert str(refused.value).startswith(f"{field}: ") and said in str(refused.value)
+
+
+def test_submit_refuses_fsdp_on_a_cpu_job_and_queues_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [])
+    store = JobStore(tmp_path / "runs")
+    with pytest.raises(ConfigError, match=r"^sharding: fsdp splits the model across GPUs"):
+        store.submit(FSDP, gpus=0)
+    assert store.list() == []
+    check_sharding("finetune", FSDP, 2)  # two GPUs: accepted
+
+
+def test_validation_runs_every_question_on_every_rank_of_a_sharded_model(monkeypatch):
+    """Each forward of an FSDP model gathers its layers from every rank: a rank scoring a smaller share
+    would leave the others waiting in a collective, so under FSDP no rank's share is smaller."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    seen = []
+    assert distributed.map_sharded(lambda share: seen.append(share) or share, [1, 2, 3], lockstep=True) == [1, 2, 3]
+    assert seen == [[1, 2, 3]]
+    assert distributed.shard([1, 2, 3]) == [2]  # without lockstep: rank 1's share
