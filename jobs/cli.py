@@ -6,7 +6,9 @@ It works on the same store as the app (``--root``, default ``$CALIBRATION_LAB_RU
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -16,13 +18,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from jobs import failures
-from jobs.preflight import submit_notes
+from jobs.preflight import GIB, check_devices, check_lora_targets, dry_run, submit_notes
+from jobs.rebuild import check_gpus
 from jobs.scheduler import Scheduler, cancel, start_in_background
-from jobs.store import JobStore, StoreError
+from jobs.store import JobStore, StoreError, check_processes
 from lab.core.config import ConfigError
 from lab.core.events import EVENTS_FILE, read_events_checked
 from lab.core.yamlio import load_yaml
-from lab.jobkit.pipeline import is_pipeline
+from lab.jobkit.kinds import parse_config
+from lab.jobkit.pipeline import is_pipeline, parse_pipeline
 from lab.versions import exit_if_unsupported
 
 DEFAULT_ROOT = Path(os.environ.get("CALIBRATION_LAB_RUNS", "runs"))
@@ -36,7 +40,39 @@ def _seconds(elapsed: Optional[float]) -> str:
     return "-" if elapsed is None else f"{elapsed:.0f}s"
 
 
+def _dry_run(store: JobStore, args, data) -> dict:
+    """The plan of a job config (or of each stage of a pipeline file) for ``--gpus`` GPUs, checked as
+    submit checks it but for this machine's GPU count and free disk (reported, not refused): nothing queued."""
+    gpus = check_gpus(args.gpus)
+    if args.gpu_memory is None or not 0 < args.gpu_memory <= 1e6:
+        raise ConfigError(f"--gpu-memory: GiB of one GPU, a positive number, got {args.gpu_memory}")
+    memory = args.gpu_memory * GIB
+    if is_pipeline(data):
+        stages = parse_pipeline(data, None, runs=store.root)
+        return {"pipeline": [{"stage": stage.name, **dry_run(stage.kind, stage.config, gpus, memory)}
+                             for stage in stages]}
+    kind, parsed = parse_config(data, None, runs=store.root)
+    check_processes(args.processes, gpus, kind)
+    values = parsed.to_dict()
+    check_devices(kind.name, values, gpus, here=False)
+    check_lora_targets(kind.name, values)
+    report = dry_run(kind.name, values, gpus, memory)
+    free = shutil.disk_usage(store.root if store.root.exists() else Path(".")).free
+    return {**report, "disk_free_gib": round(free / GIB, 2), "disk_fits": report["disk_gib"] * GIB <= free}
+
+
 def cmd_submit(store: JobStore, args) -> int:
+    if args.dry_run:
+        try:
+            report = _dry_run(store, args, load_yaml(Path(args.config).read_bytes(), args.config))
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:
+            print(f"error: cannot read {args.config}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return 0
     try:
         options = {k: v for k, v in (("partition", args.partition), ("nodes", args.nodes),
                                      ("gpus_per_node", args.gpus_per_node), ("minutes", args.time),
@@ -149,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="queue a job config (YAML with `kind`), or every stage of a pipeline file")
     p.add_argument("config")
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job needs (0: a CPU job)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the config and print, as JSON, what each model would take per GPU, in host memory "
+                        "and on disk, and whether it fits (models not yet downloaded sized from their config.json); "
+                        "queue nothing")
+    p.add_argument("--gpu-memory", type=float, default=80.0,
+                   help="with --dry-run: GiB of one GPU to check the fit against (%(default)s)")
     p.add_argument("--processes", type=int, default=1,
                    help="a CPU training job's data-parallel processes (gloo); a GPU job runs one per GPU")
     p.add_argument("--executor", choices=("local", "slurm"), default="local",

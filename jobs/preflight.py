@@ -18,6 +18,13 @@ or loading any weights), and what a job holds per parameter depends on what it d
   trainers (:data:`TRL_TRAINERS`) are counted as those train: SFT's fused LM head, DPO's pairs (two
   sequences each) and reference model (:func:`memory_terms`).
 
+Split across GPUs, per GPU: ``sharding: fsdp`` counts 1/N of the weights, gradients and AdamW state
+per rank plus the bf16 units FSDP gathers in flight, and with ``fsdp_offload`` moves the states to host
+memory; an inference model with ``device_map: auto`` spreads its weights over the GPUs, host memory and
+an offload folder per ``max_memory`` (:mod:`lab.training.sharded_memory`). A model not yet downloaded
+is sized from its config.json (:func:`lab.models.weights.planning_dir`: the Hugging Face cache's, or one
+the lab ships), built on the meta device, so :func:`dry_run` plans a job before its weights are fetched.
+
 Will its checkpoints fit? :func:`check_disk` refuses a training job at submit when the disk of the
 runs folder has less free than its checkpoints need at once (:func:`lab.training.estimates.disk_peak`);
 the worker checks again before each save. :func:`submit_notes` says both sizes when a job is queued.
@@ -42,11 +49,12 @@ from typing import Any, Iterator, Mapping, Optional
 from jobs.launch import visible_gpus
 from lab.core.config import ConfigError, model_fields, spec_of, walk
 from lab.jobkit import kinds
-from lab.models.weights import (BYTES, count_parameters, local_model_dir, local_model_shape, model_shape, size_text,
-                                unknown_targets)
+from lab.models.weights import (BYTES, ModelShape, count_parameters, local_model_shape, model_shape, planning_dir,
+                                size_text, unknown_targets)
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
-from lab.training.estimates import (GPU, NF4_BYTES, checkpoint_bytes, describe, disk_peak, run_checkpoint_bytes,
-                                    training_memory)
+from lab.training.estimates import (FP32, GPU, NF4_BYTES, TrainingMemory, checkpoint_bytes, describe, disk_peak,
+                                    memory_advice, run_checkpoint_bytes, training_memory)
+from lab.training.sharded_memory import Placement, replicated_states, sharded_training, spread_inference
 
 # Kinds whose models train under TRL's SFTTrainer or DPOTrainer (lab.kinds.sft, lab.kinds.dpo), the trainer
 # training_memory counts for them; every other kind trains with transformers' Trainer.
@@ -151,6 +159,9 @@ class ModelPlan:
     how: str  # what the memory figure counts, for the messages
     checkpoint: float = 0.0  # bytes of one checkpoint (0: not trained)
     final: float = 0.0  # bytes of the trained weights it leaves
+    cpu: float = 0.0  # host memory, every rank of the node (fsdp_offload; device_map auto's CPU share)
+    offload: float = 0.0  # bytes device_map auto puts in the offload folder
+    replicated: float = 0.0  # bytes per GPU were each GPU to hold a whole copy (DDP), for comparison
 
     @property
     def weights_only(self) -> float:
@@ -166,40 +177,78 @@ def _rough(n_params: int, method: str, dtype: str) -> tuple[float, int]:
     return base + 16 * trainable, trainable
 
 
+def _estimate(shape: ModelShape, method: str, dtype: str, settings: Mapping[str, Any], terms: Mapping[str, Any],
+              **change: Any) -> TrainingMemory:
+    """One DDP rank's :func:`training_memory` at the job's settings (``change``: batch, method …)."""
+    at = {"batch": settings["batch_size"], "method": method, **change}
+    return training_memory(shape, at["method"], at["batch"], settings["max_length"], GPU, BYTES[dtype],
+                           settings["lora_r"], settings["lora_dropout"], lora_targets=settings["lora_targets"], **terms)
+
+
+def _placed(estimate: TrainingMemory, shape: ModelShape, method: str, settings: Mapping[str, Any],
+            gpus: int) -> Placement:
+    """Per GPU as the job's ``sharding`` spreads it: the whole DDP peak, or FSDP's shard and units."""
+    if settings["sharding"] != "fsdp":
+        return Placement(estimate.peak)
+    return sharded_training(estimate, shape, method, gpus, bool(settings["fsdp_offload"]))
+
+
 def _training_plan(path: str, model: str, method: str, model_dir: Path, n_params: int, dtype: str,
-                   settings: Mapping[str, Any], terms: Mapping[str, Any]) -> ModelPlan:
+                   settings: Mapping[str, Any], terms: Mapping[str, Any], gpus: int) -> ModelPlan:
     shape = model_shape(model_dir)
     batch, length, r = settings["batch_size"], settings["max_length"], settings["lora_r"]
     if shape is None:
         memory, trainable = _rough(n_params, method, dtype)
         return ModelPlan(path, model, method, n_params, memory,
                          f"{method}, activations not counted: no Llama-type config.json",
-                         checkpoint_bytes(4 * trainable, trainable, settings["save_optimizer"]), 4 * trainable)
-    targets = settings["lora_targets"]
-    estimate = training_memory(shape, method, batch, length, GPU, BYTES[dtype], r, settings["lora_dropout"],
-                               lora_targets=targets, **terms)
-    checkpoint, final = run_checkpoint_bytes(shape, method, r, settings["save_optimizer"], targets)
+                         checkpoint_bytes(4 * trainable, trainable, settings["save_optimizer"]), 4 * trainable,
+                         replicated=memory)
+    estimate = _estimate(shape, method, dtype, settings, terms)
+    placed = _placed(estimate, shape, method, settings, gpus)
+    checkpoint, final = run_checkpoint_bytes(shape, method, r, settings["save_optimizer"], settings["lora_targets"])
     batches = f"{batch} pairs ({2 * batch} sequences)" if terms["trainer"] == "dpo" else f"{batch}"
-    how = f"{method}, batches of {batches} × {length} tokens (max_length): {describe(estimate)}"
-    return ModelPlan(path, model, method, n_params, estimate.peak, how, checkpoint, final)
+    terms_text = (", ".join(f"{k} {size_text(v)}" for k, v in sorted(placed.parts.items(), key=lambda kv: -kv[1]) if v)
+                  if placed.parts else describe(estimate))
+    sharded = (f"fsdp over {max(gpus, 1)} GPU(s){', offloaded to host memory' if settings['fsdp_offload'] else ''}, "
+               if settings["sharding"] == "fsdp" else "")
+    how = f"{method}, {sharded}batches of {batches} × {length} tokens (max_length): {terms_text}"
+    return ModelPlan(path, model, method, n_params, placed.per_gpu, how, checkpoint, final, cpu=placed.cpu,
+                     replicated=estimate.peak)
 
 
-def plan(kind: str, config: Mapping[str, Any]) -> list[ModelPlan]:
-    """A :class:`ModelPlan` per model field whose model is on this machine (hub ids that are not
-    downloaded have no size to read), for a job on a GPU in the config's ``dtype``."""
+def _inference_plan(path: str, model: str, n_params: int, dtype: str, config: Mapping[str, Any],
+                    gpus: int) -> ModelPlan:
+    """An inference model: a whole copy per GPU, or with ``device_map: auto`` spread per ``max_memory``."""
+    whole = inference_bytes(n_params, dtype)
+    if config.get("device_map") != "auto":
+        return ModelPlan(path, model, "inference", n_params, whole, dtype, replicated=whole)
+    spread = spread_inference(n_params * BYTES[dtype], gpus, config.get("max_memory"), HEADROOM)
+    return ModelPlan(path, model, "inference", n_params, spread.per_gpu,
+                     f"{dtype}, device_map auto over {gpus} GPU(s)", cpu=spread.cpu, offload=spread.disk,
+                     replicated=whole)
+
+
+def _dtype(config: Mapping[str, Any]) -> str:
+    """The dtype a GPU job loads its models in: the config's, bf16 for ``auto`` (or a value it does not name)."""
     dtype = config.get("dtype", "auto")
-    dtype = "bfloat16" if dtype == "auto" else dtype
+    return dtype if isinstance(dtype, str) and dtype in BYTES else "bfloat16"
+
+
+def plan(kind: str, config: Mapping[str, Any], gpus: int = 1) -> list[ModelPlan]:
+    """A :class:`ModelPlan` per model field whose size can be told (on this machine, in the Hugging Face
+    cache, or shipped: :func:`planning_dir`), for a job on ``gpus`` GPUs in the config's ``dtype``."""
+    dtype = _dtype(config)
     settings, terms = training_settings(kind, config), memory_terms(kind, config)
     plans = []
     for path, model, method in models(kind, dict(config)):
-        model_dir = local_model_dir(model)
+        model_dir = planning_dir(model) if isinstance(model, str) else None
         n_params = count_parameters(model_dir) if model_dir else None
         if n_params is None:
             continue
         if method == "inference":
-            plans.append(ModelPlan(path, model, method, n_params, inference_bytes(n_params, dtype), dtype))
+            plans.append(_inference_plan(path, model, n_params, dtype, config, gpus))
         else:
-            plans.append(_training_plan(path, model, method, model_dir, n_params, dtype, settings, terms))
+            plans.append(_training_plan(path, model, method, model_dir, n_params, dtype, settings, terms, gpus))
     return plans
 
 
@@ -250,7 +299,7 @@ def check(kind: str, config: dict[str, Any], gpus: tuple[int, ...], free: Option
     if not gpus:
         return []
     warnings = []
-    for p in plan(kind, config):
+    for p in plan(kind, config, len(gpus)):
         need = p.memory + CUDA_CONTEXT
         free = free_gpu_memory() if free is None else free
         have = min((free[g] for g in gpus if g in free), default=None)
@@ -301,9 +350,9 @@ def check_disk(kind: str, config: Mapping[str, Any], root: Path) -> None:
 def submit_notes(kind: str, config: Mapping[str, Any], gpus: int) -> list[str]:
     """What a queued job will take, one line each: GPU memory per model (GPU jobs) and the disk its
     checkpoints need."""
-    plans = plan(kind, config)
+    plans = plan(kind, config, gpus)
     notes = [f"{p.path}: about {size_text(p.memory + CUDA_CONTEXT)} of GPU memory at its peak, with the CUDA "
-             f"context ({p.how})" for p in plans if gpus]
+             f"context ({p.how})" + _off_gpu(p) for p in plans if gpus]
     trained = [p for p in plans if p.checkpoint]
     if trained:
         optimizer = training_settings(kind, config)["save_optimizer"]
@@ -312,3 +361,74 @@ def submit_notes(kind: str, config: Mapping[str, Any], gpus: int) -> list[str]:
                      f"{KEPT_CHECKPOINTS} kept; {size_text(disk_need(trained))} of disk at once with the trained "
                      "weights" + ("" if _is_training_run(kind) else " (at least: a pipeline trains a model more than once)"))
     return notes
+
+
+def _off_gpu(p: ModelPlan) -> str:
+    """What a plan puts beside the GPUs, for a note: host memory and the offload folder."""
+    return "".join([f"; {size_text(p.cpu)} of host memory" if p.cpu else "",
+                    f"; {size_text(p.offload)} in the offload folder on disk" if p.offload else ""])
+
+
+def accelerate_anchor(n_params: int) -> dict[str, float]:
+    """GiB ``accelerate estimate-memory`` reports for training with Adam (its peak, ``estimate_training_usage``),
+    from the same parameter count: fp32 (weights, gradients, two moments: 16 B/param) and mixed precision
+    (the largest of its terms: the moments, 8 B/param). No activations, no gathering: a floor, for comparison."""
+    fp32 = FP32 * n_params
+    return {"float32": round(4 * fp32 / GIB, 2), "mixed_precision": round(2 * fp32 / GIB, 2)}
+
+
+def _advice(kind: str, config: Mapping[str, Any], p: ModelPlan, gpus: int) -> list[str]:
+    """What would make ``p`` fit, each with its figure where the lab can count it."""
+    if p.method == "inference":
+        return ["device_map: auto, to spread the weights over the job's GPUs (and max_memory with a cpu budget "
+                "and an offload_folder for what does not fit them)"] if config.get("device_map") != "auto" else [
+                "more GPUs, or a cpu budget in max_memory and an offload_folder for the rest"]
+    settings, terms = training_settings(kind, config), memory_terms(kind, config)
+    folder = planning_dir(p.model)
+    shape = model_shape(folder) if folder else None
+    if shape is None:
+        return [memory_advice(settings)]
+    estimate = _estimate(shape, p.method, _dtype(config), settings, terms)
+    n = gpus if gpus > 1 else 8
+    items = []
+    if settings["sharding"] != "fsdp":
+        fsdp = sharded_training(estimate, shape, p.method, n)
+        items.append(f"sharding: fsdp over {n} GPUs (--gpus {n}): {size_text(fsdp.per_gpu + CUDA_CONTEXT)} per GPU")
+    if not settings["fsdp_offload"]:
+        off = sharded_training(estimate, shape, p.method, n, offload=True)
+        items.append(f"sharding: fsdp over {n} GPUs with fsdp_offload: true: {size_text(off.per_gpu + CUDA_CONTEXT)} "
+                     f"per GPU, {size_text(off.cpu)} of host memory")
+    items.append("each GPU's whole copy (no sharding): " + memory_advice(
+        settings, shape, p=GPU, base_dtype_bytes=BYTES[_dtype(config)], trainer=terms["trainer"],
+        precompute_ref=terms.get("precompute_ref", False)))
+    return items
+
+
+def dry_run(kind: str, config: Mapping[str, Any], gpus: int, gpu_memory: float) -> dict[str, Any]:
+    """What a job would take, without queueing it (``python -m jobs submit --dry-run``): per model, its
+    parameters, GPU memory per GPU at the peak with the CUDA context, host memory and disk (its
+    checkpoints and any offload folder), whether it fits GPUs of ``gpu_memory`` bytes, what would make it
+    fit, and ``accelerate estimate-memory``'s figures for the same count. Models whose size cannot be told
+    (no config.json here, none shipped) are listed with it said."""
+    plans = plan(kind, config, gpus)
+    known = {p.path for p in plans}
+    rows: list[dict[str, Any]] = []
+    for p in plans:
+        per_gpu = p.memory + CUDA_CONTEXT if gpus else 0.0
+        fits = per_gpu <= gpu_memory
+        disk = (disk_peak([(p.checkpoint, p.final)], KEPT_CHECKPOINTS) if p.checkpoint else 0.0) + p.offload
+        rows.append({"field": p.path, "model": p.model, "method": p.method, "n_params": p.n_params,
+                     "per_gpu_gib": round(per_gpu / GIB, 2), "cpu_gib": round(p.cpu / GIB, 2),
+                     "disk_gib": round(disk / GIB, 2), "fits": fits,
+                     "replicated_per_gpu_gib": round((p.replicated + CUDA_CONTEXT) / GIB, 2), "how": p.how,
+                     "accelerate_estimate_memory_gib": accelerate_anchor(p.n_params),
+                     **({} if fits else {"advice": _advice(kind, config, p, gpus)})})
+    for path, model, method in models(kind, dict(config)):
+        if path not in known:
+            rows.append({"field": path, "model": model, "method": method, "n_params": None,
+                         "unknown": "no config.json to size it from: not on this machine, in the Hugging Face "
+                                    "cache, or shipped with the lab"})
+    trained = [p for p in plans if p.checkpoint]
+    return {"kind": kind, "gpus": gpus, "gpu_memory_gib": round(gpu_memory / GIB, 2), "queued": False,
+            "models": rows, "disk_gib": round(disk_need(trained) / GIB, 2)}
+
