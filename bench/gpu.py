@@ -67,7 +67,9 @@ import transformers
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
+from bench import gpu_sharded  # noqa: E402
 from bench.controlled import preset  # noqa: E402
+from bench.gpu_sharded import table  # noqa: E402
 from bench.topk_store import sync, timed  # noqa: E402
 from jobs import preflight  # noqa: E402
 from lab import versions  # noqa: E402
@@ -133,6 +135,7 @@ class Sizes:
     align_rows: int  # bundled Alpaca rows (sft) and preference pairs (dpo) per alignment job
     align_batch: int  # ... and their batch size
     align_length: int  # ... and max_length: room for the chat template's system prompt and a response
+    offload_shape: Shape  # the Llama of the FSDP section's offloaded run (bench/gpu_sharded.py)
 
 
 def _shifted(limit: int) -> list[dict[str, Any]]:
@@ -149,6 +152,7 @@ GPU_SIZES = Sizes(
          "test_size": 200, "ood": _shifted(200), "lambdas": [0.4], "preference_limit": 16, "bootstrap": 100,
          "training": {"epochs": 2}},
     token_docs=300, series_questions=500,
+    offload_shape=Shape(hidden=2560, layers=24, heads=20, kv_heads=4, intermediate=6912),
 )
 SMALL_SIZES = Sizes(
     shape=Shape(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256),
@@ -160,6 +164,7 @@ SMALL_SIZES = Sizes(
          "test_size": 16, "ood": _shifted(16), "methods": ["ts", "cft", "rcft"], "lambdas": [0.4],
          "preference_limit": 4, "bootstrap": 10, "training": {"epochs": 1}},
     token_docs=8, series_questions=16,
+    offload_shape=Shape(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256),
 )
 
 
@@ -194,11 +199,6 @@ def make_llama(out: Path, shape: Shape, tokenizer, device: torch.device) -> int:
     model.to(torch.bfloat16 if device.type == "cuda" else torch.float32).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return sum(p.numel() for p in model.parameters())
-
-
-def table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)] + \
-           ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
 
 def free_memory() -> None:
@@ -300,10 +300,24 @@ class Bench:
         self.big = work / "llama"
         self.n_params = 0  # set by setup, which makes the Llama
 
+    def sections(self) -> list[tuple[str, str, Callable[[], list[str]]]]:
+        """(``--only``'s key, title, section) in the order they run: the figures only a GPU gives first."""
+        return [("setup", "Setup", self.setup),
+                ("fsdp", "FSDP: a model larger than the GPU, trained sharded and offloaded", lambda: gpu_sharded.fsdp(self)),
+                ("device_map", "device_map: a model spread over GPU and host memory, scored exactly",
+                 lambda: gpu_sharded.device_map(self)),
+                ("tokens", "Token tasks and a series", self.tokens_and_series),
+                ("throughput", "Scoring throughput", self.throughput),
+                ("finetuning", "Fine-tuning throughput and MFU", self.finetuning),
+                ("memory", "Peak memory against pre-flight", self.memory),
+                ("alignment", "Alignment stages: sft and dpo, peak memory against the estimates", self.alignment),
+                ("end_to_end", "first and cft end to end", self.end_to_end),
+                ("parity", "Evaluation parity, bf16 against fp32", self.parity),
+                ("exit", "Clean exit", clean_exit)]
+
     def setup(self) -> list[str]:
         start = time.perf_counter()
-        tokenizer = load_tokenizer(str(self.scratch), SCRATCH)
-        self.n_params = make_llama(self.big, self.sizes.shape, tokenizer, self.device)
+        self.n_params = self.make(self.big, self.sizes.shape)
         made_in = time.perf_counter() - start
         s, name = self.sizes.shape, (torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else
                                      f"CPU, {torch.get_num_threads()} threads")
@@ -316,6 +330,10 @@ class Bench:
                 f"{s.kv_heads} KV heads, intermediate {s.intermediate}, vocabulary {s.vocab}, tied: "
                 f"**{self.n_params:,} parameters** ({self.n_params / 1e9:.3f} B), random weights, made and saved in "
                 f"{made_in:.1f} s"]
+
+    def make(self, out: Path, shape: Shape) -> int:
+        """A random-weight Llama of ``shape`` with the scratch tokenizer, written into ``out``; its parameters."""
+        return make_llama(out, shape, load_tokenizer(str(self.scratch), SCRATCH), self.device)
 
     def end_to_end(self) -> list[str]:
         rows = []
@@ -331,10 +349,12 @@ class Bench:
             "", "Shortened presets (overrides of examples/*-controlled.yaml): "
                 f"first {json.dumps(self.sizes.first)}; cft {json.dumps(self.sizes.cft)}."]
 
-    def evaluation(self, model: Path, dtype: str, out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-        """A letter evaluation of the synthetic test questions: its metrics, and its predictions by question id."""
+    def evaluation(self, model: Path, dtype: str, out: Path,
+                   **extra: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """A letter evaluation of the synthetic test questions: its metrics, and its predictions by question id;
+        ``extra``: more of the evaluation's fields (``device``, ``device_map`` …)."""
         cfg = EvalConfig.from_dict({"model": str(model), **SYNTHETIC, "split": "test", "scoring": "letter",
-                                    "limit": self.sizes.parity_questions, "dtype": dtype, "bootstrap": 0})
+                                    "limit": self.sizes.parity_questions, "dtype": dtype, "bootstrap": 0, **extra})
         metrics = evaluate(cfg, out, log=lambda message: None)
         rows = (json.loads(line) for line in (out / PREDICTIONS_FILE).read_text().splitlines())
         return metrics, {row["id"]: row for row in rows}
@@ -581,6 +601,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="folder of gpu_<device>.md")
     parser.add_argument("--budget", type=float, default=360, help="seconds after which the sections not yet "
                         "begun are skipped (a device call is cut at its limit)")
+    parser.add_argument("--only", nargs="+", metavar="SECTION", help="run only these sections (with the setup), by "
+                        "key: fsdp device_map tokens throughput finetuning memory alignment end_to_end parity; the "
+                        "file is then gpu_<device>-<keys>.md")
     args = parser.parse_args()
     transformers.utils.logging.disable_progress_bar()  # "Writing model shards" bars would fill the call's output
     device = select_device("auto")
@@ -592,22 +615,17 @@ def main() -> int:
     assert scratch is not None  # refused() made it, or said why it cannot
     start = time.perf_counter()
     label = device_label(device, args.small)
-    path = args.out / f"gpu_{label}.md"
+    path = args.out / f"gpu_{label}{''.join('-' + key for key in args.only or ())}.md"
     args.out.mkdir(parents=True, exist_ok=True)
     failed = False
     with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
         bench = Bench(SMALL_SIZES if args.small else GPU_SIZES, Path(tmp), device, scratch)
-        sections: list[tuple[str, Callable[[], list[str]]]] = [
-            ("Setup", bench.setup), ("Token tasks and a series", bench.tokens_and_series),
-            ("Scoring throughput", bench.throughput),
-            ("Fine-tuning throughput and MFU", bench.finetuning), ("Peak memory against pre-flight", bench.memory),
-            ("Alignment stages: sft and dpo, peak memory against the estimates", bench.alignment),
-            ("first and cft end to end", bench.end_to_end), ("Evaluation parity, bf16 against fp32", bench.parity),
-            ("Clean exit", clean_exit)]
+        sections = [(title, section) for key, title, section in bench.sections()
+                    if not args.only or key in (*args.only, "setup", "exit")]
         done: list[str] = []
         for title, section in sections:
             begun = time.perf_counter()
-            if begun - start > args.budget and section is not clean_exit:
+            if begun - start > args.budget and title != "Clean exit":
                 lines = [f"skipped: the {args.budget:.0f} s budget (--budget) was spent"]
             else:
                 try:

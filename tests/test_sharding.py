@@ -14,9 +14,9 @@ from jobs.launch import Launch, build_command, slurm_script
 from jobs.sharding import check_sharding, fsdp_of
 from jobs.store import JobStore
 from lab.core.config import ConfigError
+from lab.core.events import read_events
 from lab.models import distributed
 
-pytestmark = pytest.mark.unit
 
 CONFIG, RUN = Path("/runs/00007-finetune/config.yaml"), Path("/runs/00007-finetune")
 FSDP = {"kind": "finetune", "sharding": "fsdp"}
@@ -27,6 +27,7 @@ def _args(argv):
     return launch_command_parser().parse_args(argv[3:])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("offload", [False, True])
 def test_fsdp_goes_through_accelerate_launch_even_on_one_gpu(offload, monkeypatch):
     args = _args(build_command(CONFIG, RUN, Launch(gpus=(0,), fsdp=True, fsdp_offload=offload)))
@@ -47,6 +48,7 @@ def test_fsdp_goes_through_accelerate_launch_even_on_one_gpu(offload, monkeypatc
     assert plugin.transformer_cls_names_to_wrap is None  # read from the model's _no_split_modules when it wraps
 
 
+@pytest.mark.unit
 def test_fsdp_on_several_gpus_and_nodes():
     args = _args(build_command(CONFIG, RUN, Launch(gpus=(0, 1, 2, 3), fsdp=True)))
     assert (args.num_processes, args.multi_gpu, args.use_fsdp, args.gpu_ids) == (4, True, True, "0,1,2,3")
@@ -57,6 +59,7 @@ def test_fsdp_on_several_gpus_and_nodes():
     assert "--use_fsdp" not in slurm_script(CONFIG, RUN, nodes=1, gpus_per_node=8)
 
 
+@pytest.mark.unit
 def test_a_launch_without_gpus_cannot_shard():
     with pytest.raises(ValueError, match="sharding: fsdp"):
         Launch(processes=2, fsdp=True)
@@ -64,6 +67,7 @@ def test_a_launch_without_gpus_cannot_shard():
         Launch(gpus=(0,), fsdp_offload=True)
 
 
+@pytest.mark.unit
 def test_the_launch_options_come_from_the_config_wherever_the_kind_keeps_them():
     assert fsdp_of("finetune", FSDP) == (True, False)
     assert fsdp_of("finetune", {**FSDP, "fsdp_offload": True}) == (True, True)
@@ -72,6 +76,7 @@ def test_the_launch_options_come_from_the_config_wherever_the_kind_keeps_them():
     assert fsdp_of("finetune", {}) == (False, False) and fsdp_of("evaluate", {}) == (False, False)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("config, gpus, field, said", [
     (FSDP, 0, "sharding", "asks for none"),
     ({"kind": "cft", "training": {"sharding": "fsdp"}}, 0, "training.sharding", "asks for none"),
@@ -89,6 +94,7 @@ def test_what_fsdp_cannot_do_is_refused_naming_the_field(config, gpus, field, sa
     assert str(refused.value).startswith(f"{field}: ") and said in str(refused.value)
 
 
+@pytest.mark.unit
 def test_submit_refuses_fsdp_on_a_cpu_job_and_queues_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [])
     store = JobStore(tmp_path / "runs")
@@ -98,6 +104,7 @@ def test_submit_refuses_fsdp_on_a_cpu_job_and_queues_nothing(tmp_path, monkeypat
     check_sharding("finetune", FSDP, 2)  # two GPUs: accepted
 
 
+@pytest.mark.unit
 def test_validation_runs_every_question_on_every_rank_of_a_sharded_model(monkeypatch):
     """Each forward of an FSDP model gathers its layers from every rank: a rank scoring a smaller share
     would leave the others waiting in a collective, so under FSDP no rank's share is smaller."""
@@ -107,3 +114,32 @@ def test_validation_runs_every_question_on_every_rank_of_a_sharded_model(monkeyp
     assert distributed.map_sharded(lambda share: seen.append(share) or share, [1, 2, 3], lockstep=True) == [1, 2, 3]
     assert seen == [[1, 2, 3]]
     assert distributed.shard([1, 2, 3]) == [2]  # without lockstep: rank 1's share
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_an_fsdp_launched_worker_loads_to_host_memory_and_writes_one_consolidated_folder(tmp_path, monkeypatch,
+                                                                                          tiny_model_dir, method):
+    """The worker's own FSDP steps, as far as a CPU runs them: with accelerate's FSDP variable set (on a CPU
+    accelerate makes no FSDP plugin, so the Trainer trains unsharded) the model loads in host memory and the
+    trained weights are written through the accelerator's full state dict, as one folder ``run:<id>`` reads."""
+    from lab.core.yamlio import dump_yaml
+    from lab.jobkit.worker import run
+    from lab.models.loading import load_model
+    from lab.training import sharding
+
+    monkeypatch.setenv(sharding.FSDP_ENV, "true")
+    assert sharding.load_device("cuda") == "cpu"
+    config = {"kind": "finetune", "model": str(tiny_model_dir), "dataset": "obqa", "data_files": ["bundled"],
+              "limit": 8, "val_limit": 4, "epochs": 1, "batch_size": 4, "device": "cpu", "method": method}
+    (tmp_path / "config.yaml").write_text(dump_yaml(config))
+    run(tmp_path / "config.yaml", tmp_path / "run")
+    events = read_events(tmp_path / "run" / "events.jsonl")[0]
+    assert next(e for e in events if e["stage"] == "done")
+    used = next(e for e in events if e["stage"] == sharding.MEASURED_EVENT)
+    assert used["host"] > 0 and "gpu" not in used  # a CPU run: no GPU peak to report
+    trained = tmp_path / "run" / ("adapter" if method == "lora" else "model")
+    loaded = load_model(str(tiny_model_dir) if method == "lora" else str(trained),
+                        adapter=str(trained) if method == "lora" else None, device="cpu")
+    assert sum(p.numel() for p in loaded.model.parameters()) == sum(
+        p.numel() for p in load_model(str(tiny_model_dir), device="cpu").model.parameters())

@@ -17,12 +17,14 @@ things are the lab's:
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 from typing import Any
 
 from lab.models import distributed
 
 FSDP_ENV = "ACCELERATE_USE_FSDP"  # set by ``accelerate launch --use_fsdp`` for every rank
+MEASURED_EVENT = "memory_used"  # what a training stage held at its peak, beside the estimate's ``memory`` event
 
 
 def fsdp_launched() -> bool:
@@ -45,3 +47,16 @@ def save_consolidated(trainer: Any, target: Path, tokenizer: Any, lora: bool) ->
         trainer.accelerator.unwrap_model(trainer.model).save_pretrained(target, state_dict=state)
         if not lora:
             tokenizer.save_pretrained(target)
+
+
+def measured_peaks(device: Any) -> dict[str, float]:
+    """What this rank held at its peak, in bytes: ``gpu``, torch's ``max_memory_allocated`` (what the estimates
+    count: no CUDA context, no allocator reserve), on a GPU; ``host``, the process's peak resident memory (where
+    ``fsdp_offload`` keeps the weights and AdamW's state). Read on every run, so a job page and the GPU bench
+    compare the estimate with the run itself."""
+    import torch
+
+    peaks = {"host": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0}  # Linux reports KiB
+    if getattr(device, "type", None) == "cuda":
+        peaks["gpu"] = float(torch.cuda.max_memory_allocated(device))
+    return peaks

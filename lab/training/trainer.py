@@ -43,7 +43,7 @@ from lab.training.config import KEPT_CHECKPOINTS, TrainConfig, trackers_online
 from lab.training.data import build_examples, pad_batch, pad_option_batch
 from lab.training.estimates import (MEMORY_EVENT, Precision, TrainingMemory, checkpoint_bytes, describe, memory_advice,
                                     training_memory)
-from lab.training.sharding import fsdp_launched, load_device, save_consolidated
+from lab.training.sharding import MEASURED_EVENT, fsdp_launched, load_device, measured_peaks, save_consolidated
 from lab.training.snapshots import save_snapshot
 
 STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: the last file of a checkpoint
@@ -453,6 +453,7 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
         said = str(e).splitlines()[0] if str(e) else type(e).__name__
         advice = out_of_memory_advice(cfg, args, device, longest, memory_terms or {})
         raise type(e)(f"{stage}: {said.rstrip('.')}. {advice}") from e
+    events.emit(MEASURED_EVENT, **measured_peaks(device))  # beside the estimate's ``memory`` event
     if callback.stopping:
         raise Stopped(f"{stage} stopped at step {trainer.state.global_step}; checkpoint kept in {checkpoints}")
     target = out_dir / (ADAPTER_DIR if lora else MODEL_DIR)
