@@ -14,7 +14,8 @@ weights, gradients and AdamW state on every GPU, 16 bytes a parameter for a full
   the weights (the DDP estimate's ``weight copies``). Activations and logits are the rank's own batch:
   unchanged. With ``fsdp_offload`` the sharded weights, gradients and optimizer state live in host
   memory (``cpu``, counted for every rank of the node: the whole 16 B/param) and the GPU holds only the
-  gathered units, activations and logits.
+  gathered units, activations and logits. Host memory is also the larger of that and what loading takes:
+  every rank of a node reads the whole model into it before ``fully_shard`` moves its shard to the GPU.
 - **inference with ``device_map: auto``**: the weights spread over the job's GPUs (1/N each, within
   ``max_memory``'s per-GPU budget), the rest to host memory up to its ``cpu`` budget, the rest to the
   ``offload_folder`` on disk; each GPU adds the forward pass's headroom to its share.
@@ -91,7 +92,10 @@ def sharded_training(memory: TrainingMemory, shape: ModelShape, method: Method, 
                 "activations": memory.activations, last[0]: last[1]}
     step = {**held, "gathered units": 0.0}
     parts = max(step, backward, key=lambda moment: sum(moment.values()))
-    return Placement(sum(parts.values()), cpu=states if offload else 0.0, parts=parts)
+    # Every rank loads the whole model into host memory before fully_shard takes its shard to the GPU (the lab
+    # launches without cpu_ram_efficient_loading: jobs.launch.FSDP_OPTIONS), so a node briefly holds N copies.
+    loading = n * (memory.weights + memory.reference)
+    return Placement(sum(parts.values()), cpu=max(states if offload else 0.0, loading), parts=parts)
 
 
 def replicated_states(memory: TrainingMemory) -> float:

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from lab.models import distributed
+from lab.models.weights import ModelShape, size_text
+from lab.training.estimates import TrainingMemory
+from lab.training.sharded_memory import sharded_training
 
 FSDP_ENV = "ACCELERATE_USE_FSDP"  # set by ``accelerate launch --use_fsdp`` for every rank
 MEASURED_EVENT = "memory_used"  # what a training stage held at its peak, beside the estimate's ``memory`` event
@@ -36,6 +39,19 @@ def load_device(device: str) -> str:
     """Where the model to train is loaded: the host under FSDP (the Trainer's ``fully_shard`` then moves each
     rank's shard to its GPU, or leaves it in host memory with ``fsdp_offload``), else ``device``."""
     return "cpu" if fsdp_launched() else device
+
+
+def fsdp_memory_event(memory: TrainingMemory, shape: ModelShape, cfg: Any, stage: str, longest: int) -> dict[str, Any]:
+    """The worker's ``memory`` event for a rank of this FSDP run: the unsharded estimate ``memory`` split over the
+    launch's ranks (:func:`lab.training.sharded_memory.sharded_training`), with host memory where the run offloads."""
+    offload = os.environ.get("FSDP_OFFLOAD_PARAMS", "false").lower() == "true"
+    placed = sharded_training(memory, shape, cfg.method, distributed.world_size(), offload=offload)
+    terms = ", ".join(f"{name} {size_text(v)}" for name, v in sorted(placed.parts.items(), key=lambda p: -p[1]) if v)
+    return {"peak": placed.per_gpu, "host": placed.cpu, **{k.replace(" ", "_"): v for k, v in placed.parts.items()},
+            "message": f"{stage}: about {size_text(placed.per_gpu)} per GPU at the peak over "
+                       f"{distributed.world_size()} FSDP rank(s){', states offloaded' if offload else ''} "
+                       f"({size_text(placed.cpu)} of host memory), batches of {cfg.batch_size} × {longest} tokens "
+                       f"(the longest example): {terms}"}
 
 
 def save_consolidated(trainer: Any, target: Path, tokenizer: Any, lora: bool) -> None:

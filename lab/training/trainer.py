@@ -43,7 +43,8 @@ from lab.training.config import KEPT_CHECKPOINTS, TrainConfig, trackers_online
 from lab.training.data import build_examples, pad_batch, pad_option_batch
 from lab.training.estimates import (MEMORY_EVENT, Precision, TrainingMemory, checkpoint_bytes, describe, memory_advice,
                                     training_memory)
-from lab.training.sharding import MEASURED_EVENT, fsdp_launched, load_device, measured_peaks, save_consolidated
+from lab.training.sharding import (MEASURED_EVENT, fsdp_launched, fsdp_memory_event, load_device, measured_peaks,
+                                   save_consolidated)
 from lab.training.snapshots import save_snapshot
 
 STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: the last file of a checkpoint
@@ -435,7 +436,9 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     # DPO's collator cuts a pair's sequences to max_length (the other trainers drop or cut longer examples before)
     longest = min(max((_sequence_length(e) for e in tokenised), default=0), cfg.max_length)
     memory = memory_estimate(cfg, model, longest, args, device, **(memory_terms or {}))
-    if memory is not None:
+    if memory is not None and fsdp_launched():
+        events.emit(MEMORY_EVENT, **fsdp_memory_event(memory, local_model_shape(cfg.model), cfg, stage, longest))
+    elif memory is not None:
         where = "per GPU" if device.type == "cuda" else "of RAM"
         events.emit(MEMORY_EVENT, peak=memory.peak, **{k.replace(" ", "_"): v for k, v in memory.parts().items()},
                     message=f"{stage}: about {size_text(memory.peak)} {where} at the peak, batches of {cfg.batch_size}"
