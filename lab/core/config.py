@@ -58,9 +58,10 @@ class Spec:
     le: Optional[float] = None
     lt: Optional[float] = None
     max_len: int = MAX_TEXT
-    max_items: int = MAX_ITEMS
+    max_items: int = MAX_ITEMS  # ... and keys of a mapping of text (`key_pattern`)
     min_items: int = 0  # a list that must not be empty (an empty one would fail later, at run time)
-    pattern: Optional[str] = None
+    pattern: Optional[str] = None  # what a text value (a mapping's values too) must match whole
+    key_pattern: Optional[str] = None  # a mapping of text to text (dict[str, str]): what each key must match whole
     registry: Any = None  # a lab.core.registry.Registry whose names are the valid values
     families: bool = False  # ... and the names of its families too (lab.core.registry.Registry.add_family)
     entries: Optional[type] = None  # the dataclass each mapping of a dict / list-of-dict field follows
@@ -183,6 +184,22 @@ def _check_text(path: str, value: Any, spec: Spec) -> str:
     return value
 
 
+def _check_mapping(path: str, value: Any, spec: Spec) -> dict[str, str]:
+    """A mapping of text to text: at most ``max_items`` keys, each matching ``key_pattern`` (a whole number
+    from YAML, ``0:``, is the text it spells), each value checked as a text field's."""
+    if not isinstance(value, Mapping):
+        raise _fail(path, f"must be a mapping of text to text, got {_show(value)}")
+    if len(value) > spec.max_items:
+        raise _fail(path, f"has {len(value):,} keys; the limit is {spec.max_items:,}")
+    out = {}
+    for key, item in value.items():
+        text = str(key) if isinstance(key, int) and not isinstance(key, bool) else key
+        if not isinstance(text, str) or not re.fullmatch(spec.key_pattern or "", text):
+            raise _fail(path, f"key {_show(key)} is not valid here ({spec.help})")
+        out[text] = _check_text(f"{path}.{text}", item, spec)
+    return out
+
+
 def check_value(path: str, value: Any, hint: Any, spec: Spec) -> Any:
     """``value`` checked against a field's type hint and declaration; returns it normalised."""
     hint, optional = unwrap_optional(hint)
@@ -227,11 +244,28 @@ def check_value(path: str, value: Any, hint: Any, spec: Spec) -> Any:
             raise _fail(path, f"must have at least {spec.min_items} entr{'y' if spec.min_items == 1 else 'ies'}, "
                               "or be left unset for the default")
         return [check_value(f"{path}[{i}]", v, args[0], spec) for i, v in enumerate(value)]
+    if origin is dict and spec.entries is None and args == (str, str) and spec.key_pattern is not None:
+        return _check_mapping(path, value, spec)
     if origin is dict:
         if spec.entries is None:
-            raise TypeError(f"{path}: a mapping field needs `entries` in its declaration")
+            raise TypeError(f"{path}: a mapping field needs `entries` (or, of text to text, `key_pattern`) in its "
+                            "declaration")
         return validate(spec.entries, value, path, exclude=spec.exclude, exclude_reason=spec.exclude_reason)
     raise TypeError(f"{path}: no check for type {hint!r}; declare the field with a checkable type")
+
+
+# Keys of the inference kinds (device_map: a model larger than a GPU) that a config training its model
+# does not take, each with what it takes instead: said in place of "unknown key".
+TRAINING_INSTEAD = {
+    "device_map": "to spread training over GPUs use sharding: fsdp",
+    "max_memory": "to spread training over GPUs use sharding: fsdp (fsdp_offload: true keeps weights in host memory)",
+    "offload_folder": "to keep weights off the GPUs while training use sharding: fsdp with fsdp_offload: true",
+}
+
+
+def _trains(cls: type) -> bool:
+    """A config that trains a model: one of its model fields says which field decides how (``trained_by``)."""
+    return any(spec_of(f).trained_by for f in dataclasses.fields(cls))
 
 
 def validate(cls: type, values: Any, where: str = "", *, exclude: tuple[str, ...] = (),
@@ -252,6 +286,8 @@ def validate(cls: type, values: Any, where: str = "", *, exclude: tuple[str, ...
         path = f"{where}.{key}" if where else str(key)
         if isinstance(key, str) and key in moved and key not in declared:
             raise _fail(path, f"this key moved: write it as {moved[key]}")
+        if isinstance(key, str) and key in TRAINING_INSTEAD and key not in declared and _trains(cls):
+            raise _fail(path, f"this config trains its model; {TRAINING_INSTEAD[key]}")
         if not isinstance(key, str) or key not in declared:
             close = suggest(str(key), allowed)
             guess = f"; did you mean {close}?" if close else ""

@@ -14,6 +14,7 @@ every kind rather than a level of nesting.
     EvalSection     bins, bin_edges, bootstrap  how calibration is measured
     PipelineEvalSection + eval_batch_size       ... of every model a pipeline (FIRST, CFT) makes
     DeviceSection   device, dtype               where a model runs
+    PlacementSection device_map, max_memory, offload_folder  ... or its layers, when it is larger than a GPU
     RunSection      + seed                      ... reproducibly
 
 Dataclass fields are collected from the last base to the first, so a config lists its sections
@@ -26,7 +27,7 @@ dataset files (``lab.data.samples``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
 from lab.calibration.checks import BinEdges
 from lab.core.config import doc, redeclare
@@ -35,6 +36,7 @@ from lab.core.errors import DataError
 from lab.data import DATASETS, harness, with_sample
 from lab.data.split import canonical_split, parse_split
 from lab.data.templates import TEMPLATES
+from lab.models import placement
 
 BUNDLED = "bundled"  # the model (lab.models.loading) and the dataset samples (lab.data.samples) that ship with the lab
 
@@ -121,6 +123,32 @@ class PipelineEvalSection(EvalSection):
 class DeviceSection:
     device: str = field(default="auto", metadata=doc("auto, cpu, cuda, cuda:N", **DEVICE))
     dtype: Dtype = field(default="auto", metadata=doc("auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16"))
+
+
+@dataclass
+class PlacementSection:
+    """Where the layers of a model too large for one GPU go (accelerate's big-model inference); the kinds that
+    score a model take it, those that train one refuse it (:data:`lab.core.config.TRAINING_INSTEAD`)."""
+
+    device_map: placement.DeviceMap = field(default="none", metadata=doc(
+        "none: the whole model on `device`; auto: its layers spread over the job's GPUs, then the CPU, then "
+        "offload_folder, each run in turn on the first GPU (the CPU without one): a model larger than one GPU, scored "
+        "exactly as if it fitted, more slowly. With auto, device stays auto (or cpu: the CPU and the folder only)"))
+    max_memory: dict[str, str] = field(default_factory=dict, metadata=doc(
+        "device_map auto: the most each device may hold, a GPU by its index as the job sees it ('0', '1' …) or "
+        "'cpu', each a size such as 20GiB, 500MiB or 20GB; a device left out gets what it has free (empty: every "
+        "one). The first GPU's (the CPU's without GPUs) must hold the model's largest layer",
+        key_pattern=placement.KEY_PATTERN, max_items=placement.MAX_DEVICES, max_len=placement.MAX_SIZE_TEXT))
+    offload_folder: str = field(default="offload", metadata=doc(
+        "device_map auto: a folder inside the run directory (a relative name) for the layers that fit neither the "
+        "GPUs nor the CPU. It holds a copy of those weights, so it is deleted when the run ends, done or failed",
+        max_len=placement.MAX_FOLDER))
+
+    def check_placement(self, models: Iterable[str]) -> None:
+        """What can be refused from the config alone, ``models`` those it loads (the job's GPU count is the
+        store's to check: :func:`lab.models.placement.check_job_gpus`)."""
+        placement.check(self.device_map, self.max_memory, self.offload_folder, getattr(self, "device", "auto"),
+                        getattr(self, "dtype", "auto"), models)
 
 
 @dataclass

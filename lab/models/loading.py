@@ -1,5 +1,7 @@
 """Load a causal language model (and its tokenizer) by hub id, local directory, ``bundled``
-(:mod:`lab.models.bundled`) or ``scratch`` (:mod:`lab.models.scratch`)."""
+(:mod:`lab.models.bundled`) or ``scratch`` (:mod:`lab.models.scratch`): whole on one device, or, with
+``device_map="auto"``, its layers spread over the GPUs, the CPU and a folder on disk (accelerate's big-model
+inference; the fields' checks: :mod:`lab.models.placement`)."""
 from __future__ import annotations
 
 import re
@@ -7,7 +9,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -88,8 +90,24 @@ class LoadedModel:
     name: str
     path: str
     adapter: Optional[str]
-    device: torch.device
+    device: torch.device  # where its inputs go: the embedding's device (a dispatched model's first GPU, or the CPU)
     dtype: torch.dtype
+
+
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model``'s inputs go: its embedding's device; for a model whose embedding accelerate offloaded (its
+    weight on the meta device), the device its hook runs it on."""
+    embedding = model.get_input_embeddings()
+    hook_device = getattr(getattr(embedding, "_hf_hook", None), "execution_device", None)
+    if embedding.weight.device.type == "meta" and hook_device is not None:
+        return torch.device("cuda", hook_device) if isinstance(hook_device, int) else torch.device(hook_device)
+    return embedding.weight.device
+
+
+def dispatched(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s layers lie on more than one device (``device_map="auto"`` spread them): its outputs may
+    then come back on another device than its inputs went to."""
+    return len(set(map(str, (getattr(model, "hf_device_map", None) or {}).values()))) > 1
 
 
 def load_model(
@@ -101,6 +119,9 @@ def load_model(
     quantize_4bit: bool = False,
     announce: Optional[Callable[[str], None]] = None,
     revision: Optional[str] = None,
+    device_map: str = "none",
+    max_memory: Optional[dict[Any, int]] = None,
+    offload_folder: Optional[Path] = None,
 ) -> LoadedModel:
     """Load ``name`` (``bundled``, a local directory or a hub id) for inference.
 
@@ -109,6 +130,11 @@ def load_model(
     bitsandbytes (QLoRA training; CUDA only). ``announce(stage)`` is told of the one-off
     conversion of the bundled model, which makes its first load half a minute longer. ``revision``: a
     hub model's branch or commit (Pythia's ``step1000``: its checkpoints along pre-training).
+
+    ``device_map="auto"`` spreads the layers over the GPUs, the CPU, then ``offload_folder`` (which the caller
+    makes and deletes: :func:`lab.models.placement.offload_folder`), each device holding at most its
+    ``max_memory`` (bytes by GPU index or ``"cpu"``; a device left out gets what it has free). An adapter is
+    merged first, in host memory, as for a model on one device, so the weights and scores are the same.
     """
     from transformers import AutoModelForCausalLM
 
@@ -121,11 +147,16 @@ def load_model(
         except ModelFolderError as e:
             raise ModelFolderError(f"model {Path(name).name!r}: {e}") from None
     torch_device = select_device(device)
+    budgets = _budgets(device, max_memory or {}) if device_map == "auto" else None
+    if budgets is not None:  # the layers run on the first GPU named, or on the CPU when none is
+        torch_device = torch.device("cuda" if any(k != "cpu" and v for k, v in budgets.items()) else "cpu")
     torch_dtype = select_dtype(dtype, torch_device)
     tokenizer = load_tokenizer(path, name)
     extra = {"quantization_config": _nf4_config(torch_device, torch_dtype)} if quantize_4bit else {}
     if revision is not None:
         extra["revision"] = revision
+    if device_map == "auto" and adapter is None:
+        extra.update(device_map="auto", max_memory=budgets, offload_folder=str(offload_folder))
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=not hub_reachable(), **extra)
     except (OSError, ValueError) as e:
@@ -136,11 +167,51 @@ def load_model(
         raise ModelLoadError(f"Cannot build model {Path(name).name!r} from its config.json and weights "
                              f"({type(e).__name__}: {str(e)[:200]}); mend its config.json or pick another model") from e
     if adapter is not None:
-        model = _attach_adapter(model, adapter, merge_adapter)
-    if not quantize_4bit:  # a quantised model is placed on the GPU as it loads and refuses .to()
+        model = _attach_adapter(model, adapter, merge_adapter or device_map == "auto")
+    if device_map == "auto":
+        if adapter is not None:  # merged on the CPU above, as without device_map: then its layers are placed
+            model = _dispatch(model, budgets, offload_folder)
+        torch_device = input_device(model)
+    elif not quantize_4bit:  # a quantised model is placed on the GPU as it loads and refuses .to()
         model.to(torch_device)
     model.eval()
     return LoadedModel(model, tokenizer, name, path, adapter, torch_device, torch_dtype)
+
+
+def _budgets(device: str, max_memory: dict[Any, int]) -> Optional[dict[Any, int]]:
+    """accelerate's ``max_memory`` for a load: None (every device what it has free, accelerate's default) when the
+    user named none; else theirs, and each device they left out at what it has free (the CPU at 90 %, the margin
+    transformers keeps for itself). ``device: cpu``: the CPU alone. A GPU this job does not see is refused."""
+    from accelerate.utils import get_max_memory
+
+    if device != "cpu" and not max_memory:
+        return None
+    free = get_max_memory()
+    free["cpu"] = int(free.get("cpu", 0) * 0.9)
+    missing = sorted(k for k in max_memory if k != "cpu" and k not in free)
+    if missing:
+        seen = sum(1 for k in free if k != "cpu")
+        raise ModelLoadError(f"max_memory.{missing[0]}: this job sees {seen} GPU(s) (0 to {seen - 1}); name only those")
+    if device == "cpu":
+        return {"cpu": max_memory.get("cpu", free["cpu"])}
+    return {**free, **max_memory}
+
+
+def _dispatch(model: torch.nn.Module, budgets: Optional[dict[Any, int]], folder: Optional[Path]) -> torch.nn.Module:
+    """``model`` (whole, in host memory) spread as ``from_pretrained(device_map="auto")`` spreads one: balanced over
+    the GPUs, never splitting a decoder layer, the rest on the CPU, then written into ``folder``."""
+    from accelerate import dispatch_model, infer_auto_device_map
+    from accelerate.utils import get_balanced_memory
+
+    no_split = list(model._no_split_modules or [])
+    balanced = get_balanced_memory(model, max_memory=budgets, no_split_module_classes=no_split)
+    device_map = infer_auto_device_map(model, max_memory=balanced, no_split_module_classes=no_split)
+    if set(device_map.values()) == {"disk"}:
+        raise ModelLoadError("max_memory: holds no part of the model; give the first GPU (or the CPU) room for at "
+                             "least its largest layer")
+    model = dispatch_model(model, device_map, offload_dir=str(folder))
+    model.hf_device_map = dict(device_map)
+    return model
 
 
 def _nf4_config(device: torch.device, dtype: torch.dtype):

@@ -40,6 +40,7 @@ import torch
 
 from lab.core.errors import DataError, ScoringError
 from lab.data.templates import Prompt, option_letter
+from lab.models.loading import dispatched, input_device
 
 Progress = Optional[Callable[[int], None]]
 Encoded = tuple[list[int], list[list[int]]]  # (context ids, each option's continuation ids)
@@ -313,7 +314,13 @@ def _pad_id(tokenizer) -> int:
 
 
 def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
+    return input_device(model)  # a dispatched model's first parameter may be on the meta device (offloaded)
+
+
+def index_device(model: torch.nn.Module) -> torch.device:
+    """Where an index into ``model``'s outputs or KV cache goes: beside its inputs; for a dispatched model, whose
+    hidden states, logits and cache lie on several devices, the CPU, from where an index serves any of them."""
+    return torch.device("cpu") if dispatched(model) else input_device(model)
 
 
 @functools.lru_cache(maxsize=None)
@@ -525,7 +532,7 @@ class _Opening:
             out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, use_cache=True)
             self.tokens, self.kv = tokens, _output_cache(out)
         cache = copy.deepcopy(self.kv)
-        cache.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=self.device))
+        cache.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=index_device(self.model)))
         return cache
 
 
@@ -536,25 +543,25 @@ def _continuation_logprobs(model: torch.nn.Module, context_cache, context_mask: 
     The first option token's log-prob comes from the context pass itself; here each row feeds its
     option's tokens but the last, after its question's cached context.
     """
-    device = context_mask.device
-    owner = torch.tensor([b for b, _ in rows], device=device)
+    device, index = context_mask.device, index_device(model)
+    owner = torch.tensor([b for b, _ in rows], device=index)
     cache = copy.deepcopy(context_cache)  # batch_select_indices works in place; other chunks need the original
     cache.batch_select_indices(owner)  # (B, …) → (R, …): each option row gets its question's context
     width = max(len(cont) for _, cont in rows) - 1
     inp = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
-    keep = torch.zeros((len(rows), width), dtype=torch.bool, device=device)
+    keep = torch.zeros((len(rows), width), dtype=torch.bool, device=index)
     for r, (_, cont) in enumerate(rows):
         inp[r, : len(cont) - 1] = torch.tensor(cont[:-1], device=device)
         keep[r, : len(cont) - 1] = True
     ctx_len = context_mask.sum(-1)[owner]  # (R,)
-    step_mask = torch.cat([context_mask[owner], keep.long()], dim=1)
+    step_mask = torch.cat([context_mask[owner], keep.long().to(device)], dim=1)
     step_pos = ctx_len[:, None] + torch.arange(width, device=device)[None, :]
     logits = model(
         input_ids=inp, attention_mask=step_mask, position_ids=step_pos, logits_to_keep=keep, use_cache=True,
         **{_cache_keyword(_base_class(model)): cache},
     ).logits  # (Σ kept positions, V), row-major over `keep`
     logp = torch.log_softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)
-    targets = torch.cat([torch.tensor(cont[1:], device=device) for _, cont in rows])
+    targets = torch.cat([torch.tensor(cont[1:]) for _, cont in rows]).to(logp.device)
     token_lp = logp.gather(1, targets[:, None]).squeeze(1).tolist()
     sums, cursor = [], 0
     for _, cont in rows:

@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from lab.core.errors import DataError, ScoringError
-from lab.models.scoring import batch_tokens, context_limit, plan_batches, right_padded
+from lab.models.loading import input_device
+from lab.models.scoring import batch_tokens, context_limit, index_device, plan_batches, right_padded
 from lab.models.token_targets import TokenDoc
 
 Progress = Optional[Callable[[int], None]]
@@ -215,7 +216,7 @@ def score_documents(model: torch.nn.Module, docs: Sequence[TokenDoc], pad_id: in
     _check_context(model, fed)
     results: list[list[dict]] = [[] for _ in docs]
     todo = [i for i, n in enumerate(fed) if n]
-    device = next(model.parameters()).device
+    device, index = input_device(model), index_device(model)
     betas = torch.tensor(1.0 / grid, dtype=torch.float64, device=device)  # (G,)
     for batch in plan_batches([fed[i] for i in todo], batch_size, batch_tokens(device)):
         chosen = [todo[j] for j in batch]
@@ -226,17 +227,18 @@ def score_documents(model: torch.nn.Module, docs: Sequence[TokenDoc], pad_id: in
         keep[b_idx, t_idx] = True
         # The kept rows come back flattened row-major over `keep`: a cell's row is its rank among them.
         row_of = keep.flatten().cumsum(0) - 1  # (B*T,)
-        rows = row_of[b_idx * ids.shape[1] + t_idx].to(device)  # (N,)
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), logits_to_keep=keep.to(device),
-                       use_cache=False).logits  # (R, V), R distinct kept cells
+        rows = row_of[b_idx * ids.shape[1] + t_idx]  # (N,)
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), logits_to_keep=keep.to(index),
+                       use_cache=False).logits  # (R, V), R distinct kept cells: beside the LM head, wherever that is
         if logits.ndim != 2 or logits.shape[0] != int(keep.sum()):
             raise ScoringError(f"Expected the model to return logits of shape ({int(keep.sum())}, vocabulary) for a "
                                f"boolean logits_to_keep, but got {tuple(logits.shape)}; this model's forward does "
                                "not slice with transformers' slice_logits_to_keep")
         if top_k > logits.shape[-1]:
             raise ValueError(f"Expected `top_k` at most the vocabulary ({logits.shape[-1]}), but got {top_k}")
-        targets = torch.tensor([docs[i].ids[p] for i in chosen for p in docs[i].positions], device=device)  # (N,)
-        scored = iter(_rows(logits, rows, targets, top_k, temperature, betas))
+        targets = torch.tensor([docs[i].ids[p] for i in chosen for p in docs[i].positions])  # (N,)
+        out = logits.device
+        scored = iter(_rows(logits, rows.to(out), targets.to(out), top_k, temperature, betas.to(out)))
         for i in chosen:
             doc = docs[i]
             for n, p in enumerate(doc.positions):

@@ -10,7 +10,7 @@ from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import COMPARE_FILE
 from lab.data.templates import get_template
 from lab.jobkit.kinds import JobKind, register
-from lab.jobkit.sections import AdaptedModel, DeviceSection, PromptSection
+from lab.jobkit.sections import AdaptedModel, DeviceSection, PlacementSection, PromptSection
 
 MAX_MODELS = 4
 MAX_QUESTIONS = 100  # a list compared at once; each question costs a generation per model
@@ -42,7 +42,7 @@ class CompareQuestion:
 
 
 @dataclass
-class CompareConfig(ConfigMixin, DeviceSection):
+class CompareConfig(ConfigMixin, PlacementSection, DeviceSection):
     question: str = field(default=EXAMPLE_QUESTION, metadata=doc("the question", role="text", max_len=MAX_QUESTION))
     options: list[str] = field(default_factory=list, metadata=doc("answer options (none: free text only)",
                                                                   role="text", max_len=MAX_QUESTION, max_items=26))
@@ -56,6 +56,7 @@ class CompareConfig(ConfigMixin, DeviceSection):
     max_new_tokens: int = field(default=48, metadata=doc("length of each generated answer", ge=1, le=512))
 
     def __post_init__(self) -> None:
+        self.check_placement([entry["model"] for entry in self.models])
         if self.questions and (self.options or self.question != EXAMPLE_QUESTION):
             raise ValueError("questions: give either question (with options) or questions, not both")
         for path, (question, options), answer in zip(self._paths(), self.items(), self.answers()):

@@ -14,16 +14,18 @@ while it is loaded, and adapters of one base share its weights. ``compare.json``
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import numpy as np
 
 from lab.calibration.temperature import load_temperature, scale
 from lab.core import stored
+from lab.core.config import ConfigError
 from lab.core.files import write_atomic
 from lab.core.layout import COMPARE_FILE, COMPARISONS_DIR
 from lab.data.record import MCQRecord
@@ -123,8 +125,13 @@ def compare(cfg: CompareConfig, out: Path, log: Callable[[str], None] = print,
     """Ask every model every question; writes and returns ``compare.json``.
 
     ``cache``: the models already loaded (the inference lane's); None loads them for this call,
-    on ``cfg.device`` in ``cfg.dtype``."""
-    if cache is None:
+    on ``cfg.device`` in ``cfg.dtype`` (with ``device_map: auto``, one at a time, spread out: :class:`_Placed`)."""
+    if cache is not None and cfg.device_map != "none":
+        raise ConfigError("device_map: the inference lane keeps each model whole on its device; to spread a model "
+                          "over devices, submit a compare job")
+    if cache is None and cfg.device_map != "none":
+        cache = _Placed(cfg, out)
+    elif cache is None:
         from lab.models.cache import ModelCache
 
         cache = ModelCache(cfg.device, cfg.dtype)
@@ -145,6 +152,27 @@ def compare(cfg: CompareConfig, out: Path, log: Callable[[str], None] = print,
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / COMPARE_FILE, json.dumps(report, indent=2) + "\n")
     return report
+
+
+class _Placed:
+    """:meth:`ModelCache.use`'s part for ``device_map: auto``: each model loaded when asked, its layers spread as
+    :func:`lab.models.loading.load_model` spreads them (an adapter merged first), and let go after, its offload
+    folder in ``out`` deleted with it. Models larger than a GPU are not kept side by side."""
+
+    def __init__(self, cfg: CompareConfig, out: Path) -> None:
+        self.cfg, self.out = cfg, out
+
+    @contextlib.contextmanager
+    def use(self, model: str, adapter: Optional[str] = None,
+            announce: Optional[Callable[[str], None]] = None) -> Iterator[Any]:
+        from lab.models.loading import load_model
+        from lab.models.placement import placed
+
+        if announce:
+            announce(f"loading {model} (device_map auto)")
+        with placed(self.out, self.cfg) as placing:
+            yield load_model(model, adapter=adapter, device=self.cfg.device, dtype=self.cfg.dtype, announce=announce,
+                             **placing)
 
 
 def upgrade(report: dict[str, Any]) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from lab.data.split import parse_split
 from lab.data.templates import LM_EVAL, default_template, get_template, template_names
 from lab.data.texts import text_dataset_names
 from lab.jobkit.kinds import JobKind, register
-from lab.jobkit.sections import (BUNDLED, AdaptedModel, DataSection, EvalSection, HarnessSection, PromptSection, RunSection,
-                                 bundled_split_problem)
+from lab.jobkit.sections import (BUNDLED, AdaptedModel, DataSection, EvalSection, HarnessSection, PlacementSection,
+                                 PromptSection, RunSection, bundled_split_problem)
 
 Scoring = Literal["letter", "cloze"]
 Task = Literal["mcq", "clm", "facts"]
@@ -37,7 +37,7 @@ MAX_POSITIONS = 1000  # sampled positions per document
 
 
 @dataclass
-class EvalConfig(ConfigMixin, RunSection, EvalSection, HarnessSection, PromptSection, DataSection, AdaptedModel):
+class EvalConfig(ConfigMixin, PlacementSection, RunSection, EvalSection, HarnessSection, PromptSection, DataSection, AdaptedModel):
     """Everything that defines an evaluation: the shared sections (model, data, prompt, ECE,
     device) and what only an evaluation has; unknown keys refused."""
 
@@ -73,6 +73,7 @@ class EvalConfig(ConfigMixin, RunSection, EvalSection, HarnessSection, PromptSec
         role="calibrator"))
 
     def __post_init__(self) -> None:
+        self.check_placement([self.model])
         load_temperature(self.temperature)  # a bad number or a missing file fails at submit time
         if self.calibrator is not None:  # ... and so does a damaged calibrator.json, or one of the other kind of run
             fitted = calibrators.load(Path(self.calibrator))

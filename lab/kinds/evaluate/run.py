@@ -45,7 +45,7 @@ from lab.jobkit.kinds import write_config
 from lab.kinds.evaluate.calibrated import apply_calibrator
 from lab.kinds.evaluate import fewshot
 from lab.kinds.evaluate.config import CONFIDENCE, EvalConfig
-from lab.kinds.evaluate.tokens import evaluate_tokens
+from lab.kinds.evaluate.tokens import evaluate_tokens, load_placed
 
 LISTED_NONFINITE = 5  # questions with non-finite scores named in the log or in an error
 NONFINITE_REMEDY = ("In float16 a logit past 65,504 overflows to inf (and a softmax over it gives NaN): evaluate "
@@ -204,10 +204,19 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
     as it begins, so a watcher sees what the job does from its first second: torch is imported only
     inside "loading model", seconds after the data stage was announced. ``loaded``: the model
     already in memory (a series evaluates one model on several tasks), else ``cfg.model`` is loaded.
-    ``info`` goes into ``metrics.json`` as well (a pipeline's ``in_domain``).
+    ``info`` goes into ``metrics.json`` as well (a pipeline's ``in_domain``). With ``device_map: auto``, the
+    offload folder the load makes in ``out`` is deleted once the scores are written, or the run failed.
     """
-    if cfg.task != "mcq":
-        return evaluate_tokens(cfg, out, progress_factory, log, announce, loaded, **info)
+    with contextlib.ExitStack() as placed_for:
+        if cfg.task != "mcq":
+            return evaluate_tokens(cfg, out, progress_factory, log, announce, loaded, placed_for, **info)
+        return _evaluate_mcq(cfg, out, progress_factory, log, announce, loaded, placed_for, **info)
+
+
+def _evaluate_mcq(cfg: EvalConfig, out: Path, progress_factory, log: Callable[[str], None],
+                  announce: Optional[Callable[[str], None]], loaded: Any, placed_for: contextlib.ExitStack,
+                  **info: Any) -> dict[str, Any]:
+    """:func:`evaluate` of a multiple-choice task."""
     announce = announce or (lambda name: None)
     announce(f"loading data {cfg.dataset}")
     if harness.is_task(cfg.dataset):
@@ -223,10 +232,7 @@ def evaluate(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[s
     if shots is not None:
         info = {**info, "fewshot": shots.info}
     if loaded is None:
-        announce(f"loading model {cfg.model}")
-        from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
-
-        loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
+        loaded = load_placed(cfg, out, announce, placed_for)
     log(f"scoring {len(data.records)} questions from {data.source} with {cfg.model} ({cfg.scoring}, template {cfg.template})")
     progress = progress_factory(scored_units(data.records)) if progress_factory else None
     return evaluate_records(cfg, loaded, data.records, out, data.source, len(data.problems), progress, log=log,

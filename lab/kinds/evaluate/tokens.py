@@ -20,6 +20,7 @@ multiple-choice keys (:func:`lab.calibration.summary.token_metrics`).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -163,11 +164,26 @@ def oracle_block(records: list[TextRecord], rows: list[dict[str, Any]], n_bins: 
     return {**oracle.oracle(truths, labels, n_bins, edges), "expected": oracle.expected_oracle(truths, n_bins, edges)}
 
 
+def load_placed(cfg: EvalConfig, out: Path, announce: Callable[[str], None],
+                placed_for: Optional[contextlib.ExitStack]) -> Any:
+    """``cfg.model`` loaded for scoring (torch is imported here: after the stage that explains the wait), whole on
+    ``cfg.device`` or, with ``device_map: auto``, spread out, its offload folder in ``out`` kept until
+    ``placed_for`` closes (the scores are written)."""
+    from lab.models.loading import load_model
+    from lab.models.placement import placed
+
+    announce(f"loading model {cfg.model}")
+    if placed_for is None and cfg.device_map != "none":
+        raise ValueError("device_map: auto needs the run's offload folder kept open while it scores (placed_for)")
+    placing = placed_for.enter_context(placed(out, cfg)) if placed_for is not None else {}
+    return load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce, **placing)
+
+
 def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Callable[[str], None] = print,
                     announce: Optional[Callable[[str], None]] = None, loaded: Any = None,
-                    **info: Any) -> dict[str, Any]:
+                    placed_for: Optional[contextlib.ExitStack] = None, **info: Any) -> dict[str, Any]:
     """Run a clm or facts evaluation end to end and write the run directory ``out``; with ``loaded``
-    (a model already in memory) rather than loading ``cfg.model``."""
+    (a model already in memory) rather than loading ``cfg.model`` (its offload folder held by ``placed_for``)."""
     announce = announce or (lambda name: None)
     announce(f"loading data {cfg.dataset}")
     data = load_texts(cfg.dataset, cfg.task, cfg.data_files or None, split=cfg.split, on_bad_rows=cfg.on_bad_rows,
@@ -177,10 +193,7 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
     from lab.models.token_scoring import score_documents
 
     if loaded is None:
-        announce(f"loading model {cfg.model}")
-        from lab.models.loading import load_model  # imports torch (seconds): after the stage that explains the wait
-
-        loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, announce=announce)
+        loaded = load_placed(cfg, out, announce, placed_for)
     tokenizer = loaded.tokenizer
     limit = context_limit(loaded.model, tokenizer)
     context = None if limit is None else limit[0]

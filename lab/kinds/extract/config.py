@@ -9,13 +9,13 @@ from lab.core.layout import MANIFEST_FILE, TOPK_DIR, TOPK_SHARD_SIZE
 from lab.core.limits import MAX_ROWS, MAX_TOKENS, MAX_TOP_K
 from lab.data.templates import default_template, get_template
 from lab.jobkit.kinds import JobKind, register
-from lab.jobkit.sections import AdaptedModel, DataSection, PromptSection, RunSection
+from lab.jobkit.sections import AdaptedModel, DataSection, PlacementSection, PromptSection, RunSection
 
 EXTRACT_LIMIT = 200  # the default: the bundled model over a few hundred sequences takes minutes on a CPU
 
 
 @dataclass
-class ExtractConfig(ConfigMixin, RunSection, PromptSection, DataSection, AdaptedModel):
+class ExtractConfig(ConfigMixin, PlacementSection, RunSection, PromptSection, DataSection, AdaptedModel):
     model: str = redeclare(AdaptedModel, "model", help="the teacher: 'bundled', a directory or a hub id")
     split: str = redeclare(DataSection, "split", default="train")
     limit: Optional[int] = redeclare(DataSection, "limit", default=EXTRACT_LIMIT, help=(
@@ -31,6 +31,7 @@ class ExtractConfig(ConfigMixin, RunSection, PromptSection, DataSection, Adapted
         ge=1, le=MAX_ROWS))
 
     def __post_init__(self) -> None:
+        self.check_placement([self.model])
         if self.template is None:
             self.template = default_template(self.dataset, "letter")
         if get_template(self.template).kind != "letter":

@@ -51,16 +51,20 @@ def extract_records(loaded, records: Sequence[MCQRecord], template: str, out_dir
 
 
 def run_extract(cfg: ExtractConfig, out: Path, events: EventWriter, should_stop: Callable[[], bool]) -> dict[str, Any]:
+    """The teacher's top-k over ``cfg``'s questions into ``out``; with ``device_map: auto`` its offload folder in
+    ``out`` is deleted once the store is written, or the run failed."""
     from lab.models.loading import load_model
+    from lab.models.placement import placed
 
     records = load_records(cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject, seed=cfg.seed,
                            limit=cfg.limit).records
-    loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype)
     meta = {"model": {"model": cfg.model, "adapter": cfg.adapter}, "dataset": cfg.dataset, "split": cfg.split,
             "template": cfg.template}
-    return extract_records(loaded, records, cfg.template, out / TOPK_DIR, k=cfg.k, logprob_dtype=cfg.logprob_dtype,
-                           completion_only=cfg.completion_only, max_length=cfg.max_length, meta=meta, events=events,
-                           should_stop=should_stop, shard_size=cfg.shard_size)
+    with placed(out, cfg) as placing:
+        loaded = load_model(cfg.model, adapter=cfg.adapter, device=cfg.device, dtype=cfg.dtype, **placing)
+        return extract_records(loaded, records, cfg.template, out / TOPK_DIR, k=cfg.k, logprob_dtype=cfg.logprob_dtype,
+                               completion_only=cfg.completion_only, max_length=cfg.max_length, meta=meta,
+                               events=events, should_stop=should_stop, shard_size=cfg.shard_size)
 
 
 def run_job(cfg: ExtractConfig, ctx: JobContext) -> dict[str, Any]:

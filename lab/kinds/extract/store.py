@@ -43,7 +43,7 @@ from lab.core.files import write_atomic
 from lab.core.layout import MANIFEST_FILE as MANIFEST
 from lab.core.layout import TOPK_SHARD_SIZE
 from lab.models import distributed
-from lab.models.scoring import _device, _order, right_padded
+from lab.models.scoring import _device, _order, index_device, right_padded
 
 FORMAT = "calibration-lab/topk-store/v1"
 ALIGNMENT = ("row j of sequence i is the teacher's distribution over token j+1 of sequence i, given "
@@ -181,12 +181,12 @@ def _topk_batch(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, top:
                 vocab_size: int) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Top-``top`` ids and fp32 log-probs (R, top) at every real position, rows sequence by sequence,
     and the batch's coverage (sum, min, max) of the top-K mass for K = 1..n_cov."""
-    device = _device(model)
+    device, index = _device(model), index_device(model)
     n_rows = sum(len(s) for s in seqs)
     ids, attention = right_padded(seqs, pad_id)  # (B, T)
     ids, mask = ids.to(device), attention.bool().to(device)
-    # A boolean logits_to_keep applies the LM head only at real positions: (R, V), row-major over mask.
-    logits = model(input_ids=ids, attention_mask=mask.long(), logits_to_keep=mask, use_cache=False).logits
+    # A boolean logits_to_keep (where a dispatched model indexes) applies the LM head only at real positions: (R, V).
+    logits = model(input_ids=ids, attention_mask=mask.long(), logits_to_keep=mask.to(index), use_cache=False).logits
     if logits.shape != (n_rows, vocab_size):
         raise StoreError(f"Expected the model to return logits of shape ({n_rows}, {vocab_size}) for a "
                          f"boolean logits_to_keep, but got {tuple(logits.shape)}; is config.vocab_size right?")

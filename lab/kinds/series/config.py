@@ -19,15 +19,16 @@ from lab.core.config import ConfigMixin, doc
 from lab.core.layout import CELLS_DIR, SERIES_CSV, SERIES_FILE
 from lab.core.limits import SEED
 from lab.jobkit.kinds import JobKind, register
-from lab.jobkit.sections import EvalSection, RunSection
+from lab.jobkit.sections import EvalSection, PlacementSection, RunSection
 from lab.kinds.evaluate.config import EvalConfig
 from lab.training.config import TrainConfig
 
 Axis = Literal["params", "step", "stage", "seed"]
 MAX_MODELS, MAX_TASKS, MAX_SEEDS = 64, 16, 32
 MAX_STAGE = 40  # characters of a stage label: it is a tick on an axis
-# What the series decides for every model and task, not an entry: where each runs, and how it is seeded.
-SET_BY_SERIES = ("model", "adapter", "seed", "device", "dtype")
+# What the series decides for every model and task, not an entry: where each runs (its layers too), and how it
+# is seeded.
+SET_BY_SERIES = ("model", "adapter", "seed", "device", "dtype", "device_map", "max_memory", "offload_folder")
 DEFAULT_MODELS = ({"model": "scratch"}, {"model": "bundled"})
 DEFAULT_TASKS = ({"task": "clm", "data_files": ["bundled"], "limit": 100}, {"task": "facts", "data_files": ["bundled"]})
 
@@ -56,7 +57,7 @@ class SeriesModel:
 
 
 @dataclass
-class SeriesConfig(ConfigMixin, RunSection, EvalSection):
+class SeriesConfig(ConfigMixin, PlacementSection, RunSection, EvalSection):
     """A list of models × a list of tasks, one evaluation per cell, resumable cell by cell."""
 
     axis: Axis = field(default="params", metadata=doc(
@@ -73,6 +74,7 @@ class SeriesConfig(ConfigMixin, RunSection, EvalSection):
         "empty: once, with `seed`", max_items=MAX_SEEDS, **SEED))
 
     def __post_init__(self) -> None:
+        self.check_placement([entry["model"] for entry in self.models if entry.get("model") is not None])
         for i, entry in enumerate(self.models):
             given = [key for key in ("model", "run", "train") if entry.get(key) is not None]
             if len(given) != 1:

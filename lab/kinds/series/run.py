@@ -12,6 +12,7 @@ and one whose training finished does not train again. Every cell is evaluated wi
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 from dataclasses import dataclass
@@ -124,24 +125,27 @@ class Series:
         self.evaluated.add(point.key)
         dirs = [self.out / CELLS_DIR / f"{point.key}_{task['key']}" for task in self.tasks]
         loaded, params = None, None
-        if not all((d / DONE_FILE).is_file() for d in dirs):
-            if self.ctx.should_stop():
-                raise Stopped(f"series stopped before {point.key}; finished cells are kept")
-            from lab.models.loading import load_model  # torch: after the training and the checks
+        with contextlib.ExitStack() as placed_for:  # device_map auto: the offload folder, until the cells are done
+            if not all((d / DONE_FILE).is_file() for d in dirs):
+                if self.ctx.should_stop():
+                    raise Stopped(f"series stopped before {point.key}; finished cells are kept")
+                from lab.models.loading import load_model  # torch: after the training and the checks
+                from lab.models.placement import placed
 
-            adapter = f" + {point.adapter}" if point.adapter else ""
-            self.ctx.announce(f"loading model {point.key}: {point.model}{adapter}")
-            loaded = load_model(point.model, adapter=point.adapter, device=self.cfg.device, dtype=self.cfg.dtype,
-                                announce=self.ctx.announce, revision=point.revision)
-            params = sum(p.numel() for p in loaded.model.parameters())
-        for j, (task, directory) in enumerate(zip(self.tasks, dirs)):
-            label = f"{point.key} × {task['label']}"
-            row = stage(directory, self.ctx.events, label,
-                        lambda: _cell(self.cfg, point, j, loaded, params, directory, self.ctx, label))
-            self.add(point, task, directory, row)
-        if loaded is not None:
-            device, loaded = loaded.device, None  # the lambdas above share this name: none holds the model now
-            _free_memory(device)
+                adapter = f" + {point.adapter}" if point.adapter else ""
+                self.ctx.announce(f"loading model {point.key}: {point.model}{adapter}")
+                loaded = load_model(point.model, adapter=point.adapter, device=self.cfg.device, dtype=self.cfg.dtype,
+                                    announce=self.ctx.announce, revision=point.revision,
+                                    **placed_for.enter_context(placed(self.out, self.cfg)))
+                params = sum(p.numel() for p in loaded.model.parameters())
+            for j, (task, directory) in enumerate(zip(self.tasks, dirs)):
+                label = f"{point.key} × {task['label']}"
+                row = stage(directory, self.ctx.events, label,
+                            lambda: _cell(self.cfg, point, j, loaded, params, directory, self.ctx, label))
+                self.add(point, task, directory, row)
+            if loaded is not None:
+                device, loaded = loaded.device, None  # the lambdas above share this name: none holds the model now
+                _free_memory(device)
 
     def add(self, point: Point, task: dict[str, Any], directory: Path, row: dict[str, Any]) -> None:
         cell = {"task": task["key"], "entry": point.entry, "point": point.key, "stage": point.stage, "seed": point.seed,
