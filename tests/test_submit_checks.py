@@ -79,7 +79,7 @@ def test_once_the_files_are_supplied_the_preset_gets_past_them(fresh):
     data.mkdir(parents=True)
     for name in ("train.jsonl", "dev.jsonl"):
         shutil.copy(samples.ROOT / "openbookqa" / "dev.jsonl", data / name)  # the AI2 format CommonsenseQA shares
-    with pytest.raises(ConfigError, match=r"^teacher: unknown model 'Qwen/Qwen2.5-1.5B-Instruct'"):
+    with pytest.raises(ConfigError, match=r"^teacher: unknown model 'meta-llama/Llama-2-13b-hf'"):
         ctx.submit(_preset("first-paper"))
 
 

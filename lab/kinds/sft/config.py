@@ -10,7 +10,7 @@ evaluate configs, so its job page follows ECE and accuracy per task through trai
 
 The optimiser and LoRA fields are the ``finetune`` kind's (:class:`~lab.training.config.TrainConfig`),
 re-declared with their bounds; the FIRST paper's recipe is not the default here: the alignment paper's
-Table 2 is (``examples/sft-paper.yaml``).
+Table 2 is (``examples/sft-paper.yaml``: LLaMA-2-7B on 4 GPUs; ``sft-paper-1gpu.yaml`` on one).
 """
 from __future__ import annotations
 
