@@ -25,6 +25,9 @@ from packaging.version import Version
 
 REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements.txt"
 USAGE_ERROR = 2  # the exit code of every refusal at start (see lab.cli)
+# What only the web pages import (ui/, app.py): ``python -m lab``, the command line and every job's worker, needs
+# none of it, so a GPU node or image with the training stack alone runs jobs without installing a web framework.
+UI_ONLY = frozenset({"gradio", "plotly"})
 
 
 def requirements(path: Path = REQUIREMENTS) -> list[tuple[Requirement, str]]:
@@ -38,8 +41,9 @@ def requirements(path: Path = REQUIREMENTS) -> list[tuple[Requirement, str]]:
     return found
 
 
-def problems(path: Path = REQUIREMENTS) -> list[str]:
-    """One line per requirement the environment does not meet; none when all hold.
+def problems(path: Path = REQUIREMENTS, ui: bool = True) -> list[str]:
+    """One line per requirement the environment does not meet; none when all hold. ``ui``: the web pages'
+    own requirements (:data:`UI_ONLY`) count too.
 
     Pre-releases count by their number (a ``5.25.0.dev0`` meets ``>=5.0``): a source build of a
     newer release is what a user testing a fix would have. A lab copied without its
@@ -49,6 +53,8 @@ def problems(path: Path = REQUIREMENTS) -> list[str]:
         return []
     lines = []
     for req, text in requirements(path):
+        if not ui and req.name in UI_ONLY:
+            continue
         fix = f"pip install -U '{text}'"
         try:
             installed = version(req.name)
@@ -60,9 +66,10 @@ def problems(path: Path = REQUIREMENTS) -> list[str]:
     return lines
 
 
-def exit_if_unsupported() -> None:
-    """Print each unmet requirement on stderr and exit 2; return quietly when every one holds."""
-    lines = problems()
+def exit_if_unsupported(ui: bool = True) -> None:
+    """Print each unmet requirement on stderr and exit 2; return quietly when every one holds. ``ui``: as
+    :func:`problems` takes it (``python -m lab`` passes False: it imports nothing of the web pages)."""
+    lines = problems(ui=ui)
     if lines:
         print("\n".join(f"error: {line}" for line in lines), file=sys.stderr)
         sys.exit(USAGE_ERROR)

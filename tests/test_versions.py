@@ -91,3 +91,14 @@ def test_requirement_lines_are_read_as_written(tmp_path):
     assert [(str(r), t) for r, t in versions.requirements(path)] == [
         (str(Requirement("transformers>=5.21,<6")), "transformers>=5.21,<6"), ("numpy>=2.0", "numpy>=2.0")]
     assert versions.problems(tmp_path / "absent.txt") == []
+
+
+def test_the_worker_does_not_ask_for_the_web_pages_requirements(tmp_path):
+    """``python -m lab`` (every job's worker) imports nothing of the UI: a GPU node without gradio or plotly runs
+    jobs; the app and ``python -m jobs`` still refuse them."""
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("gradio>=999\nplotly>=999\npackaging>=1\n")
+    assert versions.problems(reqs, ui=False) == []
+    assert [line.split()[0] for line in versions.problems(reqs)] == ["gradio", "plotly"]
+    main = Path(versions.__file__).with_name("__main__.py").read_text()
+    assert "exit_if_unsupported(ui=False)" in main
