@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from jobs.preflight import check_devices, check_disk, check_gpu_request, check_lora_targets
 from jobs.sharding import check_sharding
+from lab.models.placement import check_job_gpus
 from jobs.rebuild import DB_FILE, EXECUTORS, MAX_PROCESSES, check_gpus, create, rebuild
 from jobs.slurm import SlurmOptions, parse_options
 from lab.core.config import ConfigError, check_int
@@ -305,6 +306,7 @@ class JobStore:
         check_devices(kind.name, values, options.gpus_per_node if options else gpus,
                       here=roots is not None and executor == "local")
         check_sharding(kind.name, values, options.gpus_per_node if options else gpus)
+        check_job_gpus(kind.config, values, options.gpus_per_node if options else gpus)
         check_disk(kind.name, values, self.root)  # its run directory will be under the root
         check_lora_targets(kind.name, values)
         waits = list(dict.fromkeys([*references(kind.config, values), *after])) or None

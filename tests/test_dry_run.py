@@ -106,6 +106,7 @@ def test_device_map_auto_spreads_weights_over_gpus_host_and_disk():
     capped = spread_inference(weights, 2, {"0": "20GiB", "1": "20GiB", "cpu": "50GiB"})
     assert (capped.per_gpu, capped.cpu, capped.disk) == (20 * GIB * 1.2, 50 * GIB, 10 * GIB)
     assert parse_size("1.5 GB") == 1.5e9 and parse_size("lots") is None and parse_size(-3) is None
+    assert parse_size("20GiB") == 20 * 2**30
 
 
 @pytest.mark.unit

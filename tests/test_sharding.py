@@ -143,3 +143,13 @@ def test_an_fsdp_launched_worker_loads_to_host_memory_and_writes_one_consolidate
                         adapter=str(trained) if method == "lora" else None, device="cpu")
     assert sum(p.numel() for p in loaded.model.parameters()) == sum(
         p.numel() for p in load_model(str(tiny_model_dir), device="cpu").model.parameters())
+
+
+@pytest.mark.unit
+def test_submit_refuses_a_max_memory_gpu_the_job_will_not_see(tmp_path):
+    store = JobStore(tmp_path / "runs")
+    with pytest.raises(ConfigError, match=r"^max_memory"):
+        store.submit({"kind": "evaluate", "device_map": "auto", "max_memory": {"3": "1GiB"}}, gpus=1)
+    with pytest.raises(ConfigError, match=r"^device_map: .*sharding: fsdp"):
+        store.submit({"kind": "finetune", "device_map": "auto"}, gpus=1)
+    assert store.list() == []

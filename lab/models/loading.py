@@ -96,12 +96,22 @@ class LoadedModel:
 
 def input_device(model: torch.nn.Module) -> torch.device:
     """Where ``model``'s inputs go: its embedding's device; for a model whose embedding accelerate offloaded (its
-    weight on the meta device), the device its hook runs it on."""
+    weight on the meta device), the device its hook runs it on; for a model FSDP offloaded to host memory
+    (``fsdp_offload``), the GPU its layers are gathered on."""
     embedding = model.get_input_embeddings()
+    if embedding.weight.device.type == "cpu" and torch.cuda.is_available() and _fully_sharded(model):
+        return torch.device("cuda", torch.cuda.current_device())  # FSDP's offload: shards in host memory, compute here
     hook_device = getattr(getattr(embedding, "_hf_hook", None), "execution_device", None)
     if embedding.weight.device.type == "meta" and hook_device is not None:
         return torch.device("cuda", hook_device) if isinstance(hook_device, int) else torch.device(hook_device)
     return embedding.weight.device
+
+
+def _fully_sharded(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is sharded by FSDP2 (``fully_shard``, as ``sharding: fsdp`` trains it)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
 
 
 def dispatched(model: torch.nn.Module) -> bool:

@@ -27,19 +27,16 @@ step).
 """
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from lab.core.config import ConfigError
+from lab.models.placement import size_bytes
 from lab.models.weights import ModelShape
 from lab.training.estimates import FP32, Method, TrainingMemory
 
 PREFETCH = 2  # decoder-layer units whole at once: the one computing and the one FSDP2 prefetches
 BF16 = 2  # FSDP2's MixedPrecisionPolicy(param_dtype=bfloat16): gathered parameters and unsharded gradients
-UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-         "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
-SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -105,16 +102,14 @@ def replicated_states(memory: TrainingMemory) -> float:
 
 
 def parse_size(value: Any) -> Optional[float]:
-    """Bytes of a ``max_memory`` budget: an integer of bytes, or text as accelerate takes it ("20GiB",
-    "500MB", "1.5 TB"); None for anything else (a hostile or malformed value sets no budget here: the
-    config's own check refuses it)."""
-    if type(value) is int and value >= 0:
-        return float(value)
-    match = SIZE.fullmatch(value) if isinstance(value, str) else None
-    if not match:
+    """Bytes of a ``max_memory`` budget as the config declares it (:func:`lab.models.placement.size_bytes`:
+    "20GiB", "500MB"); None for anything else (a malformed value sets no budget here: submit refuses it)."""
+    if not isinstance(value, str):
         return None
-    size = float(match.group(1)) * UNITS[(match.group(2) or "b").lower()]
-    return size if math.isfinite(size) else None
+    try:
+        return float(size_bytes("max_memory", value))
+    except ConfigError:
+        return None
 
 
 def spread_inference(weight_bytes: float, gpus: int, max_memory: Optional[Mapping[Any, Any]] = None,
