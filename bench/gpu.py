@@ -303,9 +303,9 @@ class Bench:
     def sections(self) -> list[tuple[str, str, Callable[[], list[str]]]]:
         """(``--only``'s key, title, section) in the order they run: the figures only a GPU gives first."""
         return [("setup", "Setup", self.setup),
-                ("fsdp", "FSDP: a model larger than the GPU, trained sharded and offloaded", lambda: gpu_sharded.fsdp(self)),
                 ("device_map", "device_map: a model spread over GPU and host memory, scored exactly",
                  lambda: gpu_sharded.device_map(self)),
+                ("fsdp", "FSDP: a model larger than the GPU, trained sharded and offloaded", lambda: gpu_sharded.fsdp(self)),
                 ("tokens", "Token tasks and a series", self.tokens_and_series),
                 ("throughput", "Scoring throughput", self.throughput),
                 ("finetuning", "Fine-tuning throughput and MFU", self.finetuning),
