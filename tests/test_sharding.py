@@ -2,6 +2,7 @@
 command with accelerate's FSDP2 options, read back through accelerate's own parser, environment and plugin
 (what the worker's Trainer builds its FSDP from). FSDP itself cannot run on a CPU (accelerate refuses
 ``--cpu`` with ``--use_fsdp``): bench/gpu.py runs it on a GPU."""
+import json
 import sys
 from pathlib import Path
 
@@ -153,3 +154,70 @@ def test_submit_refuses_a_max_memory_gpu_the_job_will_not_see(tmp_path):
     with pytest.raises(ConfigError, match=r"^device_map: .*sharding: fsdp"):
         store.submit({"kind": "finetune", "device_map": "auto"}, gpus=1)
     assert store.list() == []
+
+
+def _fsdp_rank(rank: int, world: int, model_dir: str, out: str, port: str) -> None:
+    """One gloo rank: the tiny Llama sharded as accelerate's FSDP2 plugin shards it (each decoder layer, then the
+    root), scored by the trainer's validation and consolidated into one folder by the worker's own code."""
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from lab.data import load_records
+    from lab.data.templates import default_template
+    from lab.models.loading import load_model
+    from lab.training.sharding import save_consolidated
+    from lab.training.trainer import letter_probs
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(world), RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    loaded = load_model(model_dir, device="cpu")
+    model, tokenizer = loaded.model, loaded.tokenizer
+    records = load_records("obqa", "test", ["bundled"], limit=5 + rank).records  # unequal shares, were it split
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    assert distributed.in_lockstep(model)
+    probs = letter_probs(model, tokenizer, records, default_template("obqa", "letter"))
+    save_consolidated(model, Path(out) / "consolidated", tokenizer, lora=False)
+    Path(out, f"probs{rank}.json").write_text(json.dumps([list(map(float, p)) for p in probs]))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.model
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_model_sharded_by_fsdp2_validates_in_lockstep_and_consolidates_into_one_folder(tmp_path, tiny_model_dir):
+    """torch's own ``fully_shard`` over gloo on 2 CPU processes, the lab's code around it: each rank scores every
+    question of its list (the ranks' lists differ in length: a split share would leave a rank waiting in a
+    collective), the probabilities equal the unsharded model's, and the gathered state dict written by rank 0
+    is the model's weights, a folder ``load_model`` reads."""
+    import socket
+
+    import torch
+    import torch.multiprocessing as mp
+
+    from lab.data import load_records
+    from lab.data.templates import default_template
+    from lab.models.loading import load_model
+    from lab.models.scoring import score_letter
+    from lab.data.templates import get_template
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    mp.spawn(_fsdp_rank, args=(2, str(tiny_model_dir), str(tmp_path), port), nprocs=2, join=True)
+    plain = load_model(str(tiny_model_dir), device="cpu")
+    template = get_template(default_template("obqa", "letter"))
+    for rank in range(2):
+        records = load_records("obqa", "test", ["bundled"], limit=5 + rank).records
+        expected = [s.probs for s in score_letter(plain.model, plain.tokenizer,
+                                                  [template.render(r, plain.tokenizer) for r in records])]
+        got = json.loads((tmp_path / f"probs{rank}.json").read_text())
+        assert len(got) == len(records)
+        assert max(abs(a - b) for p, q in zip(got, expected) for a, b in zip(p, q)) <= 1e-5
+    consolidated = load_model(str(tmp_path / "consolidated"), device="cpu").model.state_dict()
+    for name, weight in plain.model.state_dict().items():
+        assert torch.equal(consolidated[name], weight), name

@@ -54,13 +54,16 @@ def fsdp_memory_event(memory: TrainingMemory, shape: ModelShape, cfg: Any, stage
                        f"(the longest example): {terms}"}
 
 
-def save_consolidated(trainer: Any, target: Path, tokenizer: Any, lora: bool) -> None:
-    """Write the trained weights into ``target`` as one folder: every rank takes part in gathering the full
-    state dict (FSDP2's ``get_model_state_dict``, offloaded to rank 0's host memory), rank 0 writes it with
-    ``save_pretrained`` — the model's safetensors and config, or a LoRA run's adapter alone."""
-    state = trainer.accelerator.get_state_dict(trainer.model)
+def save_consolidated(model: Any, target: Path, tokenizer: Any, lora: bool) -> None:
+    """Write the trained weights of ``model`` (the Trainer's, sharded in place by FSDP2) into ``target`` as one
+    folder: every rank takes part in gathering the full state dict (torch's ``get_model_state_dict``, each tensor
+    gathered and moved to host memory, as accelerate's ``get_state_dict`` does for FSDP2), rank 0 writes it with
+    ``save_pretrained``: the model's safetensors and config, or a LoRA run's adapter alone."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if distributed.is_main():
-        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(target, state_dict=state)
+        model.save_pretrained(target, state_dict=state)
         if not lora:
             tokenizer.save_pretrained(target)
 

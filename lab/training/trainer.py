@@ -462,7 +462,7 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     target = out_dir / (ADAPTER_DIR if lora else MODEL_DIR)
     ensure_room(target, weights, "the trained weights")
     if fsdp_launched():  # each rank holds a shard: gathered, then written by rank 0
-        save_consolidated(trainer, target, tokenizer, lora)
+        save_consolidated(trainer.model, target, tokenizer, lora)
     elif distributed.is_main():  # every rank holds the same weights; one writes them
         model.save_pretrained(target)
         if not lora:
