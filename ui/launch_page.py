@@ -17,6 +17,7 @@ from typing import Any, Optional
 import gradio as gr
 
 from jobs.preflight import submit_notes
+from jobs.rebuild import check_gpus
 from lab.core.errors import USER_ERRORS
 from lab.core.yamlio import load_yaml
 from lab.data import DataError
@@ -26,6 +27,7 @@ from lab.models.weights import NAMED_MODELS
 from ui import forms
 from ui.context import LabContext
 from ui.messages import error, note, ok, refusal, store_fault
+from ui.plan_view import plan_html
 from ui.uploads import accept_upload, refused_notes, upload_notes
 
 UPLOAD_TYPES = [".jsonl", ".json", ".csv"]
@@ -74,6 +76,16 @@ def submit_form(ctx: LabContext, kind: str, gpus: Any, processes: Any, *values: 
     where = " for Slurm; the Jobs tab shows its Slurm id once submitted" if job.executor == "slurm" else ""
     notes = submit_notes(job.kind, job.config_dict, job.gpus)  # its GPU memory and checkpoints' disk
     return ok(f"Job {job.id} queued ({kind}){where}; follow it on the Jobs tab.") + "".join(map(note, notes))
+
+
+def plan_form(ctx: LabContext, kind: str, gpus: Any, *values: Any) -> str:
+    """"Plan": the form's config checked as Submit checks it, and what it would hold per GPU, in host memory and
+    on disk on the GPUs asked for (:mod:`ui.plan_view`), before anything is queued or downloaded."""
+    try:
+        config = forms.config_from_values(kind, list(values), ctx.roots, ctx.runs)
+        return plan_html(kind, config, check_gpus(forms.number_value(gpus)), ctx.roots)
+    except FORM_ERRORS as e:
+        return error(str(e))
 
 
 SLURM_FIELDS = ("partition", "nodes", "gpus_per_node", "minutes", "account", "extra")
@@ -286,6 +298,7 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
         message = gr.HTML(elem_id=f"launch-message-{kind}")
         with gr.Row():
             show = gr.Button("Show config", variant="secondary")
+            plan = gr.Button("Plan memory and disk", variant="secondary", elem_id=f"plan-{kind}")
             submit = gr.Button(f"Submit {kind} job", variant="primary", elem_id=f"submit-{kind}")
     marked = [*components, more]  # outputs for the marks only: the form must not dim while Submit runs
     show.click(functools.partial(show_and_mark, ctx, kind), inputs=components, outputs=[message, yaml_box, *marked],
@@ -293,6 +306,8 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     submit.click(functools.partial(submit_and_mark, ctx, kind),
                  inputs=[gpus, processes, executor, partition, nodes, per_node, minutes, account, extra, *components],
                  outputs=[message, *marked], show_progress_on=message).then(None, js=SCROLL_TO_REFUSED)
+    plan.click(functools.partial(plan_form, ctx, kind), inputs=[gpus, *components], outputs=message,
+               show_progress_on=message)
     preset.change(functools.partial(choose_preset, ctx, kind), inputs=preset, outputs=[*components, message])
     for component in components:  # what the user types or picks; a preset filling the form says its own note
         component.input(functools.partial(clear_refusal, kind), inputs=message, outputs=[message, *marked],
