@@ -2,6 +2,7 @@
 
     python bench/gpu.py [--out bench/results] [--budget 360]   # one H100/H200: under 8 minutes
     python bench/gpu.py --small [--out DIR]                    # every section at toy sizes, on a CPU: 1-2 minutes
+    python bench/gpu.py --only device_map fsdp                 # the sharding sections alone
 
 Written for a lent GPU machine that has torch but neither the network nor the bundled GGUF, gradio
 or datasets (docs/gpu-checklist.md says what to carry there): it imports nothing of the UI, and
@@ -42,6 +43,10 @@ begun within ``--budget`` seconds are skipped, so that the run ends within about
    ``torch.cuda.max_memory_allocated`` against the worker's estimate and pre-flight's (DPO's doubled
    batch and reference model included).
 8. **Clean exit**: child processes left, stopped if any (a device call waits for them).
+
+Models larger than the GPU (:mod:`bench.gpu_sharded`, run right after the setup): **device_map** inference
+against fp32 on the CPU, and **fsdp** training through the scheduler's own launch (sharded, resumed,
+consolidated; offloaded under a memory cap). ``--only KEY …`` runs the named sections alone.
 """
 from __future__ import annotations
 
