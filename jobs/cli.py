@@ -21,12 +21,14 @@ from jobs import failures
 from jobs.preflight import GIB, check_devices, check_lora_targets, dry_run, submit_notes
 from jobs.rebuild import check_gpus
 from jobs.scheduler import Scheduler, cancel, start_in_background
+from jobs.sharding import check_sharding
 from jobs.store import JobStore, StoreError, check_processes
 from lab.core.config import ConfigError
 from lab.core.events import EVENTS_FILE, read_events_checked
 from lab.core.yamlio import load_yaml
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.pipeline import is_pipeline, parse_pipeline
+from lab.models.placement import check_job_gpus
 from lab.versions import exit_if_unsupported
 
 DEFAULT_ROOT = Path(os.environ.get("CALIBRATION_LAB_RUNS", "runs"))
@@ -55,6 +57,8 @@ def _dry_run(store: JobStore, args, data) -> dict:
     check_processes(args.processes, gpus, kind)
     values = parsed.to_dict()
     check_devices(kind.name, values, gpus, here=False)
+    check_sharding(kind.name, values, gpus)
+    check_job_gpus(kind.config, values, gpus)
     check_lora_targets(kind.name, values)
     report = dry_run(kind.name, values, gpus, memory)
     free = shutil.disk_usage(store.root if store.root.exists() else Path(".")).free
@@ -62,22 +66,14 @@ def _dry_run(store: JobStore, args, data) -> dict:
 
 
 def cmd_submit(store: JobStore, args) -> int:
-    if args.dry_run:
-        try:
-            report = _dry_run(store, args, load_yaml(Path(args.config).read_bytes(), args.config))
-        except ConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except OSError as e:
-            print(f"error: cannot read {args.config}: {e.strerror or e}", file=sys.stderr)
-            return 2
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-        return 0
     try:
+        data = load_yaml(Path(args.config).read_bytes(), args.config)
+        if args.dry_run:
+            print(json.dumps(_dry_run(store, args, data), indent=2, ensure_ascii=False))
+            return 0
         options = {k: v for k, v in (("partition", args.partition), ("nodes", args.nodes),
                                      ("gpus_per_node", args.gpus_per_node), ("minutes", args.time),
                                      ("account", args.account), ("extra", args.sbatch)) if v is not None}
-        data = load_yaml(Path(args.config).read_bytes(), args.config)
         submit = store.submit_pipeline if is_pipeline(data) else store.submit
         queued = submit(data, gpus=args.gpus, processes=args.processes, executor=args.executor, slurm=options or None)
     except ConfigError as e:

@@ -183,3 +183,11 @@ def test_fsdp_shards_per_rank_match_torchs_fully_shard(tmp_path, monkeypatch):
         assert held["optimizer"] == pytest.approx(memory.optimizer / 2, rel=0.01)
         assert sum(held.values()) == pytest.approx(per_rank, rel=0.01)
     assert sum(r["params"] for r in ranks) == 4 * shape.n_params
+
+
+@pytest.mark.unit
+def test_a_dry_run_refuses_what_submit_refuses_about_sharding(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"kind": "finetune", "sharding": "fsdp"}))
+    assert main(["--root", str(tmp_path / "runs"), "submit", str(path), "--gpus", "0", "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith("error: sharding: fsdp splits the model across GPUs")
