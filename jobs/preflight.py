@@ -54,7 +54,7 @@ from lab.models.weights import (BYTES, ModelShape, count_parameters, local_model
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
 from lab.training.estimates import (FP32, GPU, NF4_BYTES, TrainingMemory, checkpoint_bytes, describe, disk_peak,
                                     memory_advice, run_checkpoint_bytes, training_memory)
-from lab.training.sharded_memory import Placement, replicated_states, sharded_training, spread_inference
+from lab.training.sharded_memory import Placement, sharded_training, spread_inference
 
 # Kinds whose models train under TRL's SFTTrainer or DPOTrainer (lab.kinds.sft, lab.kinds.dpo), the trainer
 # training_memory counts for them; every other kind trains with transformers' Trainer.

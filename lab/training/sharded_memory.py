@@ -95,12 +95,6 @@ def sharded_training(memory: TrainingMemory, shape: ModelShape, method: Method, 
     return Placement(sum(parts.values()), cpu=max(states if offload else 0.0, loading), parts=parts)
 
 
-def replicated_states(memory: TrainingMemory) -> float:
-    """What ``accelerate estimate-memory`` counts for training with Adam: weights, gradients and the
-    optimizer's moments, no activations (for comparison beside the lab's estimate)."""
-    return memory.weights + memory.gradients + memory.optimizer
-
-
 def parse_size(value: Any) -> Optional[float]:
     """Bytes of a ``max_memory`` budget as the config declares it (:func:`lab.models.placement.size_bytes`:
     "20GiB", "500MB"); None for anything else (a malformed value sets no budget here: submit refuses it)."""

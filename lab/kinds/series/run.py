@@ -29,7 +29,7 @@ from lab.kinds.evaluate.run import evaluate
 from lab.kinds.series.config import SeriesConfig
 from lab.results import series
 from lab.training.config import TrainConfig
-from lab.training.snapshots import TrainedPoint, final_weights, training_points
+from lab.training.snapshots import final_weights, training_points
 
 TRAIN_DIR = "train"
 
