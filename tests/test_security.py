@@ -85,6 +85,9 @@ def test_every_field_declares_what_it_is(cls):
         elif base in (int, float):
             assert (spec.ge is not None or spec.gt is not None) and (spec.le is not None or spec.lt is not None), \
                 f"{where} is a number without both bounds"
+        elif typing.get_args(base) == (str, str):  # a flat mapping of names to sizes (max_memory)
+            assert spec.key_pattern and spec.max_items and spec.max_len, \
+                f"{where} maps text to text without a key pattern, a number of keys and a value length"
         elif typing.get_origin(base) is dict or base is dict:
             assert spec.entries is not None, f"{where} is a mapping without an entry schema"
         else:

@@ -142,7 +142,7 @@ class PlacementSection:
     offload_folder: str = field(default="offload", metadata=doc(
         "device_map auto: a folder inside the run directory (a relative name) for the layers that fit neither the "
         "GPUs nor the CPU. It holds a copy of those weights, so it is deleted when the run ends, done or failed",
-        max_len=placement.MAX_FOLDER))
+        role="name", pattern=placement.FOLDER_PATTERN, max_len=placement.MAX_FOLDER))
 
     def check_placement(self, models: Iterable[str]) -> None:
         """What can be refused from the config alone, ``models`` those it loads (the job's GPU count is the

@@ -36,6 +36,9 @@ SIZE_PATTERN = r"(\d{1,9}(?:\.\d{1,9})?) ?(" + "|".join(UNITS) + ")"
 MAX_SIZE_TEXT = 24
 MAX_BUDGET = 64 * 2**40  # 64 TiB: more than any GPU or host holds; a larger figure is a typo
 MAX_FOLDER = 200  # characters of offload_folder
+# offload_folder as the field declares it: relative, names of letters, digits, '_', '-' and '.' not starting with a
+# dot (so neither '..' nor a hidden folder), joined by '/'; check_offload_folder says what else is refused, and why.
+FOLDER_PATTERN = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*"
 MARKER = ".offload"  # written into an offload folder the loader made: only such a folder is ever deleted
 # The names a run directory's own files and folders have (lab.core.layout): an offload folder there is
 # deleted when the run ends, so it may not be one of them.
