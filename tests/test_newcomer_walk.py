@@ -13,7 +13,7 @@ import pytest
 from scipy.special import logsumexp, softmax
 
 from lab.calibration import calibrators
-from lab.calibration.temperature import TOKEN_GRID
+from lab.calibration.token_temperature import TOKEN_GRID
 from lab.core.config import ConfigError
 from lab.core.layout import CALIBRATOR_FILE
 from lab.results import series

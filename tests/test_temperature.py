@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from lab.calibration import metrics
-from lab.calibration.temperature import (FIT_BOUNDS, FIT_GRID, PAPER_GRID, TEACHER_LOGIT_GRID, TEACHER_SWEEP_BOUNDS,
-                                         TEACHER_WIDEN_FACTOR, TRANSFORMS, WIDEN_FACTOR, beyond_edges, fit_temperature,
-                                         load_temperature, save_temperature, scale, softmax, sweep_teacher_temperature,
-                                         temperature_logit, temperature_paper, widen_point_by_point, widened_search)
+from lab.calibration.first_sweep import (PAPER_GRID, TEACHER_LOGIT_GRID, TEACHER_SWEEP_BOUNDS, TEACHER_WIDEN_FACTOR,
+                                         TRANSFORMS, sweep_teacher_temperature, widen_point_by_point)
+from lab.calibration.temperature import (FIT_BOUNDS, FIT_GRID, WIDEN_FACTOR, beyond_edges, fit_temperature, scale,
+                                         softmax, temperature_logit, temperature_paper, widened_search)
+from lab.calibration.temperature_files import load_temperature, save_temperature
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import apply_temperature
 from tests.helpers import random_topk

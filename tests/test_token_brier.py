@@ -9,7 +9,7 @@ import torch
 from scipy.special import logsumexp, softmax
 
 from lab.calibration.summary import BRIER_UNAVAILABLE, token_scores
-from lab.calibration.temperature import TOKEN_GRID, TokenLogits, token_sum_sq
+from lab.calibration.token_temperature import TOKEN_GRID, TokenLogits, token_sum_sq
 from lab.jobkit.kinds import parse_config
 from lab.kinds.evaluate.run import evaluate
 from lab.models.token_scoring import score_documents

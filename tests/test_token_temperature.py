@@ -14,8 +14,9 @@ import torch
 from scipy.special import logsumexp
 
 from lab.calibration import calibrators, metrics
-from lab.calibration.temperature import (TOKEN_GRID, TokenLogits, fit_temperature, fit_token_temperature,
-                                         scaled_token_probs, token_log_z)
+from lab.calibration.temperature import fit_temperature
+from lab.calibration.token_temperature import (TOKEN_GRID, TokenLogits, fit_token_temperature, scaled_token_probs,
+                                               token_log_z)
 from lab.data.texts import load_texts
 from lab.jobkit.kinds import parse_config
 from lab.kinds.evaluate.config import EvalConfig

@@ -10,7 +10,7 @@ import pytest
 
 import app
 from jobs.store import ConfigError
-from lab.calibration.temperature import load_temperature
+from lab.calibration.temperature_files import load_temperature
 from lab.core.events import EventWriter
 from lab.data import DataError
 from lab.kinds.evaluate.config import EvalConfig

@@ -30,13 +30,15 @@ from typing import Any, NamedTuple, Optional
 import gradio as gr
 import plotly.graph_objects as go
 
-from lab.calibration.temperature import FORMS, LAB_SWEEP_BOUNDS, TemperatureFit, save_temperature
+from lab.calibration.temperature import FORMS, LAB_SWEEP_BOUNDS, TemperatureFit
+from lab.calibration.temperature_files import save_temperature
 from lab.results import analysis, runs
 from lab.results.runs import EvalRun
 from ui.components import AS_EVALUATED, bin_edges, binning, binning_radio, edges_radio, run_picker
 from ui.context import LabContext
 from ui.messages import error, note, ok
-from ui.plots import reliability_figure, sweep_figure
+from ui.plots.curves import sweep_figure
+from ui.plots.reliability import reliability_figure
 
 INTRO = ("Move the temperature: the reliability diagram, ECE, NLL and accuracy are recomputed from the "
          "stored probabilities, no model call. `logit`: softmax(log p / T), where T = 1 is the run unscaled; "
@@ -243,7 +245,7 @@ def _sweep_plot(sweep: analysis.Sweep, t: float, form: str) -> go.Figure:
     """The sweep figure with the current T marked, its parameter named as the form names it."""
     fig = sweep_figure(sweep.table, sweep.best_ece, sweep.best_nll, current_T=t)
     symbol = SYMBOL[form]
-    if symbol != "T":  # ui.plots.sweep_figure writes T into its legend and its marker
+    if symbol != "T":  # ui.plots.curves.sweep_figure writes T into its legend and its marker
         fig.for_each_trace(lambda trace: trace.update(name=(trace.name or "").replace("T=", f"{symbol}=")))
         fig.for_each_annotation(lambda note: note.update(text=(note.text or "").replace("T = ", f"{symbol} = ")))
     fig.update_xaxes(title_text=f"{symbol} ({FORMULA[form]}), log scale")

@@ -28,7 +28,7 @@ A token-level run (task clm or facts) is calibrated alike, one target token a qu
 "options" are the top tokens and the rest (:attr:`lab.results.analysis.Predictions.probs`), the
 prediction is always the top token (slot 0), the signals are the top probability and the margin,
 and temperature scaling rescales the whole vocabulary through the log-partition each target kept
-(:func:`lab.calibration.temperature.fit_token_temperature`). A calibrator remembers which kind it was
+(:func:`lab.calibration.token_temperature.fit_token_temperature`). A calibrator remembers which kind it was
 fitted on (``tokens``) and is refused on the other: a temperature or a map of confidences learnt on
 letters or options says nothing about next tokens, and the reverse.
 """
@@ -45,7 +45,8 @@ import numpy as np
 from lab.calibration import confidence, metrics
 from lab.calibration.checks import BinEdges, check_conf_correct, check_labels, check_n_bins, check_probs
 from lab.calibration.metrics import finite_or_none
-from lab.calibration.temperature import TokenLogits, scale, scaled_token_probs
+from lab.calibration.temperature import scale
+from lab.calibration.token_temperature import TokenLogits, scaled_token_probs
 from lab.core.files import write_atomic
 from lab.core.layout import CALIBRATOR_FILE
 from lab.core import stored
@@ -143,7 +144,8 @@ def _logit(s: np.ndarray) -> np.ndarray:
 
 
 def _fit_temperature(data: Sample, n_bins: int) -> dict[str, Any]:
-    from lab.calibration.temperature import fit_temperature, fit_token_temperature
+    from lab.calibration.temperature import fit_temperature
+    from lab.calibration.token_temperature import fit_token_temperature
 
     if data.logits is not None:
         fit = fit_token_temperature(data.logits, data.correct.astype(bool), n_bins=n_bins)

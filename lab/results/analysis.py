@@ -20,8 +20,9 @@ from lab.calibration import metrics
 from lab.calibration.checks import BinEdges, check_edges
 from lab.calibration.metrics import finite_or_none
 from lab.calibration.summary import row_sum_sq, token_arrays, token_scores
-from lab.calibration.temperature import (FORMS, LAB_SWEEP_BOUNDS, LAB_SWEEP_GRIDS, Form, TokenLogits, scale,
-                                         scaled_token_probs, temperature_paper, token_sum_sq, widened_search)
+from lab.calibration.temperature import (FORMS, LAB_SWEEP_BOUNDS, LAB_SWEEP_GRIDS, Form, scale, temperature_paper,
+                                         widened_search)
+from lab.calibration.token_temperature import TokenLogits, scaled_token_probs, token_sum_sq
 from lab.core import stored
 from lab.core.layout import PREDICTIONS_FILE
 from lab.data.synthetic import true_distributions
@@ -67,7 +68,7 @@ class Predictions:
     probability, so the argmax of ``probs`` is not the prediction: read the confidence and correctness
     with :func:`reported_confidence` and :func:`reported_correct`, which hold for both kinds.
     ``logits``: what rescales a token run to any temperature of its grid (the raw logits and each
-    target's log-partition, :class:`lab.calibration.temperature.TokenLogits`); None for a
+    target's log-partition, :class:`lab.calibration.token_temperature.TokenLogits`); None for a
     multiple-choice run, and for a token run evaluated before the lab kept them.
     """
 

@@ -32,7 +32,7 @@ from typing import Any, Iterator, Optional
 
 from lab.calibration import calibrators
 from lab.calibration.metrics import finite_or_none
-from lab.calibration.temperature import load_temperature
+from lab.calibration.temperature_files import load_temperature
 from lab.core import stored
 from lab.core.layout import (ADAPTER_DIR, CALIBRATOR_FILE, CHECKPOINTS_DIR, COMPARE_FILE, CONFIG_FILE, EVAL_DIR,
                              FITTED_TEMPERATURE_DIR, LABEL_FILE, MANIFEST_FILE, METRICS_FILE, MODEL_DIR,

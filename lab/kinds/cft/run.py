@@ -20,7 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
-from lab.calibration.temperature import FitObjective, fit_temperature, save_temperature
+from lab.calibration.temperature import FitObjective, fit_temperature
+from lab.calibration.temperature_files import save_temperature
 from lab.core.errors import Stopped
 from lab.core.events import EventWriter
 from lab.core.layout import EVAL_DIR, FITTED_TEMPERATURE_DIR, METRICS_FILE, PREDICTIONS_FILE

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from lab.calibration.temperature import load_temperature
+from lab.calibration.temperature_files import load_temperature
 from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import COMPARE_FILE
 from lab.data.templates import get_template

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from lab.calibration.temperature import load_temperature, scale
+from lab.calibration.temperature import scale
+from lab.calibration.temperature_files import load_temperature
 from lab.core import stored
 from lab.core.config import ConfigError
 from lab.core.files import write_atomic

@@ -13,7 +13,7 @@ import numpy as np
 
 from lab.calibration import calibrators, confidence, metrics
 from lab.calibration.summary import token_arrays
-from lab.calibration.temperature import TOKEN_GRID, TokenLogits
+from lab.calibration.token_temperature import TOKEN_GRID, TokenLogits
 from lab.kinds.evaluate.config import EvalConfig
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from lab.calibration import calibrators
-from lab.calibration.temperature import load_temperature
+from lab.calibration.temperature_files import load_temperature
 from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
 from lab.core.reads import shown_here

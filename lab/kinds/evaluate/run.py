@@ -33,7 +33,8 @@ from scipy.special import softmax
 
 from lab.calibration import confidence, metrics
 from lab.calibration.summary import SELECTIVE_BOOT, compute_metrics, oracle_metrics, selective_metrics
-from lab.calibration.temperature import load_temperature, scale
+from lab.calibration.temperature import scale
+from lab.calibration.temperature_files import load_temperature
 from lab.core.errors import ScoringError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE

@@ -11,7 +11,7 @@ tokens and probabilities and ``rest`` (the mass outside them), ``sum_sq`` (Σ_v 
 vocabulary, for the exact Brier score), the ``context`` text before the target
 (for case studies) and, for facts, ``entity`` (its index in the row's list); ``meta``, the document's
 other fields, on its first row only (a clm document has hundreds). For any other
-temperature later (:class:`lab.calibration.temperature.TokenLogits`), the raw logits of the top
+temperature later (:class:`lab.calibration.token_temperature.TokenLogits`), the raw logits of the top
 tokens (``top_logits``) and of the target (``target_logit``), and ``log_z``, the log-partition over
 the vocabulary at each temperature of ``metrics.json``'s ``temperature_grid``; and ``key``, the
 target's identity across runs (its document's text hashed, and where in it the target starts),
@@ -31,7 +31,8 @@ import numpy as np
 
 from lab.calibration import oracle
 from lab.calibration.summary import token_metrics
-from lab.calibration.temperature import TOKEN_GRID, load_temperature
+from lab.calibration.temperature_files import load_temperature
+from lab.calibration.token_temperature import TOKEN_GRID
 from lab.core.errors import DataError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE

@@ -14,7 +14,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from lab.calibration.temperature import TEACHER_SWEEP_BOUNDS, FitObjective
+from lab.calibration.first_sweep import TEACHER_SWEEP_BOUNDS
+from lab.calibration.temperature import FitObjective
 from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import EVAL_DIR, REPORT_JSON, REPORT_MD, TOPK_DIR
 from lab.core.limits import MAX_EPOCHS, MAX_ROWS, MAX_TOP_K, SPLIT

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from lab.calibration.teacher import direct, label_smooth
-from lab.calibration.temperature import TRANSFORMS, sweep_teacher_temperature
+from lab.calibration.first_sweep import TRANSFORMS, sweep_teacher_temperature
 from lab.core.errors import ModelLoadError
 from lab.core.events import EventWriter
 from lab.core.layout import EVAL_DIR, TOPK_DIR
