@@ -18,7 +18,7 @@ from tests.helpers import overconfident_rows, write_eval
 from ui import cases_page, components, lifecycle_page, reliability_page, results_page
 from ui.compare_page import _export_table
 from ui.context import LabContext
-from ui.plots import lifecycle_figure
+from ui.plots.lifecycle import lifecycle_figure
 from ui.progress import progress
 
 DEEP = "[" * 100_000 + "]" * 100_000  # json.loads raises RecursionError on it, no ValueError

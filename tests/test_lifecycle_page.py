@@ -20,7 +20,8 @@ from ui.job_results import job_results
 from ui.jobs_page import temperature_link
 from ui.lifecycle_page import NO_SERIES, picked_cell, redraw, series_view, show_series
 from ui.messages import refusal
-from ui.plots import ORACLE_NAME, TITLE_NAME, lifecycle_figure, params_label
+from ui.plots.common import TITLE_NAME
+from ui.plots.lifecycle import ORACLE_NAME, lifecycle_figure, params_label
 
 SKIP = gr.skip()
 TASKS = [{"key": "t0-mcq", "task": "mcq", "dataset": "synthetic", "split": "test", "label": "mcq · synthetic/test"},

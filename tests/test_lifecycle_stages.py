@@ -27,7 +27,7 @@ from tests.helpers import row, write_eval
 from ui.app import open_in_reliability
 from ui.context import LabContext
 from ui.lifecycle_page import choices, picked_cell, redraw, series_view
-from ui.plots import lifecycle_figure
+from ui.plots.lifecycle import lifecycle_figure
 
 TASK = {"task": "mcq", "dataset": "synthetic", "data_files": ["bundled"], "split": "test", "limit": 12,
         "scoring": "letter"}

@@ -13,7 +13,8 @@ from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import write_evaluation
 from lab.results import runs
 from lab.results.analysis import calibration_summary
-from ui import knowledge_page, plots, reliability_page
+from ui import knowledge_page, reliability_page
+from ui.plots import common, reliability, training
 from ui.context import LabContext
 
 pytestmark = pytest.mark.unit
@@ -56,53 +57,53 @@ def _annotations(fig, name):
 @pytest.mark.parametrize("n_bins, strategy", [(10, "width"), (14, "width"), (10, "mass"), (15, "mass"), (30, "mass")])
 def test_no_two_bars_overlap_on_a_skewed_sample(n_bins, strategy):
     summary = skewed_summary(n_bins, strategy)
-    assert_no_two_bars_overlap(plots.reliability_figure(summary, "run"))
-    assert_no_two_bars_overlap(plots.side_by_side([("a", summary), ("b", skewed_summary(n_bins, strategy, seed=1))]))
+    assert_no_two_bars_overlap(reliability.reliability_figure(summary, "run"))
+    assert_no_two_bars_overlap(reliability.side_by_side([("a", summary), ("b", skewed_summary(n_bins, strategy, seed=1))]))
 
 
 def test_equal_mass_bars_span_their_own_confidences_and_stay_visible():
     summary = skewed_summary(10, "mass")
-    accuracy = next(t for t in plots.reliability_figure(summary).data if t.name == "accuracy")
+    accuracy = next(t for t in reliability.reliability_figure(summary).data if t.name == "accuracy")
     for (left, right), b in zip(_intervals(accuracy), summary["reliability"]):
         assert left <= b["lo"] + 1e-9 and right >= b["hi"] - 1e-9  # covers every confidence in the bin
-    assert min(accuracy.width) >= plots.MIN_BAR - 1e-9  # narrow bins near 1 widened to stay visible
+    assert min(accuracy.width) >= reliability.MIN_BAR - 1e-9  # narrow bins near 1 widened to stay visible
 
 
 def test_equal_mass_bins_of_one_tied_confidence_are_marked():
     # 240 ties at 1.0 fill the top three bins' share exactly: tied confidences share one bin (never
     # split by row order), so one bin holds only 1.0 and the two it would have reached stay empty.
     summary = skewed_summary(10, "mass", ties=240)
-    fig = plots.reliability_figure(summary)
+    fig = reliability.reliability_figure(summary)
     assert_no_two_bars_overlap(fig)
-    (marks,) = [t for t in fig.data if t.name == plots.NARROW_NAME]
+    (marks,) = [t for t in fig.data if t.name == reliability.NARROW_NAME]
     assert list(marks.x) == pytest.approx([1.0], abs=1e-3) and marks.mode == "markers"
-    assert not [t for t in plots.reliability_figure(skewed_summary(10, "mass")).data if t.name == plots.NARROW_NAME]
+    assert not [t for t in reliability.reliability_figure(skewed_summary(10, "mass")).data if t.name == reliability.NARROW_NAME]
 
 
 # ---------------------------------------------------------------- 2. counts and titles cannot collide
 def test_counts_sit_in_a_row_above_the_plot_area_under_the_titles():
     summaries = [(LONG, skewed_summary(10, "width")), (LONG.replace("00003", "00004"), skewed_summary(10, "width"))]
-    fig = plots.side_by_side(summaries)
-    counts, titles = _annotations(fig, plots.COUNT_NAME), _annotations(fig, plots.TITLE_NAME)
+    fig = reliability.side_by_side(summaries)
+    counts, titles = _annotations(fig, reliability.COUNT_NAME), _annotations(fig, common.TITLE_NAME)
     assert len(counts) == sum(b["count"] > 0 for _, s in summaries for b in s["reliability"])
     assert {(c.xref, c.yref) for c in counts} == {("x", "y domain"), ("x2", "y2 domain")}
     assert all(c.y == 1 and c.yanchor == "bottom" and c.yshift >= 0 for c in counts)  # above the plot area
     assert fig.layout.yaxis.range == (0, 1)  # nothing inside the plot reaches into that row
-    assert all(t.yanchor == "bottom" and t.yshift >= plots.COUNT_ROW for t in titles)  # above the counts
+    assert all(t.yanchor == "bottom" and t.yshift >= reliability.COUNT_ROW for t in titles)  # above the counts
     lines = max(t.text.count("<br>") + 1 for t in titles)
-    assert fig.layout.margin.t >= plots.COUNT_ROW + lines * plots.TITLE_LINE
+    assert fig.layout.margin.t >= reliability.COUNT_ROW + lines * common.TITLE_LINE
     assert fig.layout.legend.orientation == "h" and fig.layout.margin.b >= 100  # the legend below, not beside
 
 
 def test_crowded_counts_stand_upright_in_a_taller_row_and_the_stats_stack():
-    level = plots.side_by_side([(str(i), skewed_summary(10, "width", seed=i)) for i in range(3)])
-    crowded = plots.side_by_side([(str(i), skewed_summary(14, "width", seed=i)) for i in range(6)])
-    assert {c.textangle for c in _annotations(level, plots.COUNT_NAME)} == {0}
-    assert {c.textangle for c in _annotations(crowded, plots.COUNT_NAME)} == {-90}  # 84 bars: ≈ 15 px each
-    assert {t.yshift for t in _annotations(crowded, plots.TITLE_NAME)} == {plots.COUNT_ROW_TALL + 4}
-    assert crowded.layout.margin.t - level.layout.margin.t == plots.COUNT_ROW_TALL - plots.COUNT_ROW
-    assert all(a.text.count("<br>") == 2 for a in _annotations(crowded, plots.STATS_NAME))  # narrow: one a line
-    assert len(_annotations(crowded, plots.COUNT_KEY_NAME)) == 1  # "per bin", once, left of the first plot
+    level = reliability.side_by_side([(str(i), skewed_summary(10, "width", seed=i)) for i in range(3)])
+    crowded = reliability.side_by_side([(str(i), skewed_summary(14, "width", seed=i)) for i in range(6)])
+    assert {c.textangle for c in _annotations(level, reliability.COUNT_NAME)} == {0}
+    assert {c.textangle for c in _annotations(crowded, reliability.COUNT_NAME)} == {-90}  # 84 bars: ≈ 15 px each
+    assert {t.yshift for t in _annotations(crowded, common.TITLE_NAME)} == {reliability.COUNT_ROW_TALL + 4}
+    assert crowded.layout.margin.t - level.layout.margin.t == reliability.COUNT_ROW_TALL - reliability.COUNT_ROW
+    assert all(a.text.count("<br>") == 2 for a in _annotations(crowded, reliability.STATS_NAME))  # narrow: one a line
+    assert len(_annotations(crowded, reliability.COUNT_KEY_NAME)) == 1  # "per bin", once, left of the first plot
 
 
 def test_a_single_diagram_puts_its_title_above_the_counts():
@@ -110,32 +111,32 @@ def test_a_single_diagram_puts_its_title_above_the_counts():
     a title of several lines (the Temperature lab wraps its own, issue 30) ran onto the counts
     unless each further line lifts the anchor by one line."""
     for width, lines in ((100, 1), (30, 3)):
-        fig = plots.reliability_figure(skewed_summary(10, "width"), LONG, width)
+        fig = reliability.reliability_figure(skewed_summary(10, "width"), LONG, width)
         title = fig.layout.title
         assert title.text.count("<br>") == lines - 1
         assert title.yref == "paper" and title.y == 1 and title.yanchor == "bottom"
-        assert title.pad.b >= plots.COUNT_ROW + (lines - 1) * 20
-        assert fig.layout.margin.t >= plots.MODEBAR + lines * 20 + plots.COUNT_ROW
-    assert all(c.yanchor == "bottom" and c.y == 1 for c in _annotations(fig, plots.COUNT_NAME))
+        assert title.pad.b >= reliability.COUNT_ROW + (lines - 1) * 20
+        assert fig.layout.margin.t >= common.MODEBAR + lines * 20 + reliability.COUNT_ROW
+    assert all(c.yanchor == "bottom" and c.y == 1 for c in _annotations(fig, reliability.COUNT_NAME))
 
 
 def test_long_run_labels_are_wrapped_above_side_by_side_plots_and_whole_in_the_hover():
     labels = [LONG.replace("00003", f"0000{i}") for i in range(6)]
-    fig = plots.side_by_side([(label, skewed_summary(10, "width")) for label in labels])
-    titles = _annotations(fig, plots.TITLE_NAME)
+    fig = reliability.side_by_side([(label, skewed_summary(10, "width")) for label in labels])
+    titles = _annotations(fig, common.TITLE_NAME)
     assert [t.hovertext for t in titles] == labels
     for title in titles:
         lines = title.text.split("<br>")
-        assert 1 < len(lines) <= plots.MAX_TITLE_LINES and max(map(len, lines)) <= 110 // 6
+        assert 1 < len(lines) <= common.MAX_TITLE_LINES and max(map(len, lines)) <= 110 // 6
     accuracy = [t for t in fig.data if t.name == "accuracy"]
     assert [re.search("<extra>(.*)</extra>", t.hovertemplate)[1] for t in accuracy] == labels
 
 
 def test_wrap_label():
-    assert plots.wrap_label("a · b · c", 20) == "a · b · c"
-    assert plots.wrap_label("aaaa · bbbb · cccc", 11) == "aaaa · bbbb<br>cccc"
-    assert plots.wrap_label("aaaa · bbbb · cccc · dddd", 4, max_lines=2) == "aaaa<br>bbb…"
-    assert plots.wrap_label("a-very-long-part", 6) == "a-ver…"
+    assert common.wrap_label("a · b · c", 20) == "a · b · c"
+    assert common.wrap_label("aaaa · bbbb · cccc", 11) == "aaaa · bbbb<br>cccc"
+    assert common.wrap_label("aaaa · bbbb · cccc · dddd", 4, max_lines=2) == "aaaa<br>bbb…"
+    assert common.wrap_label("a-very-long-part", 6) == "a-ver…"
 
 
 # ---------------------------------------------------------------- 3. position-wise: every run
@@ -170,7 +171,7 @@ def test_positionwise_view_draws_every_picked_run_and_names_those_without_top_to
     fig, message = reliability_page.reliability_view(ctx, names, "", "position-wise top-k")
     assert fig.layout.barmode == "group"
     assert [t.type for t in fig.data] == ["bar", "scatter", "bar", "scatter"]
-    assert [t.legendgrouptitle.text for t in fig.data[::2]] == [plots.wrap_label(label, 60, 2) for label in labels[:2]]
+    assert [t.legendgrouptitle.text for t in fig.data[::2]] == [common.wrap_label(label, 60, 2) for label in labels[:2]]
     assert [re.search("<extra>(.*)</extra>", t.hovertemplate)[1] for t in fig.data] == [labels[0]] * 2 + [labels[1]] * 2
     assert fig.data[0].marker.color == fig.data[1].line.color != fig.data[2].marker.color  # one colour per run
     assert "No top-token data" in message and labels[2] in message and labels[0] not in message
@@ -183,9 +184,9 @@ def test_reliability_figures_are_titled_by_run_label_not_folder(three_runs):
     ctx = three_runs
     fig, _ = reliability_page.reliability_view(ctx, ["00001-evaluate"], "", "reliability diagram")
     label = runs.evaluation(ctx.runs, "00001-evaluate").label
-    assert fig.layout.title.text == plots.wrap_label(label, 100) and "00001-evaluate" not in fig.layout.title.text
+    assert fig.layout.title.text == common.wrap_label(label, 100) and "00001-evaluate" not in fig.layout.title.text
     fig, _ = reliability_page.reliability_view(ctx, ["00001-evaluate", "00003-evaluate"], "", "reliability diagram")
-    assert [a.hovertext for a in _annotations(fig, plots.TITLE_NAME)] == [
+    assert [a.hovertext for a in _annotations(fig, common.TITLE_NAME)] == [
         label, runs.evaluation(ctx.runs, "00003-evaluate").label]
 
 
@@ -218,7 +219,7 @@ def test_training_validation_ece_and_accuracy_differ_by_panel_marker_and_name_fo
     events = [{"stage": f"student:{s}", "step": 1, "loss": 2.0} for s in ("ce", "first", "kd", "ls")]
     events += [{"stage": f"student:{s}_eval", "epoch": e, "ece": 0.1 * e, "accuracy": 0.3 + 0.1 * e}
                for s in ("ce", "first", "kd", "ls") for e in (1.0, 2.0)]
-    fig = plots.training_figure(events, "student:")
+    fig = training.training_figure(events, "student:")
     ece = [t for t in fig.data if t.name.endswith("val ECE")]
     accuracy = [t for t in fig.data if t.name.endswith("val accuracy")]
     assert len(ece) == len(accuracy) == 4
@@ -271,7 +272,7 @@ def test_the_grey_accuracy_bar_shows_whole_under_an_under_confident_gap():
     """Issue 30: in an under-confident bin the grey bar labelled "accuracy" seemed to end at the
     confidence: the blue gap, filled, covered its top from the confidence up to the accuracy. The
     gap is hatched over a clear ground, so the grey shows to its true height beneath it."""
-    fig = plots.reliability_figure(_one_bin_each(over=True, under=True))
+    fig = reliability.reliability_figure(_one_bin_each(over=True, under=True))
     accuracy = next(t for t in fig.data if t.name == "accuracy")
     under = next(t for t in fig.data if t.name == "under-confident")
     over = next(t for t in fig.data if t.name == "over-confident")
@@ -285,7 +286,7 @@ def test_the_grey_accuracy_bar_shows_whole_under_an_under_confident_gap():
 def test_every_kind_of_bar_drawn_has_its_legend_entry():
     """Issue 30: the workbench's "after" plot drew a blue bar with no legend entry: the entry went
     to the "before" plot's blue trace, which was empty, and Plotly lists no empty trace."""
-    fig = plots.side_by_side([("before", _one_bin_each(over=True, under=False)),
+    fig = reliability.side_by_side([("before", _one_bin_each(over=True, under=False)),
                               ("after", _one_bin_each(over=True, under=True))])
     shown = {t.name: t for t in fig.data if t.showlegend is not False}
     assert {"accuracy", "over-confident", "under-confident"} <= set(shown)

@@ -17,7 +17,7 @@ from lab.calibration import metrics
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import write_evaluation
 from lab.results import analysis
-from ui import plots
+from ui.plots import reliability
 from ui import temperature_page as page
 from ui.context import LabContext
 
@@ -78,7 +78,7 @@ def test_at_the_lowest_ece_the_interval_is_that_t_s_and_the_point_below_it_is_ex
     assert ece < low  # the case the walk met: 4.07% beside [5.6, 20.6]
     assert "id='ece-outside-interval'" in view.text and "bootstrap percentile interval" in view.text
     assert "biased upward under resampling, so the point may lie below it" in view.text
-    (stats,) = [a.text for a in view.reliability.layout.annotations if a.name == plots.STATS_NAME]
+    (stats,) = [a.text for a in view.reliability.layout.annotations if a.name == reliability.STATS_NAME]
     assert stats.startswith(f"ECE {ece:.1f}%, below its bootstrap [{low:.1f}, {high:.1f}]")
 
 
@@ -87,7 +87,7 @@ def test_an_ece_inside_its_interval_gets_no_note(walk):
     low, high = _interval_shown(view.text)
     assert low <= float(view.text.split("id='ece-value'>")[1].split("%")[0]) <= high
     assert "ece-outside-interval" not in view.text
-    (stats,) = [a.text for a in view.reliability.layout.annotations if a.name == plots.STATS_NAME]
+    (stats,) = [a.text for a in view.reliability.layout.annotations if a.name == reliability.STATS_NAME]
     assert "bootstrap" not in stats and f"[{low:.1f}, {high:.1f}]" in stats
 
 

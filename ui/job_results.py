@@ -29,8 +29,13 @@ from lab.kinds.compare.run import rows as compare_rows
 from lab.kinds.dpo.run import REWARDS_EVENT
 from lab.kinds.sft.config import CALIBRATION_DIR
 from lab.results import runs, series
+from lab.results.reports import pct
 from lab.training.snapshots import STEP
-from ui.plots import coverage_figure, lifecycle_figure, option_bars, plain, reliability_figure
+from ui.plots.common import plain
+from ui.plots.curves import coverage_figure
+from ui.plots.lifecycle import lifecycle_figure
+from ui.plots.questions import option_bars
+from ui.plots.reliability import reliability_figure
 
 MAX_REPORT_CHARS = 20_000  # a report longer than this is cut (the file holds it all)
 ALIGNMENT_KINDS = ("sft", "dpo")  # training runs that evaluate calibration/step-<n>/t<j>-<task>/ as they go
@@ -48,21 +53,20 @@ class JobResults(NamedTuple):
 NOTHING = JobResults("", None, None, None)
 
 
-def _pct(value: Optional[float]) -> str:
-    return "–" if value is None else f"{100 * value:.1f}%"
-
-
 def evaluation_summary(run: runs.EvalRun) -> str:
     """Accuracy, ECE with its bootstrap interval, n and NLL of one evaluation, in one line."""
-    interval = f" (95% interval {_pct(run.ece_ci[0])}–{_pct(run.ece_ci[1])})" if run.ece_ci else ""
+    low, high = run.ece_ci or (None, None)
+    interval = f" (95% interval {pct(low, percent_sign=True)}–{pct(high, percent_sign=True)})" if run.ece_ci else ""
     nll = f" · NLL {run.nll:.3f}" if run.nll is not None else ""
     how = f" · {run.scoring} scoring ({run.template})" if run.scoring else ""
-    return (f"**Accuracy {_pct(run.accuracy)}** · **ECE {_pct(run.ece)}**{interval} · n = {run.n}{nll}{how}\n\n"
+    accuracy, ece = pct(run.accuracy, percent_sign=True), pct(run.ece, percent_sign=True)
+    return (f"**Accuracy {accuracy}** · **ECE {ece}**{interval} · n = {run.n}{nll}{how}\n\n"
             f"Run: **{html.escape(run.label)}** (`{run.name}`)")  # a label is shown as typed, never as markup
 
 
-def _figure(metrics: dict[str, Any], key: str) -> Optional[float]:
-    return finite_or_none(metrics.get(key)) if isinstance(metrics, dict) else None
+def _percent(metrics: dict[str, Any], key: str) -> str:
+    """A figure of a run's metrics as a percentage; an en dash where it is missing or not a finite number."""
+    return pct(finite_or_none(metrics.get(key)) if isinstance(metrics, dict) else None, percent_sign=True)
 
 
 def lm_eval_summary(metrics: dict[str, Any]) -> str:
@@ -75,8 +79,8 @@ def lm_eval_summary(metrics: dict[str, Any]) -> str:
     version = f"lm-eval {_md(about['version'])}, " if isinstance(about.get("version"), str) else ""
     seed = f"few-shot seed {_md(about['fewshot_seed'])}" if about.get("fewshot_seed") is not None else ""
     made = f" ({version}{seed})" if version or seed else ""
-    return (f"**lm-eval**{made}: **acc {_pct(_figure(metrics, 'accuracy'))}** (ECE {_pct(_figure(metrics, 'ece'))}) · "
-            f"**acc_norm {_pct(_figure(metrics, 'accuracy_norm'))}** (ECE {_pct(_figure(metrics, 'ece_norm'))}, "
+    return (f"**lm-eval**{made}: **acc {_percent(metrics, 'accuracy')}** (ECE {_percent(metrics, 'ece')}) · "
+            f"**acc_norm {_percent(metrics, 'accuracy_norm')}** (ECE {_percent(metrics, 'ece_norm')}, "
             "its confidence from the length-normalised scores)")
 
 
@@ -89,13 +93,13 @@ def subtask_table(metrics: dict[str, Any], group: str) -> str:
     tasks = metrics.get("lm_eval", {}).get("tasks", {}) if isinstance(metrics.get("lm_eval"), dict) else {}
     shots = {t.get("shots") for t in tasks.values() if isinstance(t, dict)} if isinstance(tasks, dict) else set()
     rows = [f"| **{_md(group)}** (group, all documents) | {_md(metrics.get('n'))} | "
-            f"{_md(shots.pop()) if len(shots) == 1 else '–'} | {_pct(_figure(metrics, 'accuracy'))} | "
-            f"{_pct(_figure(metrics, 'accuracy_norm'))} | {_pct(_figure(metrics, 'ece'))} |"]
+            f"{_md(shots.pop()) if len(shots) == 1 else '–'} | {_percent(metrics, 'accuracy')} | "
+            f"{_percent(metrics, 'accuracy_norm')} | {_percent(metrics, 'ece')} |"]
     for name, row in sorted(subtasks.items()):
         row = row if isinstance(row, dict) else {}
         rows.append(f"| {_md(name)} | {_md(row.get('n', '–'))} | {_md(row.get('shots', '–'))} | "
-                    f"{_pct(_figure(row, 'accuracy'))} | {_pct(_figure(row, 'accuracy_norm'))} | "
-                    f"{_pct(_figure(row, 'ece'))} |")
+                    f"{_percent(row, 'accuracy')} | {_percent(row, 'accuracy_norm')} | "
+                    f"{_percent(row, 'ece')} |")
     return "\n".join([f"**Each task of the group** ({len(subtasks)})", "",
                       "| task | n | shots | accuracy | accuracy_norm | ECE |", "|---|---|---|---|---|---|", *rows])
 
@@ -205,8 +209,9 @@ def _md(text: Any) -> str:
 
 
 def _ece(run: runs.EvalRun) -> str:
-    interval = f" ({_pct(run.ece_ci[0])}–{_pct(run.ece_ci[1])})" if run.ece_ci else ""
-    return _pct(run.ece) + interval
+    low, high = run.ece_ci or (None, None)
+    interval = f" ({pct(low, percent_sign=True)}–{pct(high, percent_sign=True)})" if run.ece_ci else ""
+    return pct(run.ece, percent_sign=True) + interval
 
 
 def _task(cell: Cell) -> str:
@@ -227,18 +232,20 @@ def _before_after(cells: list[Cell]) -> str:
         own = [c for c in cells if c.key == key]
         a, b = own[0], own[-1]
         if a is b:
-            rows.append(f"| {_task(a)} | {a.run.n} | {_pct(a.run.accuracy)} → … | {_ece(a.run)} → … |")
+            rows.append(f"| {_task(a)} | {a.run.n} | {pct(a.run.accuracy, percent_sign=True)} → … | "
+                        f"{_ece(a.run)} → … |")
             continue
         n = str(a.run.n) if a.run.n == b.run.n else f"{a.run.n} → {b.run.n}"
-        rows.append(f"| {_task(a)} | {n} | {_pct(a.run.accuracy)} → **{_pct(b.run.accuracy)}** | "
-                    f"{_ece(a.run)} → **{_ece(b.run)}** |")
+        before, after = pct(a.run.accuracy, percent_sign=True), pct(b.run.accuracy, percent_sign=True)
+        rows.append(f"| {_task(a)} | {n} | {before} → **{after}** | {_ece(a.run)} → **{_ece(b.run)}** |")
     return "\n".join([head, *rows])
 
 
 def _per_evaluation(cells: list[Cell], epochs: dict[int, float]) -> str:
     """Every evaluation, in step order: the curve of the plots below, with each point's interval."""
-    rows = [f"| {c.step} | {epochs.get(c.step, '–') if c.step else 0} | {_task(c)} | {_pct(c.run.accuracy)} | "
-            f"{_ece(c.run)} | {'–' if c.run.nll is None else f'{c.run.nll:.3f}'} | {c.run.n} |" for c in cells]
+    rows = [f"| {c.step} | {epochs.get(c.step, '–') if c.step else 0} | {_task(c)} | "
+            f"{pct(c.run.accuracy, percent_sign=True)} | {_ece(c.run)} | "
+            f"{'–' if c.run.nll is None else f'{c.run.nll:.3f}'} | {c.run.n} |" for c in cells]
     return "\n".join(["**Each evaluation** (before training, then after every epoch or eval_steps)", "",
                       "| step | epoch | task | accuracy | ECE (95% interval) | NLL | n |",
                       "|---|---|---|---|---|---|---|", *rows])
@@ -261,7 +268,8 @@ def reward_table(events: list[dict[str, Any]]) -> str:
         for key in REWARDS:
             values = [v for v in (finite_or_none(e.get(key)) for e in group) if v is not None]
             mean = sum(values) / len(values) if values else None
-            means.append("–" if mean is None else _pct(mean) if key.endswith("accuracies") else f"{mean:+.3f}")
+            shown = "–" if mean is None else f"{mean:+.3f}"
+            means.append(pct(mean, percent_sign=True) if key.endswith("accuracies") else shown)
         return " | ".join(means)
 
     rows = [f"| epoch {epoch} | {group[0]['step']}–{group[-1]['step']} | {figures(group)} |"

@@ -25,7 +25,8 @@ from lab.training.estimates import MEMORY_EVENT
 from ui.context import LabContext
 from ui.job_results import NOTHING, job_results
 from ui.messages import error, note, ok, server_free
-from ui.plots import sweep_figure, training_figure
+from ui.plots.curves import sweep_figure
+from ui.plots.training import training_figure
 from ui.progress import format_seconds, progress
 
 POLL_S = 2.0

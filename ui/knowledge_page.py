@@ -13,7 +13,7 @@ from lab.results import runs
 from ui.components import run_picker
 from ui.context import LabContext
 from ui.messages import error
-from ui.plots import coverage_figure
+from ui.plots.curves import coverage_figure
 
 INTRO = ("How much of the teacher's probability its top-K tokens hold (FIRST's concentrated knowledge), "
          "and what storing K tokens per position costs.")

@@ -27,11 +27,11 @@ import pandas as pd
 from lab.core import stored
 from lab.core.layout import SERIES_CSV, SERIES_FILE
 from lab.results import runs, series, stages
-from lab.results.reports import csv_text
+from lab.results.reports import csv_text, pct
 from ui.components import export, run_picker
 from ui.context import LabContext
 from ui.messages import STORE_FAULTS, error, note, ok
-from ui.plots import lifecycle_figure, params_label
+from ui.plots.lifecycle import lifecycle_figure, params_label, with_interval
 
 REDRAW_S = 3.0  # how soon a running series' new cells appear
 LIVE = ("queued", "running")
@@ -54,7 +54,7 @@ SUMMARY_COLUMNS = ["task", "x", "runs", "accuracy mean (95% t-interval)", "ECE m
 CELL_WIDTHS = ["170px", "110px", "120px", "60px", "190px", "190px", "90px", "280px"]
 # gr.Plot has no click event (gradio 6: change only), so the browser listens for plotly's own
 # plotly_click on the drawn figure, whose run markers carry their cell's run as customdata
-# (ui.plots.lifecycle_figure), and types that run into a hidden box; the box's input event picks the
+# (ui.plots.lifecycle.lifecycle_figure), and types that run into a hidden box; the box's input event picks the
 # cell on the server as a row of the table does, then the Open button (enabled only if it was picked)
 # is clicked. The figure is redrawn as a series runs: the listener is bound again to each new plot.
 CLICK_JS = """() => {
@@ -86,14 +86,6 @@ class LifecycleLink(NamedTuple):
 
 
 # ---------------------------------------------------------------- handlers
-def _pct(value: Optional[float]) -> str:
-    return "–" if value is None else f"{100 * value:.1f}%"
-
-
-def _with_interval(value: Optional[float], low: Optional[float], high: Optional[float]) -> str:
-    return _pct(value) + (f" [{_pct(low)}, {_pct(high)}]" if low is not None and high is not None else "")
-
-
 def _x_text(axis: str, x: Any) -> str:
     return params_label(x) if axis == "params" and isinstance(x, (int, float)) else ("–" if x is None else str(x))
 
@@ -108,9 +100,9 @@ def cells_table(doc: dict[str, Any]) -> pd.DataFrame:
     labels = _task_labels(doc)
     rows = [[labels.get(c["task"], c["task"]), _x_text(doc["axis"], c.get("x")),
              " · ".join(str(p) for p in (c.get("point"), c.get("stage")) if p), c.get("n"),
-             _with_interval(c.get("accuracy"), c.get("accuracy_low"), c.get("accuracy_high")),
-             _with_interval(c.get("ece"), c.get("ece_low"), c.get("ece_high")), _pct(c.get("oracle_ece")),
-             c.get("run")] for c in doc["cells"]]
+             with_interval(c.get("accuracy"), c.get("accuracy_low"), c.get("accuracy_high")),
+             with_interval(c.get("ece"), c.get("ece_low"), c.get("ece_high")),
+             pct(c.get("oracle_ece"), percent_sign=True), c.get("run")] for c in doc["cells"]]
     return pd.DataFrame(rows, columns=[doc["axis_title"] if col == "x" else col for col in CELL_COLUMNS])
 
 
@@ -120,8 +112,8 @@ def summary_table(doc: dict[str, Any]) -> Optional[pd.DataFrame]:
         return None
     labels = _task_labels(doc)
     rows = [[labels.get(r["task"], r["task"]), _x_text(doc["axis"], r["x"]), r["runs"],
-             _with_interval(r["accuracy_mean"], r["accuracy_low"], r["accuracy_high"]),
-             _with_interval(r["ece_mean"], r["ece_low"], r["ece_high"])] for r in doc["summary"]]
+             with_interval(r["accuracy_mean"], r["accuracy_low"], r["accuracy_high"]),
+             with_interval(r["ece_mean"], r["ece_low"], r["ece_high"])] for r in doc["summary"]]
     return pd.DataFrame(rows, columns=[doc["axis_title"] if col == "x" else col for col in SUMMARY_COLUMNS])
 
 

@@ -26,7 +26,7 @@ from lab.results import analysis, runs
 from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error, note, ok
-from ui.plots import side_by_side
+from ui.plots.reliability import side_by_side
 
 BOOT = 1000
 DEFAULT_METHOD = "temperature"

@@ -27,7 +27,9 @@ from ui.components import (AS_EVALUATED, bin_edges, binning, binning_radio, cali
                            picked_calibrator, run_picker)
 from ui.context import LabContext
 from ui.messages import error, note
-from ui.plots import positionwise_figure, reliability_figure, robustness_figure, side_by_side
+from ui.plots.curves import robustness_figure
+from ui.plots.questions import positionwise_figure
+from ui.plots.reliability import reliability_figure, side_by_side
 
 MAX_SIDE_BY_SIDE = 6
 VIEWS = ("reliability diagram", "position-wise top-k", "ECE vs number of bins")

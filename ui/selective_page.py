@@ -25,7 +25,7 @@ from ui.cases_page import MAX_CHARS, shown_cases
 from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error, note
-from ui.plots import selective_figure
+from ui.plots.curves import selective_figure
 
 MAX_RUNS = 6
 BOOT = 200  # bootstrap replicates of the AURC / AUROC intervals (each re-sorts the questions)

@@ -19,9 +19,11 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 SELECTIVE_HEAD = ["AURC ↓", "AUROC ↑"]  # the columns of selective prediction every report table ends a set with
 
 
-def pct(x: Any) -> str:
-    """A fraction as a percentage with one decimal, or an en dash for a missing value."""
-    return "–" if x is None else f"{100 * x:.1f}"
+def pct(x: Any, percent_sign: bool = False) -> str:
+    """A fraction as a percentage with one decimal, or an en dash for a missing value: the one
+    formatter of the reports and the pages, so that a figure reads the same wherever it is shown.
+    ``percent_sign``: end it in "%", as the pages do; the reports' tables leave it out."""
+    return "–" if x is None else f"{100 * x:.1f}" + ("%" if percent_sign else "")
 
 
 def selective_cells(r: dict[str, Any]) -> list[str]:
