@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from lab.jobkit import kinds
 from lab.models.weights import (BYTES, ModelShape, count_parameters, local_model_shape, model_shape, planning_dir,
                                 size_text, unknown_targets)
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
+from lab.training.disk import free_bytes
 from lab.training.estimates import (FP32, GPU, NF4_BYTES, TrainingMemory, checkpoint_bytes, describe, disk_peak,
                                     memory_advice, run_checkpoint_bytes, training_memory)
 from lab.training.sharded_memory import Placement, sharded_training, spread_inference
@@ -336,7 +336,7 @@ def check_disk(kind: str, config: Mapping[str, Any], root: Path) -> None:
     plans = [p for p in plan(kind, config) if p.checkpoint]
     if not plans:
         return
-    need, free = disk_need(plans), shutil.disk_usage(root).free
+    need, free = disk_need(plans), free_bytes(root)
     if need <= free:
         return
     field = _setting_path(kind, "save_optimizer")

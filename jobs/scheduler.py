@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from lab.core.events import EVENTS_FILE, EventWriter
 from lab.core.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
 from lab.jobkit.chain import ENDINGS, ended_as
 from lab.jobkit.worker import ROOTS_ENV
+from lab.training.disk import free_bytes
 
 Launcher = Callable[[Job, Launch], list[str]]
 STARTUP_TIMEOUT_S = 60.0  # a claimed job with no pid after this long lost its scheduler mid-start
@@ -76,7 +76,7 @@ def _write_problem(run_dir: Path) -> Optional[str]:
     """Why a worker could not write its files in ``run_dir`` (its events, a new file, any byte at all
     on a full disk), or None if it can."""
     try:
-        free = shutil.disk_usage(run_dir).free
+        free = free_bytes(run_dir)
     except OSError as e:
         return _run_dir_reason(e, run_dir)
     if free < failures.DISK_FULL_BYTES:

@@ -71,7 +71,7 @@ def test_peft_trains_exactly_the_adapter_parameters_counted(small, shape, target
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    from lab.training.trainer import lora_target_modules
+    from lab.training.lora import lora_target_modules
 
     model = LlamaForCausalLM.from_pretrained(small)
     model = get_peft_model(model, LoraConfig(r=R, target_modules=lora_target_modules(model, targets),
@@ -84,7 +84,7 @@ def test_a_target_the_model_lacks_is_refused_naming_its_linear_layers(small):
     from transformers import LlamaForCausalLM
 
     from lab.core.errors import DataError
-    from lab.training.trainer import lora_target_modules
+    from lab.training.lora import lora_target_modules
 
     model = LlamaForCausalLM.from_pretrained(small)
     with pytest.raises(DataError, match=r"^lora_targets: the model has no linear layer named v_prj; its linear layers "
@@ -218,7 +218,7 @@ def test_a_training_step_allocates_what_the_estimate_says(case, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    from lab.training.trainer import lora_target_modules
+    from lab.training.lora import lora_target_modules
 
     method, precision, checkpointing, targets, dropout = CASES[case]
     path = _save(tmp_path / "model", hidden=128, intermediate=352, layers=3, vocab=4000)

@@ -550,12 +550,14 @@ def test_store_faults_are_answered_as_refusals_and_the_server_carries_on(tmp_pat
 def test_a_job_that_ended_beside_a_full_disk_is_recorded_as_disk_full(tmp_path, monkeypatch):
     import collections
 
+    import shutil
+
     from jobs import scheduler
 
     ctx = LabContext(tmp_path / "runs")
     job = ctx.submit({"kind": "evaluate"})
     ctx.store.update(job.id, status="running", started=1.0)
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(scheduler.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 4096, 4096))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 4096, 4096))
     ended = scheduler.finish(ctx.store, ctx.store.get(job.id), None)
     assert ended.status == "failed" and ended.error.startswith("disk full: 4,096 bytes free"), ended.error

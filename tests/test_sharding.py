@@ -168,7 +168,7 @@ def _fsdp_rank(rank: int, world: int, model_dir: str, out: str, port: str) -> No
     from lab.data.templates import default_template
     from lab.models.loading import load_model
     from lab.training.sharding import save_consolidated
-    from lab.training.trainer import letter_probs
+    from lab.training.validation import letter_probs
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(world), RANK=str(rank))
     dist.init_process_group("gloo", rank=rank, world_size=world)

@@ -1,6 +1,6 @@
 """Supervised fine-tuning on transformers' ``Trainer``, with the lab's events and per-epoch calibration.
 
-The shared training machinery; each method's trainer lives beside its loss. ``finetune`` picks
+The shared training loop; each method's trainer lives beside its loss. ``finetune`` picks
 one per ``cfg.objective``: the plain ``Trainer`` (``sft``: cross-entropy, i.e. fine-tuning, and CFT
 with completion-only labels), :class:`lab.training.cft.LabelSmoothingTrainer` (``label_smoothing``:
 smoothed targets over the option letters) or :class:`lab.training.cft.RCFTTrainer` (``rcft``:
@@ -8,153 +8,42 @@ cross-entropy + λ·ECE regulariser with its E-step). FIRST's
 :class:`lab.training.distill.DistillTrainer` (top-k KL to a teacher's stored distribution) goes
 through ``run_training`` from :mod:`lab.kinds.first.run`.
 
-After every epoch (and every ``eval_steps`` steps if set) the model scores the validation
-questions (letter scoring, no gradients) and an ``eval`` event carries their ECE and accuracy —
-REFERENCE.md §4: ECE grows with fine-tuning epochs, and users should see it happen. A ``STOP``
-request ends training after the current step, saving what it has.
+Around the loop, each in its own module: the validation after every epoch
+(:mod:`lab.training.validation`), the callbacks that report it and guard the disk
+(:mod:`lab.training.callbacks`), LoRA (:mod:`lab.training.lora`), the memory estimate and the advice
+when memory runs out (:mod:`lab.training.run_memory`), the checkpoints (:mod:`lab.training.checkpoints`)
+and the disk (:mod:`lab.training.disk`). A ``STOP`` request ends training after the current step,
+saving what it has.
 """
 from __future__ import annotations
 
-import logging
 import os
-import shutil
-import sys
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers import Trainer, TrainerState, TrainingArguments
 
-from lab.calibration.summary import compute_metrics
-from lab.core.errors import DataError, DiskFull, Stopped
+from lab.core.errors import DataError, Stopped
 from lab.core.events import EventWriter
 from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, SNAPSHOTS_DIR, TRACKER_DIR
 from lab.data import load_records
 from lab.data.record import MCQRecord
-from lab.data.templates import get_template
 from lab.models import distributed
-from lab.models.loading import load_model, peft_quietly, select_device, select_dtype
-from lab.models.scoring import score_letter
-from lab.models.weights import ALL_LINEAR, local_model_shape, size_text, unknown_targets
+from lab.models.loading import load_model, select_device, select_dtype
+from lab.models.weights import local_model_shape, size_text
+from lab.training.callbacks import CheckpointCallback, LabCallback, SnapshotCallback
 from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
+from lab.training.checkpoints import STATE_FILE, has_optimizer, last_checkpoint
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig, trackers_online
 from lab.training.data import build_examples, pad_batch, pad_option_batch
-from lab.training.estimates import (MEMORY_EVENT, Precision, TrainingMemory, checkpoint_bytes, describe, memory_advice,
-                                    training_memory)
+from lab.training.disk import ensure_room
+from lab.training.estimates import MEMORY_EVENT, checkpoint_bytes, describe
+from lab.training.lora import with_lora
+from lab.training.run_memory import memory_estimate, out_of_memory_advice
 from lab.training.sharding import (MEASURED_EVENT, fsdp_launched, fsdp_memory_event, load_device, measured_peaks,
                                    save_consolidated)
-from lab.training.snapshots import save_snapshot
-
-STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: the last file of a checkpoint
-OPTIMIZER_FILE = "optimizer.pt"  # transformers' OPTIMIZER_NAME: absent from a weights-only checkpoint
-TRACKED = ("accuracy", "ece", "nll", "brier")  # validation metrics a tracker plots beside the loss
-PART_PREFIXES = ("loss_", "rank_")  # a method trainer's loss components and RCFT's rank-violation share
-MTIME_NOTICE = "mtime may not be reliable"
-
-
-class _QuietCheckpointOrder(logging.Filter):
-    """transformers orders checkpoints by mtime before removing the oldest (``save_total_limit``),
-    and where two were saved within a second (a small model's epochs) it says "mtime may not be
-    reliable on this filesystem" and orders them by step instead: right here (checkpoints are named
-    by step), and no fault of the filesystem, so in a job's log it is only noise."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return MTIME_NOTICE not in record.getMessage()
-
-
-logging.getLogger("transformers.trainer_utils").addFilter(_QuietCheckpointOrder())
-
-
-def letter_probs(model, tokenizer, records: Sequence[MCQRecord], template: str) -> list:
-    """Option probabilities of ``records`` under ``model`` in eval mode, restoring its mode after.
-
-    Under a multi-process launch each rank scores its share and every rank gets them all, in order (under
-    FSDP every rank scores them all: each forward pass is a collective)."""
-    render = get_template(template).render
-
-    def score(share: list[MCQRecord]) -> list:
-        was_training = model.training
-        model.eval()
-        scores = score_letter(model, tokenizer, [render(r, tokenizer) for r in share])
-        model.train(was_training)
-        return [s.probs for s in scores]
-
-    return distributed.map_sharded(score, records, lockstep=distributed.in_lockstep(model))
-
-
-def validation_metrics(model, tokenizer, records: Sequence[MCQRecord], template: str, bins: int,
-                       bin_edges: str = "right") -> dict[str, Any]:
-    """Letter-scoring accuracy and calibration of ``model`` on ``records`` (no bootstrap: cheap)."""
-    probs = letter_probs(model, tokenizer, records, template)
-    rows = [{"probs": p, "answer": r.answer} for r, p in zip(records, probs)]
-    m = compute_metrics(rows, bins, n_boot=0, seed=0, edges=bin_edges)
-    return {k: m[k] for k in ("n", "accuracy", "ece", "cw_ece", "nll", "brier", "trust")}
-
-
-def tracked(metrics: dict[str, Any]) -> dict[str, float]:
-    """What a validation gives the trackers: ``eval_<metric>`` of its headline figures and, for a
-    stage measuring several calibration tasks (``tasks``: sft, dpo), ``eval_<task>_<metric>`` of each,
-    so a tracker plots every task's ECE beside the loss, not the first task's only."""
-    logged = {f"eval_{k}": float(v) for k, v in metrics.items() if k in TRACKED and v is not None}
-    for key, task in (metrics.get("tasks") or {}).items():
-        logged.update({f"eval_{key}_{k}": float(v) for k, v in task.items() if k in TRACKED and v is not None})
-    return logged
-
-
-class LabCallback(TrainerCallback):
-    """Training progress and per-epoch validation as events (and to the trackers of ``report_to``,
-    through ``log``: the Trainer's own); stops at the user's request, every rank at the same step."""
-
-    def __init__(self, events: EventWriter, stage: str, validate: Optional[Callable[[Any, int], dict]],
-                 should_stop: Callable[[], bool], eval_steps: Optional[int] = None, at_start: bool = False) -> None:
-        self.events, self.stage, self.validate, self.should_stop = events, stage, validate, should_stop
-        self.eval_steps, self.at_start = eval_steps, at_start
-        self.history: list[dict[str, Any]] = []
-        self.stopping = False  # agreed by every rank
-        self.log: Callable[[dict[str, float]], None] = lambda logs: None
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            parts = {k: float(v) for k, v in logs.items() if k.startswith(PART_PREFIXES)}
-            self.events.emit(self.stage, step=state.global_step, total=state.max_steps, epoch=round(state.epoch or 0, 3),
-                             loss=float(logs["loss"]), lr=float(logs.get("learning_rate", 0.0)), **parts)
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.at_start and state.global_step == 0:  # the model before training: where the curve starts
-            self._validate(state, model)
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        self.stopping = distributed.agree(self.should_stop())
-        if self.stopping:
-            control.should_training_stop = True
-            control.should_save = True
-        elif self.eval_steps and state.global_step % self.eval_steps == 0:
-            self._validate(state, model)
-
-    def on_epoch_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        if not self.stopping and not (self.eval_steps and state.global_step % self.eval_steps == 0):
-            self._validate(state, model)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        """End the W&B run with the stage (transformers' callback leaves it open until the process
-        exits): a job of several stages (FIRST's teacher and students) gets a run each, in its own
-        folder (W&B reads ``WANDB_DIR`` once per process: teardown makes the next stage read it again),
-        and an offline run's file is whole when the stage is done. MLflow's callback ends its own run."""
-        wandb = sys.modules.get("wandb")
-        if "wandb" in (args.report_to or []) and wandb is not None and wandb.run is not None:
-            wandb.finish()
-            wandb.teardown()
-
-    def _validate(self, state, model) -> None:
-        if self.validate is None:
-            return
-        metrics = self.validate(model, state.global_step)
-        record = {"epoch": round(state.epoch or 0, 3), "step": state.global_step, **metrics}
-        self.history.append(record)
-        self.events.emit(f"{self.stage}_eval", **record)
-        self.log(tracked(metrics))
+from lab.training.validation import letter_probs, validation_metrics
 
 
 # Trackers run offline by default: every file each writes lands in the stage's folder, nothing goes online, and
@@ -194,76 +83,6 @@ def point_trackers(out_dir: Path) -> None:
     os.environ.update(tracker_env(out_dir, trackers_online()))
 
 
-def free_bytes(folder: Path) -> int:
-    """Free bytes on the disk ``folder`` is (or will be) on: its nearest existing ancestor's."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return shutil.disk_usage(folder).free
-
-
-def folder_bytes(folder: Path) -> int:
-    """Bytes of the files under ``folder``: a checkpoint as written, beside its estimate."""
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-
-
-def ensure_room(folder: Path, need: float, what: str, hint: str = "") -> None:
-    """Raise :class:`DiskFull` on every rank when rank 0 (which writes) sees less than ``need``
-    bytes free where ``folder`` goes: a clear failure before writing, not a disk filled mid-file."""
-    free = free_bytes(folder) if distributed.is_main() else 0
-    if distributed.agree(distributed.is_main() and free < need):
-        raise DiskFull(f"disk full: {what} needs {size_text(need)}, {size_text(free)} free in {folder}; "
-                       f"free space{hint}, then resume the job")
-
-
-class CheckpointCallback(TrainerCallback):
-    """Checkpoints that fit, and resuming from one without the optimizer's state.
-
-    Before each save (``should_save`` is set by then: transformers' flow callback and
-    :class:`LabCallback` run first) the disk must hold a whole new checkpoint — the larger of
-    ``checkpoint`` (the estimate) and the last one written — beside the one it replaces;
-    ``weights_only`` (the size without the optimizer's state, when it is saved) is offered as the
-    way out. A weights-only checkpoint has no scheduler state either, so a run resumed from one would
-    restart the learning-rate schedule: it is stepped on to where the run was."""
-
-    def __init__(self, folder: Path, checkpoint: float, weights_only: Optional[float]) -> None:
-        self.folder, self.checkpoint, self.weights_only = folder, checkpoint, weights_only
-
-    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
-        if lr_scheduler is None or not state.global_step or lr_scheduler.last_epoch >= state.global_step:
-            return
-        with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": on purpose here
-            warnings.simplefilter("ignore")
-            for _ in range(state.global_step - lr_scheduler.last_epoch):
-                lr_scheduler.step()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self._ensure_room(control)
-
-    def on_epoch_end(self, args, state, control, **kwargs):
-        self._ensure_room(control)
-
-    def _ensure_room(self, control) -> None:
-        if not control.should_save:
-            return
-        last = last_checkpoint(self.folder)
-        need = max(self.checkpoint, folder_bytes(last) if last else 0)
-        hint = "" if self.weights_only is None else \
-            f" (or set save_optimizer: false: {size_text(self.weights_only)} a checkpoint, weights only)"
-        ensure_room(self.folder, need, "the checkpoint", hint)
-
-
-class SnapshotCallback(TrainerCallback):
-    """With ``snapshots`` on, the weights of every save kept in ``snapshots/step-N/``
-    (:mod:`lab.training.snapshots`): the checkpoints themselves are pruned to the last one."""
-
-    def __init__(self, folder: Path, tokenizer, lora: bool, weights: float) -> None:
-        self.folder, self.tokenizer, self.lora, self.weights = folder, tokenizer, lora, weights
-
-    def on_save(self, args, state, control, model=None, **kwargs):
-        ensure_room(self.folder, self.weights, "a snapshot", " (or train without snapshots)")
-        if distributed.is_main():
-            save_snapshot(model, self.tokenizer, self.folder, state.global_step, self.lora)
-
 
 def training_arguments(cfg: TrainConfig, out_dir: Path, device: torch.device, run_name: str,
                        args_class: type[TrainingArguments] = TrainingArguments, **extra: Any) -> TrainingArguments:
@@ -297,29 +116,9 @@ def prepare_model(cfg: TrainConfig):
     loaded = load_model(cfg.model, device=load_device(cfg.device), dtype=dtype, quantize_4bit=cfg.method == "qlora")
     model = loaded.model
     if cfg.method in ("lora", "qlora"):
-        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
-
-        if cfg.method == "qlora":
-            model = prepare_model_for_kbit_training(model)
-        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules=lora_target_modules(model, cfg.lora_targets), task_type="CAUSAL_LM")
-        with peft_quietly():
-            model = get_peft_model(model, lora)
+        model = with_lora(model, cfg)
     model.train()
     return model, loaded.tokenizer, device
-
-
-def lora_target_modules(model, targets: list[str]) -> str | list[str]:
-    """peft's ``target_modules`` for ``targets``, each module name checked against ``model``'s linear
-    layers first (:func:`lab.models.weights.unknown_targets`)."""
-    if targets == [ALL_LINEAR]:
-        return ALL_LINEAR
-    output = model.get_output_embeddings()
-    problem = unknown_targets((name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                               if isinstance(module, torch.nn.Linear) and module is not output), targets)
-    if problem:
-        raise DataError(f"lora_targets: the model has {problem}")
-    return list(targets)
 
 
 def saved_sizes(model, lora: bool) -> tuple[int, int]:
@@ -330,54 +129,8 @@ def saved_sizes(model, lora: bool) -> tuple[int, int]:
     return sum(p.numel() * p.element_size() for p in written), sum(p.numel() for p in trainable)
 
 
-def memory_estimate(cfg: TrainConfig, model, longest: int, args: TrainingArguments,
-                    device: torch.device, **terms: Any) -> Optional[TrainingMemory]:
-    """:func:`lab.training.estimates.training_memory` of this run at its ``longest`` example (a batch
-    pads to its longest), or None for a model without a local folder and Llama-type config. ``terms``:
-    the trainer's own (TRL's: ``trainer``, ``precompute_ref``)."""
-    shape = local_model_shape(cfg.model)
-    if shape is None or not longest:
-        return None
-    frozen = [p.element_size() for p in model.parameters() if not p.requires_grad]
-    return training_memory(shape, cfg.method, cfg.batch_size, longest, run_precision(args, device),
-                           frozen[0] if frozen else 4, cfg.lora_r, cfg.lora_dropout, lora_targets=cfg.lora_targets,
-                           **terms)
-
-
-def run_precision(args: TrainingArguments, device: torch.device) -> Precision:
-    """How this run computes, for the estimates: bf16 autocast or fp32, and a CUDA device's bool
-    dropout masks and Triton-fused head (a CPU keeps masks in the input's dtype and folds in torch)."""
-    cuda = device.type == "cuda"
-    return Precision(compute=2 if args.bf16 else 4, mask=1 if cuda else 4, triton=cuda)
-
-
-def out_of_memory_advice(cfg: TrainConfig, args: TrainingArguments, device: torch.device, longest: int,
-                         terms: dict[str, Any]) -> str:
-    """What to lower for a run that ran out of memory (:func:`lab.training.estimates.memory_advice`),
-    with the estimated peak before and after each change when the model's shape can be read; the
-    weights' dtype is the job's (bf16 under autocast on a GPU, fp32 on a CPU), as LoRA would load them."""
-    return memory_advice(vars(cfg), local_model_shape(cfg.model), longest or None, run_precision(args, device),
-                         2 if args.bf16 else 4, **terms)
-
-
 def load_split_records(cfg: TrainConfig, split: str, files: list[str], limit: Optional[int]) -> list[MCQRecord]:
     return load_records(cfg.dataset, split, files or cfg.data_files or None, seed=cfg.seed, limit=limit).records
-
-
-def last_checkpoint(folder: Path) -> Optional[Path]:
-    """The newest whole checkpoint in ``folder``: the Trainer writes its state file last, so a
-    checkpoint a kill interrupted has none and the one before it (still there: transformers deletes
-    it only after the new one's state file is written) is used."""
-    if not folder.is_dir():
-        return None
-    steps = {int(p.name.rsplit("-", 1)[1]): p for p in folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
-             if p.name.rsplit("-", 1)[1].isdigit() and (p / STATE_FILE).is_file()}
-    return steps[max(steps)] if steps else None
-
-
-def _has_optimizer(checkpoint: Path) -> bool:
-    """Whether ``checkpoint`` holds AdamW's state: one file, or FSDP's sharded folder (``optimizer_0``)."""
-    return (checkpoint / OPTIMIZER_FILE).is_file() or any(checkpoint.glob(f"{OPTIMIZER_FILE.removesuffix('.pt')}_*"))
 
 
 def _sequence_length(row: dict[str, Any]) -> int:
@@ -446,7 +199,7 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     resume = last_checkpoint(checkpoints)
     if resume:
         step = TrainerState.load_from_json(str(resume / STATE_FILE)).global_step
-        restored = ("weights, optimizer, scheduler and RNG state restored" if _has_optimizer(resume) else
+        restored = ("weights, optimizer, scheduler and RNG state restored" if has_optimizer(resume) else
                     "weights restored; a weights-only checkpoint (save_optimizer: false), so AdamW starts afresh "
                     "and the learning-rate schedule goes on from that step")
         events.emit("resumed", step=step, message=f"{stage}: resumed from step {step} ({resume.name}): {restored}")
