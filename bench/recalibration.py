@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lab.calibration import calibrators, confidence, metrics, selective
-from lab.results import analysis  # noqa: E402
+from lab.results import predictions  # noqa: E402
 
 
 def _evaluate(split: str, out: Path) -> Path:
@@ -56,8 +56,8 @@ def main() -> None:
     start = time.perf_counter()
     val = args.val or _evaluate("validation", args.work / "val")
     test = args.test or _evaluate("test", args.work / "test")
-    v, t = analysis.load_predictions(val), analysis.load_predictions(test)
-    vp, tp = analysis.reported_probs(v), analysis.reported_probs(t)
+    v, t = predictions.load_predictions(val), predictions.load_predictions(test)
+    vp, tp = predictions.reported_probs(v), predictions.reported_probs(t)
 
     lines = [f"# Held-out recalibration — `{' '.join(['python', *sys.argv])}`", "",
              f"Fit on `{_shown(val)}` (n = {len(v.labels)}), applied to `{_shown(test)}` (n = {len(t.labels)}); "

@@ -22,22 +22,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
 
-from lab.results import analysis  # noqa: E402
+from lab.results import analysis, predictions  # noqa: E402
 from lab.data.record import MCQRecord  # noqa: E402
 
 REPEATS = 5
 
 
-def synthetic(n: int, seed: int = 0) -> analysis.Predictions:
+def synthetic(n: int, seed: int = 0) -> predictions.Predictions:
     rng = np.random.default_rng(seed)
     z = rng.normal(0, 2, size=(n, 4))
     probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
     labels = rng.integers(0, 4, size=n)
     rows = [{"probs": p.tolist(), "answer": int(y)} for p, y in zip(probs, labels)]
-    return analysis.Predictions(probs, np.ones_like(probs, dtype=bool), labels, rows)
+    return predictions.Predictions(probs, np.ones_like(probs, dtype=bool), labels, rows)
 
 
-def slider_move(pred: analysis.Predictions, t: float) -> None:
+def slider_move(pred: predictions.Predictions, t: float) -> None:
     analysis.calibration_summary(analysis.recalibrate(pred, t), pred.mask, pred.labels)
     analysis.calibration_summary(pred.probs, pred.mask, pred.labels)
 

@@ -9,7 +9,7 @@ import pytest
 
 from lab.data import harness
 from lab.data.templates import LM_EVAL, default_template
-from lab.results import analysis, runs, series
+from lab.results import runs, series, tables
 from tests.helpers import form_values, row, write_eval
 from ui import forms
 from ui.job_results import job_results
@@ -157,7 +157,7 @@ def test_results_name_an_lm_eval_run_by_its_task_and_shots(tmp_path):
     assert " · lm-eval:bundled_mmlu (5-shot) · cloze (lm_eval) · n=4 · " in five.label
     assert mixed.dataset_label == "lm-eval:bundled_mmlu (0–5-shot)"
     assert (lab.dataset_label, lab.shots) == ("arc_challenge", None) and " · arc_challenge/test · " in lab.label
-    table = analysis.results_table(tmp_path).set_index("folder")
+    table = tables.results_table(tmp_path).set_index("folder")
     assert table.loc["00001-evaluate", "dataset"] == "lm-eval:bundled_mmlu (5-shot)"
     assert table.loc["00003-evaluate", "dataset"] == "arc_challenge"
 

@@ -13,7 +13,7 @@ import pytest
 from lab.calibration import calibrators
 from lab.core import stored
 from lab.core.layout import CALIBRATOR_FILE, EVENTS_FILE, SERIES_CSV, SERIES_FILE
-from lab.results import analysis, runs, series
+from lab.results import runs, series, tables
 from tests.helpers import overconfident_rows, write_eval
 from ui import cases_page, components, lifecycle_page, reliability_page, results_page
 from ui.compare_page import _export_table
@@ -115,7 +115,7 @@ def test_choices_that_are_no_list_still_show_the_question(tmp_path):
     _bad_eval(tmp_path, "".join(json.dumps(r) + "\n" for r in rows))
     table, _, said = cases_page.cases_view(ctx, "00002-evaluate", "all", 0.0, 1.0, None)
     assert len(table) == 3 and "5" in table["options"].tolist()
-    assert analysis.positionwise_topk(ctx.results.predictions(runs.evaluation(tmp_path, "00002-evaluate"))).empty
+    assert tables.positionwise_topk(ctx.results.predictions(runs.evaluation(tmp_path, "00002-evaluate"))).empty
 
 
 @pytest.mark.unit
@@ -170,7 +170,7 @@ def test_events_whose_counts_are_no_numbers_are_left_out_of_the_progress(tmp_pat
 def test_every_csv_the_lab_writes_neutralises_formula_cells_and_keeps_numbers(tmp_path):
     ctx, _ = _runs(tmp_path)
     runs.write_label(tmp_path / "00001-evaluate", FORMULAS[0])
-    text = analysis.results_csv(results_page.results_view(ctx))
+    text = tables.results_csv(results_page.results_view(ctx))
     first = pd.read_csv(pd.io.common.StringIO(text))
     assert first["run"][0] == "'" + FORMULAS[0] and first["ECE"][0] == pytest.approx(0.1)
     doc = series.document("params", TASKS, [_cell(p, 1e6 * (i + 1), 0.1, 0.5) for i, p in enumerate(FORMULAS)])

@@ -9,8 +9,9 @@ import pytest
 
 from lab.calibration import metrics
 from lab.calibration.temperature import LAB_SWEEP_GRIDS, temperature_paper
-from lab.results.analysis import (calibration_summary, load_predictions, positionwise_topk, recalibrate, results_csv,
-                                  results_table, temperature_sweep)
+from lab.results.analysis import calibration_summary, recalibrate, temperature_sweep
+from lab.results.predictions import load_predictions
+from lab.results.tables import positionwise_topk, results_csv, results_table
 from lab.results.cases import case_table, filter_cases, same_question
 from tests.helpers import row as _row
 from tests.helpers import write_eval

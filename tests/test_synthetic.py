@@ -97,7 +97,7 @@ def test_a_task_that_would_make_the_rule_unlikely_is_refused():
 def test_an_evaluation_of_the_controlled_task_is_shown_beside_its_oracle(tmp_path):
     from lab.kinds.evaluate.config import EvalConfig
     from lab.kinds.evaluate.run import write_evaluation
-    from lab.results import analysis, cases, runs
+    from lab.results import cases, predictions, runs, tables
     from ui.context import LabContext
     from ui.reliability_page import reliability_view
 
@@ -119,8 +119,8 @@ def test_an_evaluation_of_the_controlled_task_is_shown_beside_its_oracle(tmp_pat
         metrics["ece_gap_to_oracle"] > 0.1  # claims 0.97 where the truth is 0.6 on dim questions
     run = runs.evaluation(tmp_path, "run")
     assert run.oracle_ece == pytest.approx(metrics["oracle"]["ece"])
-    assert analysis.results_table(tmp_path)["oracle accuracy"].tolist() == [round(metrics["oracle"]["accuracy"], 4)]
-    table = cases.case_table(analysis.load_predictions(tmp_path / "run"))
+    assert tables.results_table(tmp_path)["oracle accuracy"].tolist() == [round(metrics["oracle"]["accuracy"], 4)]
+    table = cases.case_table(predictions.load_predictions(tmp_path / "run"))
     assert table[cases.ORACLE_COLUMN].tolist() == [t[p] for t, p in zip(truth, table["prediction"].map("ABCD".index))]
     figure, _ = reliability_view(LabContext(tmp_path), ["run"], None, "reliability diagram")
     titles = [a.text for a in figure.layout.annotations if a.name == "subplot title"]

@@ -16,7 +16,7 @@ import pytest
 from lab.calibration import metrics
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import write_evaluation
-from lab.results import analysis
+from lab.results import analysis, predictions
 from ui.plots import reliability
 from ui import temperature_page as page
 from ui.context import LabContext
@@ -57,7 +57,7 @@ def _interval_shown(text: str) -> tuple[float, float]:
 
 def _interval_at(ctx: LabContext, t: float) -> tuple[float, float]:
     """The bootstrap interval (percent) of the run's ECE at T, computed here from the predictions."""
-    pred = analysis.load_predictions(ctx.runs / NAME)
+    pred = predictions.load_predictions(ctx.runs / NAME)
     choice, conf = metrics.predictions(analysis.recalibrate(pred, t), pred.mask)
     low, high = metrics.ece_bootstrap(conf, choice == pred.labels, 10, N_BOOT, 0.95, SEED, pred.bin_edges)
     return round(100 * low, 1), round(100 * high, 1)
@@ -96,7 +96,7 @@ def test_the_paper_form_starts_at_its_own_c_inside_its_grid_and_the_logit_form_b
     assert best.drawn["temperature"] > 2  # off the paper form's grid (0.01…1) taken as c
     paper = page.settings_changed(walk, NAME, best.drawn, "paper", BINS)
     assert paper.drawn["temperature"] == 1.0 and paper.drawn["form"] == "paper"
-    sweep = analysis.temperature_sweep(analysis.load_predictions(walk.runs / NAME), form="paper")
+    sweep = analysis.temperature_sweep(predictions.load_predictions(walk.runs / NAME), form="paper")
     assert 10 ** paper.slider["maximum"] <= sweep.table["temperature"].max() * 10 ** (1 / page.STEPS_PER_DECADE)
     assert paper.slider["value"] == 0.0 and "c = 1," in paper.slider["label"]
     back = page.settings_changed(walk, NAME, paper.drawn, "logit", BINS)

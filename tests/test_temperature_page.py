@@ -15,7 +15,7 @@ import pytest
 
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import apply_temperature, write_evaluation
-from lab.results import analysis
+from lab.results import analysis, predictions
 from tests.helpers import two_option_rows
 from ui import temperature_page as page
 from ui.context import LabContext
@@ -46,7 +46,7 @@ def spread(tmp_path):
 
 def _sweep(ctx, form="logit", n_bins=10, edges="right"):
     """The sweep computed here, not through the page's cache."""
-    return analysis.temperature_sweep(analysis.load_predictions(ctx.runs / NAME), form=form, n_bins=n_bins,
+    return analysis.temperature_sweep(predictions.load_predictions(ctx.runs / NAME), form=form, n_bins=n_bins,
                                       edges=edges)
 
 
@@ -118,7 +118,7 @@ def test_a_typed_t_outside_the_range_stretches_it_and_is_drawn(far, typed, t):
     assert view.drawn["temperature"] == t and view.message == "" and view.box["value"] == page._show(t)
     assert view.slider["minimum"] <= math.log10(t) <= view.slider["maximum"]
     assert view.slider["value"] == pytest.approx(math.log10(t), abs=1e-3)
-    probs = analysis.recalibrate(analysis.load_predictions(far.runs / NAME), t)
+    probs = analysis.recalibrate(predictions.load_predictions(far.runs / NAME), t)
     assert view.text.startswith(f"<div id='temperature-metrics'>T = <b>{t:.4g}</b>")
     assert _ece_shown(view.text) == pytest.approx(100 * abs(probs.max(1).mean() - 0.54), abs=0.006)
 
@@ -188,7 +188,7 @@ def test_save_records_the_binning_the_page_shows(spread, bins, edges, n_bins, st
     saved = json.loads((spread.runs / NAME / "temperature.json").read_text())
     recorded = (saved["temperature"], saved["bins"], saved["bin_edges"], saved["strategy"])
     assert recorded == (1.7, n_bins, closed, strategy)
-    pred = analysis.load_predictions(spread.runs / NAME)
+    pred = predictions.load_predictions(spread.runs / NAME)
     scaled = analysis.recalibrate(pred, 1.7)
     after = analysis.calibration_summary(scaled, pred.mask, pred.labels, n_bins, strategy, closed)
     default = analysis.calibration_summary(scaled, pred.mask, pred.labels)  # what Save used to record

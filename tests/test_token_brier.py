@@ -14,7 +14,8 @@ from lab.jobkit.kinds import parse_config
 from lab.kinds.evaluate.run import evaluate
 from lab.models.token_scoring import score_documents
 from lab.models.token_targets import TokenDoc
-from lab.results.analysis import load_predictions, reported_summary, temperature_summary
+from lab.results.analysis import reported_summary, temperature_summary
+from lab.results.predictions import load_predictions
 from tests.helpers import table_model
 
 TEXT = ("The quick brown fox jumps over the lazy dog while the farmer watches from the gate.\n\n"

@@ -13,7 +13,7 @@ from lab.core.errors import DataError
 from lab.jobkit.kinds import parse_config
 from lab.kinds.evaluate.run import evaluate
 from lab.models.tokenizers import load_tokenizer
-from lab.results.analysis import load_predictions, require_options
+from lab.results.predictions import load_predictions, require_options
 
 TEXT = ("The quick brown fox jumps over the lazy dog while the farmer watches from the gate.\n\n"
         "Rain fell on the hills all night, and by morning the river had risen over the old stone bridge.\n\n"

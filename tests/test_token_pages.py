@@ -12,7 +12,7 @@ import pytest
 
 from lab.jobkit.kinds import parse_config
 from lab.kinds.evaluate.run import evaluate
-from lab.results import analysis, runs
+from lab.results import analysis, predictions, runs, tables
 from ui.cases_page import cases_view, same_question_view
 from ui.context import LabContext
 from ui.recalibration_page import fit_and_apply
@@ -48,18 +48,18 @@ def _saved(lab, name):
 
 def test_a_token_run_loads_as_its_top_tokens_and_the_rest(lab):
     rows, saved = _saved(lab, "clm")
-    pred = analysis.load_predictions(lab.runs / "clm")
-    assert pred.task == "clm" and analysis.is_token_run(pred) and pred.probs.shape == (len(rows), 6)
+    pred = predictions.load_predictions(lab.runs / "clm")
+    assert pred.task == "clm" and predictions.is_token_run(pred) and pred.probs.shape == (len(rows), 6)
     assert pred.mask.all() and np.allclose(pred.probs.sum(axis=1), 1.0)
     for row, slot in zip(rows, pred.labels):
         assert slot == (row["top_ids"].index(row["target_id"]) if row["target_id"] in row["top_ids"] else 5)
-    assert np.array_equal(analysis.reported_confidence(pred), [r["confidence"] for r in rows])
-    assert np.array_equal(analysis.reported_correct(pred), [r["correct"] for r in rows])
+    assert np.array_equal(predictions.reported_confidence(pred), [r["confidence"] for r in rows])
+    assert np.array_equal(predictions.reported_correct(pred), [r["correct"] for r in rows])
     summary = analysis.reported_summary(pred, saved["n_bins"])
     for key in ("ece", "accuracy", "nll", "brier", "trust"):
         assert summary[key] == pytest.approx(saved[key]), key
-    assert summary["cw_ece"] is None and analysis.positionwise_topk(pred).empty
-    assert analysis.oracle_probs(pred) is None
+    assert summary["cw_ece"] is None and tables.positionwise_topk(pred).empty
+    assert predictions.oracle_probs(pred) is None
     with pytest.raises(ValueError, match=r"token-level run.*temperature_summary"):
         analysis.recalibrate(pred, 2.0)  # option probabilities: a token run's come from its log-partition
 

@@ -24,7 +24,7 @@ from lab.kinds.evaluate.run import evaluate, write_evaluation
 from lab.models import token_scoring
 from lab.models.token_scoring import log_partition, score_documents
 from lab.models.token_targets import TokenDoc, clm_positions, encode
-from lab.results import analysis, runs
+from lab.results import analysis, predictions, runs
 from tests.helpers import table_model, two_option_rows
 from ui import reliability_page
 from ui import temperature_page as page
@@ -210,7 +210,7 @@ def _ece_shown(text):
 def test_a_token_run_keeps_its_logits_and_grid(lab):
     rows, saved = _rows(lab, "apply"), json.loads((lab.runs / "apply" / "metrics.json").read_text())
     assert saved["temperature_grid"] == TOKEN_GRID.tolist()
-    pred = analysis.load_predictions(lab.runs / "apply")
+    pred = predictions.load_predictions(lab.runs / "apply")
     assert pred.logits.log_z.shape == (len(rows), TOKEN_GRID.size) and pred.logits.top.shape == (len(rows), 5)
     assert len({row["key"] for row in rows}) == len(rows)  # one key per target
     conf, target = scaled_token_probs(pred.logits.top, pred.logits.target, pred.logits.log_z, TOKEN_GRID, 1.0)
@@ -227,7 +227,7 @@ def test_the_temperature_lab_at_t_1_is_the_run_as_evaluated(lab):
     view = page.pick_run(lab, "apply", "logit", BINS)
     assert view.message == "" and view.drawn["temperature"] == 1.0
     assert _ece_shown(view.text) == pytest.approx(saved["ece"], abs=5e-5)  # shown to 2 decimals of a percent
-    summary = analysis.temperature_summary(analysis.load_predictions(lab.runs / "apply"), 1.0, n_boot=0)
+    summary = analysis.temperature_summary(predictions.load_predictions(lab.runs / "apply"), 1.0, n_boot=0)
     for key in ("ece", "nll", "brier", "accuracy"):
         assert summary[key] == pytest.approx(saved[key], abs=1e-5), key
     assert "softmax(z / T) over the whole vocabulary" in view.text
@@ -236,7 +236,7 @@ def test_the_temperature_lab_at_t_1_is_the_run_as_evaluated(lab):
 @pytest.mark.model
 def test_the_temperature_lab_at_t_2_is_the_model_re_run_at_t_2(lab):
     again = json.loads((lab.runs / "apply-t2" / "metrics.json").read_text())  # the whole vocabulary, exactly
-    pred = analysis.load_predictions(lab.runs / "apply")
+    pred = predictions.load_predictions(lab.runs / "apply")
     summary = analysis.temperature_summary(pred, 2.0)
     assert summary["ece"] == pytest.approx(again["ece"], abs=CONFIDENCE_BOUND)
     assert summary["nll"] == pytest.approx(again["nll"], abs=CONFIDENCE_BOUND)
@@ -244,7 +244,7 @@ def test_the_temperature_lab_at_t_2_is_the_model_re_run_at_t_2(lab):
     view = page.draw(lab, "apply", 2.0, "logit", BINS)
     assert _ece_shown(view.text) == pytest.approx(again["ece"], abs=5e-5)
     # A run evaluated at T = 2 is rescaled from the unscaled model too: T = 1 there is the model unscaled.
-    twice = analysis.temperature_summary(analysis.load_predictions(lab.runs / "apply-t2"), 2.0)
+    twice = analysis.temperature_summary(predictions.load_predictions(lab.runs / "apply-t2"), 2.0)
     assert twice["ece"] == pytest.approx(again["ece"], abs=CONFIDENCE_BOUND)
     view = page.draw(lab, "apply-t2", 1.0, "logit", BINS)
     assert "the run itself was evaluated at T = 2" in view.text
@@ -252,7 +252,7 @@ def test_the_temperature_lab_at_t_2_is_the_model_re_run_at_t_2(lab):
 
 @pytest.mark.model
 def test_the_sweep_finds_its_optima_inside_the_grid_and_the_slider_stays_in_it(lab):
-    sweep = analysis.temperature_sweep(analysis.load_predictions(lab.runs / "apply"))
+    sweep = analysis.temperature_sweep(predictions.load_predictions(lab.runs / "apply"))
     grid = (TOKEN_GRID[0], TOKEN_GRID[-1])
     assert grid[0] <= sweep.best_ece <= grid[1] and grid[0] <= sweep.best_nll <= grid[1]
     assert sweep.best_nll > 1.5  # over-confident: cooled
@@ -272,7 +272,7 @@ def test_a_saved_temperature_reproduces_the_pages_ece_when_evaluated(lab, bigram
     assert "Saved T = 2.5" in message
     saved = json.loads((lab.runs / "apply" / "temperature.json").read_text())
     assert saved["temperature"] == t and saved["form"] == "logit"
-    shown = analysis.temperature_summary(analysis.load_predictions(lab.runs / "apply"), t)
+    shown = analysis.temperature_summary(predictions.load_predictions(lab.runs / "apply"), t)
     assert saved["ece_after"] == pytest.approx(shown["ece"])
     again = _evaluate(lab.runs, "apply-saved", bigram, lab.runs / "apply.txt", temperature=str(lab.runs / "apply"))
     assert again["temperature"] == t
@@ -303,7 +303,7 @@ def test_each_method_fits_on_one_token_run_and_applies_to_another(lab, method):
     conf, correct = np.array([r["confidence"] for r in rows]), np.array([r["correct"] for r in rows])
     fit_conf, fit_correct = np.array([r["confidence"] for r in fit_rows]), np.array([r["correct"] for r in fit_rows])
     if method == "temperature":  # the NLL fit over the whole vocabulary, then the apply run at that T
-        t, fit_pred = cal.params["temperature"], analysis.load_predictions(lab.runs / "fit")
+        t, fit_pred = cal.params["temperature"], predictions.load_predictions(lab.runs / "fit")
         nll = [analysis.temperature_summary(fit_pred, t * step)["nll"] for step in (0.95, 1.0, 1.05)]
         assert t > 1 and nll[1] < min(nll[0], nll[2])
         after = scaled_token_probs(*_logits(lab, "apply"), t)[0][:, 0]
@@ -326,14 +326,14 @@ def test_each_method_fits_on_one_token_run_and_applies_to_another(lab, method):
 
 
 def _logits(lab, name):
-    logits = analysis.load_predictions(lab.runs / name).logits
+    logits = predictions.load_predictions(lab.runs / name).logits
     return logits.top, logits.target, logits.log_z, logits.grid
 
 
 @pytest.mark.model
 def test_the_token_temperature_fit_is_the_nll_minimum(lab):
-    pred = analysis.load_predictions(lab.runs / "fit")
-    fit = fit_token_temperature(pred.logits, analysis.reported_correct(pred))
+    pred = predictions.load_predictions(lab.runs / "fit")
+    fit = fit_token_temperature(pred.logits, predictions.reported_correct(pred))
     grid = np.geomspace(fit.temperature / 1.05, fit.temperature * 1.05, 11)
     nll = [analysis.temperature_summary(pred, t)["nll"] for t in grid]
     assert int(np.argmin(nll)) == 5 and fit.nll_after < fit.nll_before and not fit.at_bound
@@ -368,9 +368,9 @@ def test_a_saved_token_calibrator_draws_in_reliability_and_reports_in_an_evaluat
     ECE and an evaluation's ``calibrated`` block equal the ECE of the workbench's own 'after' column."""
     cal = fit_and_apply(lab, "fit", "apply", method, "max_prob", 10)[3]
     saved = calibrators.save(cal, lab.runs / f"cal-{method}")
-    pred = analysis.load_predictions(lab.runs / "apply")
+    pred = predictions.load_predictions(lab.runs / "apply")
     _, after = calibrators.apply(cal, pred.probs, pred.mask, pred.rows, logits=pred.logits)
-    conf, correct = analysis.reported_confidence(pred), analysis.reported_correct(pred)
+    conf, correct = predictions.reported_confidence(pred), predictions.reported_correct(pred)
     assert np.abs(after - conf).max() > 0.01  # it recalibrates: the check below could tell the two apart
     drawn, _ = reliability_page.reported_summary(lab, runs.evaluation(lab.runs, "apply"), 10, "width",
                                                  calibrator=calibrators.load(saved))
@@ -394,8 +394,8 @@ def test_an_evaluation_refuses_a_calibrator_of_the_other_kind_at_submit(lab, mcq
 
 
 def _mcq_arrays(path):
-    pred = analysis.load_predictions(path)
-    return analysis.reported_probs(pred), pred.mask, pred.labels, pred.rows
+    pred = predictions.load_predictions(path)
+    return predictions.reported_probs(pred), pred.mask, pred.labels, pred.rows
 
 
 # ---------------------------------------------------------------- runs evaluated before, and multiple choice
@@ -409,7 +409,7 @@ def test_a_token_run_evaluated_before_is_refused_saying_to_evaluate_it_again(lab
     info = json.loads((old / "metrics.json").read_text())
     del info["temperature_grid"]
     (old / "metrics.json").write_text(json.dumps(info))
-    pred = analysis.load_predictions(old)
+    pred = predictions.load_predictions(old)
     assert pred.logits is None and analysis.reported_summary(pred)["ece"] == pytest.approx(info["ece"])
     said = "evaluated before the lab kept what a temperature needs"
     assert said in page.pick_run(lab, "old", "logit", BINS).message
@@ -422,7 +422,7 @@ def test_a_token_run_evaluated_before_is_refused_saying_to_evaluate_it_again(lab
 
 @pytest.mark.unit
 def test_a_multiple_choice_run_is_drawn_as_before(mcq):
-    pred = analysis.load_predictions(mcq)
+    pred = predictions.load_predictions(mcq)
     assert pred.logits is None and analysis.temperature_limits(pred) is None
     for t in (0.5, 1.0, 3.0):
         for form in ("logit", "paper"):

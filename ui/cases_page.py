@@ -16,7 +16,7 @@ import pandas as pd
 
 from lab.calibration import confidence
 from lab.data.templates import option_letter
-from lab.results import analysis, cases, runs
+from lab.results import cases, predictions, runs
 from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error
@@ -79,10 +79,10 @@ def cases_view(ctx: LabContext, name: Optional[str], kind: str, lo: float, hi: f
         pred = ctx.results.predictions(run)
         table = cases.case_table(pred)
         if column:
-            table[column] = confidence.values(signal, analysis.reported_probs(pred), pred.mask, pred.rows)
+            table[column] = confidence.values(signal, predictions.reported_probs(pred), pred.mask, pred.rows)
         by = column or "confidence"
         filtered = cases.filter_cases(table, kind, conf_range, dataset or None, by)
-        unit = "targets" if analysis.is_token_run(pred) else "questions"  # a token run's rows are its target tokens
+        unit = "targets" if predictions.is_token_run(pred) else "questions"  # a token run's rows are its target tokens
         note = cases.describe_cases(table, filtered, kind, conf_range, dataset or None, by, unit)
         filtered = cases.sort_cases(filtered, order or cases.DEFAULT_SORT)
     except (ValueError, OSError) as e:

@@ -12,7 +12,8 @@ from jobs.lane import Lane
 from jobs.store import Job, JobStore
 from lab.core.files import cache_dir
 from lab.core.layout import LANE_DIR, PREDICTIONS_FILE
-from lab.results.analysis import Predictions, Sweep, load_predictions, temperature_sweep
+from lab.results.analysis import Sweep, temperature_sweep
+from lab.results.predictions import Predictions, load_predictions
 from lab.results.runs import EvalRun
 from ui.progress import EventCache
 
@@ -46,7 +47,7 @@ class ResultCache:
 
     def predictions(self, run: EvalRun) -> Predictions:
         """Raises OSError or ValueError (naming the run's file and line, never its absolute path) as
-        :func:`lab.results.analysis.load_predictions`."""
+        :func:`lab.results.predictions.load_predictions`."""
         return self._load(run.path, run.name, _version(run))
 
     def sweep(self, run: EvalRun, form: str, n_bins: int, edges: str) -> Sweep:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from lab.calibration import calibrators, confidence
 from lab.core.layout import CALIBRATORS_DIR
-from lab.results import analysis, runs
+from lab.results import analysis, predictions, runs
 from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error, note, ok
@@ -88,13 +88,13 @@ def fit_and_apply(ctx: LabContext, fit_name: Optional[str], apply_name: Optional
     try:
         fit_pred, test_pred = ctx.results.predictions(fit_run), ctx.results.predictions(apply_run)
         for pred in (fit_pred, test_pred):  # a token run keys its targets, and rescales, only since it kept logits
-            if analysis.is_token_run(pred):
-                analysis.token_logits(pred)
-        cal = calibrators.fit(method or DEFAULT_METHOD, analysis.reported_probs(fit_pred), fit_pred.mask,
+            if predictions.is_token_run(pred):
+                predictions.token_logits(pred)
+        cal = calibrators.fit(method or DEFAULT_METHOD, predictions.reported_probs(fit_pred), fit_pred.mask,
                               fit_pred.labels, fit_pred.rows, signal or confidence.DEFAULT, n_bins,
                               logits=fit_pred.logits, run=fit_run.name, label=fit_run.label, dataset=fit_run.dataset,
                               split=fit_run.split)
-        report = calibrators.before_after(cal, analysis.reported_probs(test_pred), test_pred.mask, test_pred.labels,
+        report = calibrators.before_after(cal, predictions.reported_probs(test_pred), test_pred.mask, test_pred.labels,
                                           test_pred.rows, n_bins, test_pred.bin_edges, BOOT, logits=test_pred.logits)
     except calibrators.SameQuestions as e:
         return (RED.format("⛔ Refused: " + html.escape(str(e))), *nothing)

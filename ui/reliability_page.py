@@ -22,7 +22,8 @@ import plotly.graph_objects as go
 from gradio.components.plot import PlotData
 
 from lab.calibration import calibrators
-from lab.results import analysis, runs
+from lab.results import analysis, predictions, runs
+from lab.results.tables import positionwise_topk
 from ui.components import (AS_EVALUATED, bin_edges, binning, binning_radio, calibrator_picker, edges_radio, export,
                            picked_calibrator, run_picker)
 from ui.context import LabContext
@@ -46,18 +47,18 @@ def drawn_confidence(ctx: LabContext, run: runs.EvalRun,
     to show: a calibrator fitted on some of these questions, a run too small for a steady ECE."""
     pred = ctx.results.predictions(run)
     if calibrator is None:  # as reported: a token-level run's own confidence and correctness per target
-        return analysis.reported_confidence(pred), analysis.reported_correct(pred), cautions_of(run, pred, None)
-    if analysis.is_token_run(pred):  # the prediction stays the top token: only its confidence is recalibrated
-        _, conf = calibrators.apply(calibrator, pred.probs, pred.mask, pred.rows, logits=analysis.token_logits(pred))
-        return conf, analysis.reported_correct(pred), cautions_of(run, pred, calibrator)
-    choice, conf = calibrators.apply(calibrator, analysis.reported_probs(pred), pred.mask, pred.rows)
+        return predictions.reported_confidence(pred), predictions.reported_correct(pred), cautions_of(run, pred, None)
+    if predictions.is_token_run(pred):  # the prediction stays the top token: only its confidence is recalibrated
+        _, conf = calibrators.apply(calibrator, pred.probs, pred.mask, pred.rows, logits=predictions.token_logits(pred))
+        return conf, predictions.reported_correct(pred), cautions_of(run, pred, calibrator)
+    choice, conf = calibrators.apply(calibrator, predictions.reported_probs(pred), pred.mask, pred.rows)
     return conf, choice == pred.labels, cautions_of(run, pred, calibrator)
 
 
-def cautions_of(run: runs.EvalRun, pred: analysis.Predictions,
+def cautions_of(run: runs.EvalRun, pred: predictions.Predictions,
                 calibrator: Optional[calibrators.Calibrator]) -> list[str]:
     """What to say beside a drawn run: a calibrator fitted on some of its questions, too few questions."""
-    said = [calibrators.fitted_on_same(calibrator, pred.rows), analysis.small_sample_warning(len(pred.labels), analysis.is_token_run(pred))]
+    said = [calibrators.fitted_on_same(calibrator, pred.rows), analysis.small_sample_warning(len(pred.labels), predictions.is_token_run(pred))]
     return [f"{run.label}: {c}" for c in said if c]
 
 
@@ -80,7 +81,7 @@ def oracle_summary(ctx: LabContext, run: runs.EvalRun, n_bins: int, strategy: st
     """The Bayes predictor's calibration on the run's questions when they carry their true answer
     distribution (the controlled task), binned as the run is drawn; None for any other data."""
     pred = ctx.results.predictions(run)
-    truth = analysis.oracle_probs(pred)
+    truth = predictions.oracle_probs(pred)
     if truth is None:
         return None
     return analysis.calibration_summary(truth, pred.mask, pred.labels, n_bins, strategy,
@@ -89,7 +90,7 @@ def oracle_summary(ctx: LabContext, run: runs.EvalRun, n_bins: int, strategy: st
 
 def positionwise_view(ctx: LabContext, picked: list[runs.EvalRun]) -> tuple[go.Figure, str]:
     """Every picked run's position-wise top-k, and a note naming the runs that have none to draw."""
-    tables = [(r.label, analysis.positionwise_topk(ctx.results.predictions(r))) for r in picked]
+    tables = [(r.label, positionwise_topk(ctx.results.predictions(r))) for r in picked]
     missing = [label for label, table in tables if table.empty]
     return positionwise_figure(tables), (NO_TOP_TOKENS + html.escape("; ".join(missing)) + "." if missing else "")
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from lab.core import stored
 from lab.core.layout import CELLS_DIR, SERIES_FILE
-from lab.results import analysis, runs
+from lab.results import runs, tables
 from ui.components import PICKER_POLL_S as POLL_S
 from ui.components import export
 from ui.context import LabContext
@@ -27,7 +27,7 @@ from ui.messages import error, note
 # The label wraps in its column and the numbers keep theirs, so at 1440 px every headline number is in view.
 WIDE = {"run": "300px", "oracle accuracy": "110px", "oracle ECE": "100px", "model": "160px", "scoring": "160px",
         "folder": "160px"}
-COLUMN_WIDTHS = [WIDE.get(column, "84px") for column in analysis.RESULTS_COLUMNS]
+COLUMN_WIDTHS = [WIDE.get(column, "84px") for column in tables.RESULTS_COLUMNS]
 PERCENT = ("ECE", "ECE low", "ECE high", "accuracy", "cw-ECE", "oracle accuracy", "oracle ECE")  # fractions, shown ×100
 SEARCHED = ("run", "model", "dataset", "split", "scoring", "folder")  # what the filter's words are looked for in
 INTRO = ("Every evaluation under the runs directory, FIRST Table 1 style (ECE / accuracy / Trust per run "
@@ -39,7 +39,7 @@ TABLE_LABEL = "Evaluations (ECE and accuracy columns in %)"
 # ---------------------------------------------------------------- handlers
 def results_view(ctx: LabContext) -> pd.DataFrame:
     """Every evaluation, its figures as fractions (what the CSV holds)."""
-    return analysis.results_table(ctx.runs)
+    return tables.results_table(ctx.runs)
 
 
 def is_series_cell(root: Path, folder: Any) -> bool:
@@ -101,7 +101,7 @@ def left_out(ctx: LabContext) -> str:
 
 def export_csv(ctx: LabContext, text: Any = "", show_cells: Any = False):
     """The rows the filter shows as ``results.csv`` (figures as fractions), shown as a download."""
-    csv = analysis.results_csv(filtered(ctx, results_view(ctx), text, show_cells))
+    csv = tables.results_csv(filtered(ctx, results_view(ctx), text, show_cells))
     return export(ctx, "results.csv", lambda target: target.write_text(csv, encoding="utf-8"))
 
 

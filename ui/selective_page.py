@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from lab.calibration import confidence, selective
-from lab.results import analysis, cases, runs
+from lab.results import cases, predictions, runs
 from ui.cases_page import COLUMN_WIDTHS
 from ui.cases_page import COLUMNS as CASE_COLUMNS
 from ui.cases_page import MAX_CHARS, shown_cases
@@ -75,7 +75,7 @@ def run_row(label: str, signal: str, correct: np.ndarray, s: dict[str, Any], cut
             "dropped wrong": cut["dropped_wrong"]}
 
 
-def dropped_questions(pred: analysis.Predictions, conf: np.ndarray, threshold: float) -> pd.DataFrame:
+def dropped_questions(pred: predictions.Predictions, conf: np.ndarray, threshold: float) -> pd.DataFrame:
     """The questions ``threshold`` drops (signal below it), least confident first, as Case studies
     shows questions; ``confidence`` is the signal's value."""
     table = cases.case_table(pred).assign(confidence=conf)
@@ -96,11 +96,11 @@ def selective_view(ctx: LabContext, names: Optional[list[str]], signal: Optional
         for run in picked:
             pred = ctx.results.predictions(run)
             try:
-                conf = confidence.values(signal, analysis.reported_probs(pred), pred.mask, pred.rows)
+                conf = confidence.values(signal, predictions.reported_probs(pred), pred.mask, pred.rows)
             except ValueError as e:
                 cautions.append(f"{run.label}: {e}")
                 continue
-            correct = analysis.reported_correct(pred)
+            correct = predictions.reported_correct(pred)
             coverage, risk = selective.risk_coverage(conf, correct)
             s = ctx.results.selective_summary(run, signal, lambda: selective.summary(conf, correct, n_boot=BOOT))
             cut = selective.select(conf, correct, threshold)

@@ -32,7 +32,7 @@ import plotly.graph_objects as go
 
 from lab.calibration.temperature import FORMS, LAB_SWEEP_BOUNDS, TemperatureFit
 from lab.calibration.temperature_files import save_temperature
-from lab.results import analysis, runs
+from lab.results import analysis, predictions, runs
 from lab.results.runs import EvalRun
 from ui.components import AS_EVALUATED, bin_edges, binning, binning_radio, edges_radio, run_picker
 from ui.context import LabContext
@@ -258,7 +258,7 @@ def _sweep(ctx: LabContext, run: EvalRun, form: str, bins: Optional[str], edges:
     return ctx.results.sweep(run, form, n_bins, bin_edges(edges, ctx.results.predictions(run).bin_edges))
 
 
-def _within(pred: analysis.Predictions, t: float) -> tuple[float, str]:
+def _within(pred: predictions.Predictions, t: float) -> tuple[float, str]:
     """T, taken to the nearest end of the temperatures a token run can be rescaled to when outside them,
     and a note saying so ("" when T is drawn as asked)."""
     limits = analysis.temperature_limits(pred)
@@ -269,10 +269,10 @@ def _within(pred: analysis.Predictions, t: float) -> tuple[float, str]:
                          f"log-partition at ({limits[0]:g} to {limits[1]:g}): drawn at T = {nearest:g}.")
 
 
-def _form_choices(pred: analysis.Predictions, form: str) -> tuple[str, Any]:
+def _form_choices(pred: predictions.Predictions, form: str) -> tuple[str, Any]:
     """The form a run is drawn in and the radio's update: a token run is drawn in the logit form, the
     only one it offers (the paper form said not to apply to it), a multiple-choice run in either."""
-    if analysis.is_token_run(pred):
+    if predictions.is_token_run(pred):
         return "logit", gr.update(choices=["logit"], value="logit", info=PAPER_NOT_FOR_TOKENS)
     return form, gr.update(choices=list(FORMS), info=FORM_INFO)
 
@@ -342,7 +342,7 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
         box=gr.update(value=_show(t), label=f"{FIELD[form]} (type a value, then Enter)"),
         message=(note(PAPER_NOT_FOR_TOKENS) if form != asked else "") + clamped,
         reliability=reliability_figure(summary, f"{symbol} = {t:.{SHOWN_DIGITS}g} · {run.label}", TITLE_CHARS),
-        text=_metrics_text(run, t, form, summary, base, sweep, analysis.is_token_run(pred)),
+        text=_metrics_text(run, t, form, summary, base, sweep, predictions.is_token_run(pred)),
         sweep=_sweep_plot(sweep, t, form),
         go_ece=gr.update(value=f"{GO_TO['ece']} ({symbol} = {sweep.best_ece:.3g})"),
         go_nll=gr.update(value=f"{GO_TO['nll']} ({symbol} = {sweep.best_nll:.3g})"),

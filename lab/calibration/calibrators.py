@@ -25,7 +25,7 @@ no pickle, so a file from elsewhere can be read without running anything in it. 
 import; scikit-learn and scipy are imported by the fits.
 
 A token-level run (task clm or facts) is calibrated alike, one target token a question: its
-"options" are the top tokens and the rest (:attr:`lab.results.analysis.Predictions.probs`), the
+"options" are the top tokens and the rest (:attr:`lab.results.predictions.Predictions.probs`), the
 prediction is always the top token (slot 0), the signals are the top probability and the margin,
 and temperature scaling rescales the whole vocabulary through the log-partition each target kept
 (:func:`lab.calibration.token_temperature.fit_token_temperature`). A calibrator remembers which kind it was
@@ -224,7 +224,7 @@ def _token_logits(spec: Method, rows: Sequence[dict[str, Any]],
         return None
     if logits is None:
         raise ValueError(f"{spec.title} of a token run rescales its whole vocabulary: it needs the log-partition "
-                         "each target kept (lab.results.analysis.Predictions.logits)")
+                         "each target kept (lab.results.predictions.Predictions.logits)")
     return logits
 
 

@@ -136,6 +136,7 @@ def temperature_logit(p: Any, T: float) -> np.ndarray:
     with np.errstate(divide="ignore"):  # log 0 = -inf, which the softmax turns back into 0
         return softmax(np.log(p) / T)
 
+
 # ---------------------------------------------------------------- the fit, and the search it shares with the lab
 def _nll_at(logits: np.ndarray, labels: np.ndarray, temperature: float) -> float:
     z = logits / temperature

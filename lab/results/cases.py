@@ -1,7 +1,7 @@
 """Case studies: one evaluation's questions as a table, filtered and sorted to show where the
 model was sure and wrong, and one question followed across runs.
 
-Built from :class:`lab.results.analysis.Predictions` (no model call); options are lettered as the
+Built from :class:`lab.results.predictions.Predictions` (no model call); options are lettered as the
 prompts letter them (:func:`lab.data.templates.option_letter`).
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pandas as pd
 
 from lab.calibration import metrics
 from lab.data.templates import option_letter
-from lab.results.analysis import (Predictions, is_token_run, load_predictions, oracle_probs, reported_probs,
-                                  require_options)
+from lab.results.predictions import (Predictions, is_token_run, load_predictions, oracle_probs, reported_probs,
+                                     require_options)
 
 CaseKind = Literal["all", "overconfident_wrong", "correct", "wrong"]
 CASE_KINDS: tuple[str, ...] = ("all", "overconfident_wrong", "correct", "wrong")

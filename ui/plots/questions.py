@@ -33,7 +33,7 @@ def option_bars(results: Sequence[dict]) -> go.Figure:
 
 @never_raises
 def positionwise_figure(tables: Sequence[tuple[str, pd.DataFrame]]) -> go.Figure:
-    """:func:`lab.results.analysis.positionwise_topk` of one or more runs, each ``(label, table)``.
+    """:func:`lab.results.tables.positionwise_topk` of one or more runs, each ``(label, table)``.
 
     Per run, in its own colour: bars (grouped by rank) of the mean probability of the rank-k token
     at the answer position, and a dotted line of how often the answer letter is within the top k.

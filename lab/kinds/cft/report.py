@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from lab.results.analysis import LEGACY_BIN_EDGES
+from lab.results.predictions import LEGACY_BIN_EDGES
 from lab.results.reports import SELECTIVE_HEAD, pct, row, selective_cells, write_files
 
 NAMES = {"base": "Base model", "ts": "Temperature scaling", "ls": "Label smoothing", "cft": "CFT"}

@@ -32,7 +32,7 @@ from lab.jobkit.worker import JobContext
 from lab.kinds.cft.config import CftConfig
 from lab.kinds.cft.report import write_report
 from lab.kinds.evaluate.run import apply_temperature, evaluate_records, lm_eval_info, write_evaluation
-from lab.results.analysis import load_predictions
+from lab.results.predictions import load_predictions
 from lab.training.config import TrainConfig
 
 IN_DOMAIN = "in_domain"
