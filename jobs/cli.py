@@ -22,7 +22,8 @@ from jobs.preflight import GIB, check_devices, check_lora_targets, dry_run, subm
 from jobs.rebuild import check_gpus
 from jobs.scheduler import Scheduler, cancel, start_in_background
 from jobs.sharding import check_sharding
-from jobs.store import JobStore, StoreError, check_processes
+from jobs.store import JobStore, StoreError
+from jobs.submit_checks import check_processes
 from lab.core.config import ConfigError
 from lab.core.events import EVENTS_FILE, read_events_checked
 from lab.core.yamlio import load_yaml

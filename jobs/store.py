@@ -28,22 +28,18 @@ import sqlite3
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-
-from jobs.preflight import check_devices, check_disk, check_gpu_request, check_lora_targets
-from jobs.sharding import check_sharding
-from lab.models.placement import check_job_gpus
-from jobs.rebuild import DB_FILE, EXECUTORS, MAX_PROCESSES, check_gpus, create, rebuild
-from jobs.slurm import SlurmOptions, parse_options
-from lab.core.config import ConfigError, check_int
+from jobs.rebuild import DB_FILE, create, rebuild
+from jobs.submit_checks import Queued, checked
+from lab.core.config import ConfigError
 from lab.core.events import EVENTS_FILE, QUEUED, EventWriter
 from lab.core.files import write_atomic
 from lab.core.layout import JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE, run_dir_name
 from lab.core.yamlio import load_yaml
-from lab.jobkit.chain import ENDINGS, references, write_result
+from lab.jobkit.chain import ENDINGS, write_result
 from lab.jobkit.kinds import JobKind, parse_config, write_config
 from lab.jobkit.pipeline import Stage, bind, parse_pipeline
 
@@ -54,20 +50,8 @@ RESUMABLE = ("failed", "cancelled", "interrupted")  # ended without finishing: i
 STATUSES = ("queued", "running", *ENDINGS)
 
 
-
 class StoreError(RuntimeError):
     """The job store cannot be opened as it is; the message says what to do."""
-
-
-def check_processes(value: Any, gpus: int, kind: JobKind) -> int:
-    """A CPU job's number of data-parallel processes: 1 unless the kind splits its work across ranks,
-    and 1 with GPUs, where a job runs one process per GPU."""
-    value = check_int("processes", value, 1, MAX_PROCESSES)
-    if value > 1 and gpus:
-        raise ConfigError(f"processes: a GPU job runs one process per GPU; set processes to 1 (it asked for {gpus} GPUs)")
-    if value > 1 and not kind.data_parallel:
-        raise ConfigError(f"processes: a {kind.name} job does not split its work across processes; set processes to 1")
-    return value
 
 
 @dataclass(frozen=True)
@@ -115,26 +99,6 @@ class Job:
     def elapsed(self) -> Optional[float]:
         """Seconds it has run: to its end when finished, else to now; None when it has not started."""
         return ((self.finished or time.time()) - self.started) if self.started else None
-
-
-@dataclass(frozen=True)
-class _Queued:
-    """A job checked in full and not yet inserted: what its row and its ``job.json`` will hold."""
-
-    kind: JobKind
-    parsed: Any
-    gpus: int
-    processes: int
-    executor: str
-    options: Optional[SlurmOptions]
-    folders: Optional[list[str]]
-    waits: Optional[list[int]]
-
-    def job_file(self) -> dict[str, Any]:
-        """``job.json``: the record of the submission, every key of :data:`jobs.rebuild.JOB_FILE_KEYS`."""
-        return {"gpus": self.gpus, "processes": self.processes, "executor": self.executor,
-                "slurm": asdict(self.options) if self.options else None, "roots": self.folders,
-                "waits_on": self.waits}
 
 
 @dataclass(frozen=True)
@@ -270,7 +234,7 @@ class JobStore:
         return [self.get(job_id) for job_id in ids.values()]
 
     def _stage(self, i: int, stage: Stage, ids: dict[str, int], gpus: Any, roots: Optional[Iterable[Path]],
-               processes: Any, executor: Any, slurm: Any, db: sqlite3.Connection) -> "_Queued":
+               processes: Any, executor: Any, slurm: Any, db: sqlite3.Connection) -> Queued:
         """Pipeline stage ``i`` checked in full, its ``stage:<name>`` bound to the ids of the stages
         before it (made in ``db``'s transaction, their run directories on disk for ``run:<id>`` to find)."""
         try:
@@ -282,45 +246,20 @@ class JobStore:
 
     def _checked(self, kind: JobKind, parsed: Any, gpus: Any, roots: Optional[Iterable[Path]], processes: Any,
                  executor: Any, slurm: Any, after: Iterable[int],
-                 db: Optional[sqlite3.Connection] = None) -> "_Queued":
-        """Everything :meth:`submit` checks beyond the config itself: resources, executor, Slurm options,
-        devices, disk, LoRA targets and the jobs it waits for (read in ``db`` when given)."""
-        gpus = check_gpus(gpus)
-        if executor not in EXECUTORS:
-            raise ConfigError(f"executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
-        options = None
-        if executor == "slurm":
-            options = parse_options(slurm)
-            if gpus:
-                raise ConfigError("gpus: a Slurm job asks for GPUs with slurm.gpus_per_node; set gpus to 0")
-            if roots is not None and shutil.which("sbatch") is None:
-                raise ConfigError("executor: this server has no Slurm (sbatch not found); pick local")
-        elif slurm:
-            raise ConfigError("slurm: options are for executor slurm")
-        processes = check_processes(processes, options.gpus_per_node if options else gpus, kind)
-        if roots is not None and executor == "local":
-            check_gpu_request(gpus)
-            if processes > (os.cpu_count() or 1):
-                raise ConfigError(f"processes: this machine has {os.cpu_count()} CPU cores; ask for that many or fewer")
-        values = parsed.to_dict()
-        check_devices(kind.name, values, options.gpus_per_node if options else gpus,
-                      here=roots is not None and executor == "local")
-        check_sharding(kind.name, values, options.gpus_per_node if options else gpus)
-        check_job_gpus(kind.config, values, options.gpus_per_node if options else gpus)
-        check_disk(kind.name, values, self.root)  # its run directory will be under the root
-        check_lora_targets(kind.name, values)
-        waits = list(dict.fromkeys([*references(kind.config, values), *after])) or None
+                 db: Optional[sqlite3.Connection] = None) -> Queued:
+        """Everything :meth:`submit` checks beyond the config itself (:func:`jobs.submit_checks.checked`),
+        then that the jobs it waits for are in this store (read in ``db`` when given)."""
+        queued = checked(kind, parsed, gpus, roots, processes, executor, slurm, after, self.root)
         own = db is None
         db = self._connect() if own else db
         try:
-            for earlier in waits or ():
+            for earlier in queued.waits or ():
                 if db.execute("SELECT 1 FROM jobs WHERE id = ?", (earlier,)).fetchone() is None:
                     raise ConfigError(f"after: there is no job {earlier} in this store")
         finally:
             if own:
                 db.close()
-        folders = None if roots is None else [os.path.realpath(os.path.expanduser(r)) for r in roots]
-        return _Queued(kind, parsed, gpus, processes, executor, options, folders, waits)
+        return queued
 
     @contextmanager
     def _inserting(self) -> Iterator[tuple[sqlite3.Connection, list[Path]]]:
@@ -336,7 +275,7 @@ class JobStore:
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
 
-    def _insert(self, db: sqlite3.Connection, queued: "_Queued", made: list[Path]) -> int:
+    def _insert(self, db: sqlite3.Connection, queued: Queued, made: list[Path]) -> int:
         """Queue a checked job in ``db``'s transaction: its run directory with ``config.yaml`` and
         ``job.json`` (the record a lost store is rebuilt from), then its row. Returns its id."""
         last = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]

@@ -10,7 +10,8 @@ import pytest
 
 from jobs import preflight
 from jobs.cli import main as jobs_cli
-from jobs.store import JobStore, check_gpus
+from jobs.rebuild import check_gpus
+from jobs.store import JobStore
 from lab.cli import main as lab_cli
 from lab.core.config import ConfigError
 from lab.core.yamlio import load_yaml
