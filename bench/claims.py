@@ -1,6 +1,6 @@
 """The claims tables of the seeded benches, paired by seed: bench/results/controlled_cpu.md and lifecycle_cpu.md.
 
-    .venv/bin/python bench/claims.py [--check]
+    .venv/bin/python -m bench.claims [--check]
 
 A claim compares two rows that the same seeds fed (seed i's row A and seed i's row B share its base
 model, its data order, its machine's rounding), so it is tested on the per-seed differences B − A:
@@ -13,7 +13,8 @@ the difference has the claimed sign, *reversed* where it has the other; the chan
 the table is called wrongly stays under 5 %.
 
 bench/controlled.py and bench/lifecycle.py write these tables from every seed's exact figures
-(:func:`claims_section`). This script rewrites them from what the results files keep, so that a claim
+(:func:`claims_section`). This module rewrites them in place (the rest of each file, the command and machine
+that produced it included, is kept) from what the results files keep, so that a claim
 table follows its figures without rerunning an hour of jobs: a claims table's own per-seed differences
 where it has them, else the two rows' per-seed figures (rounded to 0.1 as printed). Where the file keeps
 no per-seed figure of a row (accuracy, confidence − accuracy, the per-step and per-epoch curves), the
@@ -23,22 +24,17 @@ unshown may still hold (marked *bound*).
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Sequence
 
 from scipy import stats
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
+from bench._harness import RESULTS, parser
+from lab.calibration.spread import Difference, holm_adjust, mean_interval, t_difference
 
-from lab.calibration.spread import Difference, holm_adjust, mean_interval, t_difference  # noqa: E402
-
-RESULTS = REPO / "bench" / "results"
 HEADING = "## Claims, over seeds"
 ALPHA = 0.05  # the table's familywise error rate
 
@@ -350,9 +346,9 @@ FILES = {"controlled_cpu.md": controlled_specs, "lifecycle_cpu.md": lifecycle_sp
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 where a claims table is stale")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--check", action="store_true", help="write nothing; exit 1 where a claims table is stale")
+    args = options.parse_args()
     stale = []
     for name, specs in FILES.items():
         path = RESULTS / name

@@ -1,6 +1,6 @@
 """How long a compare takes through the inference lane: cold, warm, and beside a training job.
 
-    python bench/compare_latency.py [--repeats 3] [--no-training]
+    python -m bench.compare_latency [--repeats 3] [--no-training] [--out bench/results/compare_latency_cpu.txt]
 
 Two models, as a user compares a fine-tune with its base: the bundled SmolLM2-135M-Instruct and
 the same base with a LoRA adapter (random, made here: only its cost matters). Measured in one run:
@@ -26,7 +26,6 @@ default (the bundled model). Prints seconds and the ratios cold / warm, cold / p
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -36,11 +35,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a plain script from anywhere
-
-from jobs.lane import Lane  # noqa: E402
-from lab.kinds.compare.run import history_dir  # noqa: E402
+from bench._harness import REPO, RESULTS, Timer, Transcript, parser, seed, timed, write_result
+from jobs.lane import Lane
+from lab.kinds.compare.run import history_dir
 
 OPTIONS = ["Oslo", "Helsinki", "Stockholm", "Copenhagen"]
 QUESTIONS = ["What is the capital of Norway?", "What is the capital of Sweden?", "What is the capital of Denmark?",
@@ -50,12 +47,11 @@ QUESTIONS = ["What is the capital of Norway?", "What is the capital of Sweden?",
 
 def _adapter(folder: Path) -> str:
     """A LoRA adapter on the bundled model, saved as a training run would leave it."""
-    import torch
     from peft import LoraConfig, get_peft_model
 
     from lab.models.loading import load_model
 
-    torch.manual_seed(0)
+    seed(0)
     loaded = load_model("bundled", device="cpu")
     model = get_peft_model(loaded.model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     model.save_pretrained(folder)
@@ -71,9 +67,7 @@ def _config(adapter: Optional[str], *questions: str) -> dict:
 
 def _timed(lane: Lane, runs: Path, adapter: Optional[str], *questions: str) -> float:
     config = _config(adapter, *questions)
-    start = time.perf_counter()
-    lane.call("compare", {"config": config, "out": str(history_dir(runs, config["questions"]))})
-    return time.perf_counter() - start
+    return timed(lambda: lane.call("compare", {"config": config, "out": str(history_dir(runs, config["questions"]))}))
 
 
 def _preloaded(home: Path, runs: Path, preload: list[dict], adapter: Optional[str],
@@ -100,10 +94,8 @@ def _job_path(runs: Path, adapter: str, question: str) -> float:
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "compare.yaml"
     config.write_text(yaml.safe_dump({"kind": "compare", "device": "cpu", **_config(adapter, question)}))
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "lab", "run", str(config), "--out", str(folder / "out")], cwd=ROOT,
-                   check=True, capture_output=True)
-    return time.perf_counter() - start
+    return timed(lambda: subprocess.run([sys.executable, "-m", "lab", "run", str(config), "--out", str(folder / "out")],
+                                        cwd=REPO, check=True, capture_output=True))
 
 
 def _training(runs: Path) -> subprocess.Popen:
@@ -112,13 +104,13 @@ def _training(runs: Path) -> subprocess.Popen:
     import yaml
 
     out = runs / "training"
-    config = yaml.safe_load((ROOT / "examples" / "finetune-quick.yaml").read_text())
+    config = yaml.safe_load((REPO / "examples" / "finetune-quick.yaml").read_text())
     config.update(limit=1000, val_limit=16)
     (runs / "training.yaml").write_text(yaml.safe_dump(config))
     proc = subprocess.Popen([sys.executable, "-m", "lab", "run", str(runs / "training.yaml"), "--out", str(out)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    waited = Timer()
+    while waited.seconds < 300 and proc.poll() is None:
         try:
             events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
         except (OSError, ValueError):
@@ -131,10 +123,10 @@ def _training(runs: Path) -> subprocess.Popen:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-training", action="store_true", help="skip the compare beside a training job")
-    args = parser.parse_args()
+    options = parser(__doc__, out=RESULTS / "compare_latency_cpu.txt")
+    options.add_argument("--repeats", type=int, default=3)
+    options.add_argument("--no-training", action="store_true", help="skip the compare beside a training job")
+    args = options.parse_args()
     with tempfile.TemporaryDirectory(prefix="compare-latency-") as tmp:
         runs = Path(tmp)
         adapter = _adapter(runs / "adapter")
@@ -166,31 +158,31 @@ def main() -> None:
         finally:
             same.stop()
         same_load, same_first = _preloaded(runs / ".lane-same-pre", runs, both[:1], None, QUESTIONS[0])
-    print("compare of 2 models (bundled, bundled + LoRA) on 1 question with 4 options, 24 new tokens, CPU")
-    _line("job path (fresh process)", job)
-    _line("lane, cold (first compare)", cold)
-    _line(f"lane, warm (median of {args.repeats})", warm,
-          f"cold/warm {cold / warm:5.1f}x   job/warm {job / warm:5.1f}x")
-    _line("lane, pre-loaded with both, first compare", both_first,
-          f"cold/pre-loaded {cold / both_first:5.1f}x   (the pre-load took {both_load:.2f} s)")
-    _line("lane, pre-loaded with bundled, first compare", base_first,
-          f"cold/pre-loaded {cold / base_first:5.1f}x   (the pre-load took {base_load:.2f} s; the compare "
-          "attaches the adapter)")
-    _line("lane, warm, 3 questions", listed)
+    report = Transcript()
+    line = lambda label, seconds, ratios="": report.print(f"  {label:<46}{seconds:7.2f} s   {ratios}".rstrip())  # noqa: E731
+    report.print("compare of 2 models (bundled, bundled + LoRA) on 1 question with 4 options, 24 new tokens, CPU")
+    line("job path (fresh process)", job)
+    line("lane, cold (first compare)", cold)
+    line(f"lane, warm (median of {args.repeats})", warm,
+         f"cold/warm {cold / warm:5.1f}x   job/warm {job / warm:5.1f}x")
+    line("lane, pre-loaded with both, first compare", both_first,
+         f"cold/pre-loaded {cold / both_first:5.1f}x   (the pre-load took {both_load:.2f} s)")
+    line("lane, pre-loaded with bundled, first compare", base_first,
+         f"cold/pre-loaded {cold / base_first:5.1f}x   (the pre-load took {base_load:.2f} s; the compare "
+         "attaches the adapter)")
+    line("lane, warm, 3 questions", listed)
     if during is not None:
-        _line("lane, warm, during training", during, f"({during / warm:.1f}x warm; the training job was "
-              f"{'still' if still else 'no longer'} running when it answered)")
-    print(f"  held after: {', '.join(h['model'] + (' + adapter' if h['adapter'] else '') for h in held)} "
-          "(the base loaded once)")
-    print("bundled and bundled at T = 2 (one model, asked once; T rescales its option probabilities)")
-    _line("lane, cold", same_cold)
-    _line(f"lane, warm (median of {args.repeats})", same_warm, f"cold/warm {same_cold / same_warm:5.1f}x")
-    _line("lane, pre-loaded with bundled, first compare", same_first,
-          f"cold/pre-loaded {same_cold / same_first:5.1f}x   (the pre-load took {same_load:.2f} s)")
+        line("lane, warm, during training", during, f"({during / warm:.1f}x warm; the training job was "
+             f"{'still' if still else 'no longer'} running when it answered)")
+    report.print(f"  held after: {', '.join(h['model'] + (' + adapter' if h['adapter'] else '') for h in held)} "
+                 "(the base loaded once)")
+    report.print("bundled and bundled at T = 2 (one model, asked once; T rescales its option probabilities)")
+    line("lane, cold", same_cold)
+    line(f"lane, warm (median of {args.repeats})", same_warm, f"cold/warm {same_cold / same_warm:5.1f}x")
+    line("lane, pre-loaded with bundled, first compare", same_first,
+         f"cold/pre-loaded {same_cold / same_first:5.1f}x   (the pre-load took {same_load:.2f} s)")
+    write_result(args.out, report.lines)
 
-
-def _line(label: str, seconds: float, ratios: str = "") -> None:
-    print(f"  {label:<46}{seconds:7.2f} s   {ratios}".rstrip())
 
 if __name__ == "__main__":
     main()

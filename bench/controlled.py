@@ -1,6 +1,6 @@
 """The papers' effects on the controlled task, over training seeds: bench/results/controlled_cpu.md.
 
-    .venv/bin/python bench/controlled.py [--seeds 5 | --only SEED ...] [--no-report] [--threads 1]
+    .venv/bin/python -m bench.controlled [--seeds 5 | --only SEED ...] [--no-report] [--threads 1]
                                          [--out runs/bench-controlled-seeds]
 
 A task from :mod:`lab.data.synthetic` (8 objects, 4 colours, the stated answer the rule's with
@@ -21,7 +21,7 @@ its own (3 epochs); every experiment starts from it, as the papers start from a 
 
 **Seeds.** The same seeds on another 2-core CPU moved these figures far outside their bootstrap
 intervals (issue 34): a thread count or kernel dispatch that differs changes float rounding, and 16
-epochs on 100 noisy labels grow that into another model (bench/determinism.py measures it). So the
+epochs on 100 noisy labels grow that into another model (bench.determinism measures it). So the
 bench is run for ``--seeds`` seeds 0, 1, …, each in ``out/seed-N/``, and every figure is the mean over
 seeds with Student's t 95 % interval over seeds (:func:`lab.calibration.spread.mean_interval`), the
 first seed's bootstrap interval over questions beside it. A seed is the seed of *every* training job: the
@@ -29,7 +29,7 @@ scratch model's initialisation, the base, the fine-tunes, the students and the C
 also carves the CFT pool into train / validation / test). The base is not shared: a machine that
 rebuilds the bench rebuilds it, so its variation belongs in the spread. The questions of
 experiments 1 and 2 are the same for every seed. An effect is stated (the *claims* table) only where
-the paired difference over seeds holds under Holm's adjustment over the table (bench/claims.py).
+the paired difference over seeds holds under Holm's adjustment over the table (bench.claims).
 
 Every job is a config (written beside its run under ``out/seed-N/configs/``, built from the shipped
 presets ``examples/*-controlled.yaml`` with this bench's data and sizes) run by the lab's own worker,
@@ -40,75 +40,27 @@ perfect model would still show on that many questions. The seeds are jobs of the
 """
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
+from bench._controlled_task import (EPOCHS, SIZES, base_model, cft_job, common, finetune_job, full_finetune, history,
+                                    job, jobs_parser, mean_cell, prepare)
+from bench._harness import REPO, RESULTS, Only, Timer, preset, write_result
+from bench.claims import Claim, Row, claims_section
+from lab.core.events import read_events
+from lab.core.layout import ADAPTER_DIR, EVENTS_FILE, METRICS_FILE, MODEL_DIR
+from lab.results.reports import pct
 
-from bench.claims import Claim, Row, claims_section  # noqa: E402
-from lab.calibration.spread import mean_interval  # noqa: E402
-from lab.data.synthetic import Task, write_splits  # noqa: E402
-from lab.core.events import read_events  # noqa: E402
-from lab.core.layout import ADAPTER_DIR, EVENTS_FILE, METRICS_FILE, MODEL_DIR, RESULT_FILE  # noqa: E402
-from lab.jobkit.worker import run  # noqa: E402
-from lab.core.yamlio import dump_yaml, load_yaml  # noqa: E402
-
-TASK = Task()  # the shipped task: 8 objects, seed 0
-# Scoring is cheap next to training here, but every question scored is scored once per seed: 500 test and
-# shifted questions keep a bootstrap interval of about ±3 points, below the spread over seeds.
-SIZES = {"pretrain": 600, "train": 100, "validation": 200, "test": 500, "shifted": 500, "pool": 1200}
 # The pool's carve (the preset's train 600, the paper's 3000): 300 halve CFT's rows, a third of a seed's compute.
 CFT_SIZES = {"train_size": 300, "val_size": 200, "test_size": 700}
-EPOCHS = 16  # experiments 1 and 2: enough for a hard-label fine-tune to memorise its 100 noisy labels
 LAMBDAS = [0.0, 0.4, 1.8]  # λ = 0 isolates RCFT's prompt + answer SFT from its regulariser
 SLOW_RATE, SLOW_LAMBDAS = 2.0e-4, [0.4]  # the 5× smaller step: does RCFT keep its accuracy?
 DEFAULT_OUT = REPO / "runs" / "bench-controlled-seeds"
-TARGET = REPO / "bench" / "results" / "controlled_cpu.md"
+TARGET = RESULTS / "controlled_cpu.md"
 Split = str  # "in" (test, or CFT's in-domain test part) or "out" (the shifted split)
-
-
-def preset(name: str) -> dict[str, Any]:
-    return load_yaml((REPO / "examples" / f"{name}.yaml").read_text(), name)
-
-
-def common(seed: int) -> dict[str, Any]:
-    """The fields every job of experiments 1 and 2 shares (a cft job names its data per source)."""
-    return {"dataset": "synthetic", "device": "cpu", "seed": seed}
-
-
-def job(out: Path, name: str, config: dict[str, Any]) -> Path:
-    """Run ``config`` in ``out/name``. A finished run of the same config is kept; any other run
-    (killed, or its config changed: a CFT job given one more λ) resumes there, where the worker's
-    stages skip what is done. A changed setting of a stage that is done needs another ``name``."""
-    target = out / name
-    result = target / RESULT_FILE
-    path = out / "configs" / f"{name}.yaml"
-    text = dump_yaml(config)
-    if (result.is_file() and json.loads(result.read_text()).get("status") == "succeeded" and path.is_file()
-            and path.read_text() == text):
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    start = time.time()
-    code = run(path, target)
-    if code != 0:
-        raise SystemExit(f"{name} failed (exit code {code}); see {target}/log.txt or {target}/{EVENTS_FILE}")
-    print(f"{out.name}/{name}: {(time.time() - start) / 60:.1f} min", flush=True)
-    return target
-
-
-def history(run_dir: Path) -> list[dict[str, Any]]:
-    """The per-epoch validation records of a finetune run."""
-    events, _ = read_events(run_dir / EVENTS_FILE)
-    return [e for e in events if e["stage"] == "train_eval" and "ece" in e and float(e["epoch"]).is_integer()]
 
 
 def busy_seconds(run_dir: Path) -> float:
@@ -122,78 +74,6 @@ def busy_seconds(run_dir: Path) -> float:
 
 def metrics(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / METRICS_FILE).read_text())
-
-
-def pct(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
-def ece_cell(m: dict[str, Any]) -> str:
-    """One run's ECE with its bootstrap interval over questions."""
-    return f"{pct(m['ece'])} [{pct(m['ece_ci_low'])}, {pct(m['ece_ci_high'])}]"
-
-
-def data_files(out: Path) -> dict[str, str]:
-    """The bench's splits (written under ``out/data`` on first use) as loader arguments ``split=path``."""
-    data = out / "data"
-    if not (data / "pool.jsonl").is_file():
-        write_splits(data, TASK, SIZES)
-    # The loaders know the splits train / validation / test / shifted: the bench's other parts are read as train.
-    return {part: f"{part if part in ('validation', 'test', 'shifted') else 'train'}={data / f'{part}.jsonl'}"
-            for part in SIZES}
-
-
-def base_model(out: Path, files: dict[str, str], seed: int = 0) -> Path:
-    """The run of the *base*: the scratch model (initialised with ``seed``) trained 3 epochs on its
-    own pretrain questions, in ``out``."""
-    from lab.models.scratch import ScratchConfig, create
-    from lab.data import load_records
-
-    scratch = out / "scratch"
-    if not (scratch / "config.json").is_file():
-        create(scratch, load_records("synthetic", "train", [files["pretrain"]]).records, ScratchConfig(seed=seed))
-    return job(out, "base", {**preset("finetune-controlled"), **common(seed), "model": str(scratch),
-                             "data_files": [files["pretrain"]], "split": "train", "limit": None,
-                             "val_data_files": [files["validation"]], "val_limit": None, "epochs": 3})
-
-
-def finetune_job(out: Path, files: dict[str, str], base: Path, name: str, seed: int, **overrides: Any) -> Path:
-    """The base fine-tuned ``EPOCHS`` epochs on the 100 train questions (experiment 1)."""
-    return job(out, name, {**preset("finetune-controlled"), **common(seed), "model": str(base / MODEL_DIR),
-                           "data_files": [files["train"]], "limit": None, "val_data_files": [files["validation"]],
-                           "val_limit": None, "epochs": EPOCHS, **overrides})
-
-
-def full_finetune(out: Path, files: dict[str, str], base: Path, seed: int = 0) -> Path:
-    """Experiment 1's full fine-tune: the over-confident model that experiments 2 and 3 start from."""
-    return finetune_job(out, files, base, "e1-full", seed)
-
-
-def cft_job(out: Path, files: dict[str, str], start: Path, name: str, **overrides: Any) -> Path:
-    """A CFT job from ``start`` (a finetune run: the over-confident model of experiment 1), on the
-    bench's pool and shifted split; ``overrides`` are top-level fields of the cft-controlled preset."""
-    return job(out, name, {
-        **preset("cft-controlled"), "device": "cpu", "seed": 0, "model": str(start / MODEL_DIR),
-        "in_domain": [{"dataset": "synthetic", "data_files": [files["pool"]], "split": "train"}],
-        "ood": [{"dataset": "synthetic", "data_files": [files["shifted"]], "split": "shifted"}], **overrides})
-
-
-def arguments(description: str, out_help: str = "where the bench's jobs run (a rerun skips finished ones)",
-              out: Path = REPO / "runs" / "bench-controlled", threads: int = 2) -> argparse.ArgumentParser:
-    """The options every controlled-task bench takes: its folder and torch's CPU threads."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--out", type=Path, default=out, help=out_help)
-    parser.add_argument("--threads", type=int, default=threads, help="torch CPU threads")
-    return parser
-
-
-def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, str]]:
-    """torch's threads set, and the bench's folder (resolved) with its data files in it."""
-    import torch
-
-    torch.set_num_threads(args.threads)
-    out = args.out.resolve()
-    return out, data_files(out)
 
 
 @dataclass
@@ -257,12 +137,6 @@ def run_seed(root: Path, files: dict[str, str], seed: int) -> SeedRuns:
     times = [e["time"] for p in jobs for e in read_events(p / EVENTS_FILE)[0]]
     runs.span = (min(times), max(times))
     return runs
-
-
-def mean_cell(values: list[float]) -> str:
-    """The mean over seeds with its t interval, in percent (the mean alone from one seed)."""
-    mean, low, high = mean_interval(values)
-    return pct(mean) if low is None else f"{pct(mean)} [{pct(low)}, {pct(high)}]"
 
 
 def boot_cell(m: dict[str, Any]) -> str:
@@ -348,19 +222,15 @@ def curve_rows(seeds: list[SeedRuns]) -> list[str]:
     return lines
 
 
-def render(out: Path, seeds: list[SeedRuns], numbers: list[int], seconds: float, threads: int) -> str:
-    import torch
-
+def render(out: Path, seeds: list[SeedRuns], numbers: list[int], seconds: float, threads: int) -> list[str]:
     n = len(seeds)
     busy = [s.seconds / 60 for s in seeds]
     wall = (max(s.span[1] for s in seeds) - min(s.span[0] for s in seeds)) / 60
-    command = f"--seeds {n}" if numbers == list(range(n)) else f"--only {' '.join(map(str, numbers))}"
     section = lambda rows: [*FIGURE_HEAD, oracle_row(seeds[0].oracle),  # noqa: E731
                             *(figure_row(label, seeds, key) for label, key in rows)]
-    return "\n".join([
+    return [
         "# The papers' effects on the controlled task, over training seeds (cpu)", "",
-        f"`python bench/controlled.py {command}` — {time.strftime('%Y-%m-%d')}, {platform.machine()}, "
-        f"{threads} CPU thread{'s' if threads > 1 else ''}, torch {torch.__version__}. The jobs' compute per seed: "
+        f"{threads} CPU thread{'s' if threads > 1 else ''}. The jobs' compute per seed: "
         f"{min(busy):.1f}–{max(busy):.1f} min, {sum(busy):.0f} min in all; {wall:.0f} min from the first job's start "
         f"to the last one's end; this invocation took {seconds / 60:.1f} min (jobs already finished in "
         f"`{out.name}/` are not rerun). Configs: `{out.name}/seed-N/configs/`, built "
@@ -402,30 +272,28 @@ def render(out: Path, seeds: list[SeedRuns], numbers: list[int], seconds: float,
                   (f"CFT, learning rate {SLOW_RATE:g}", "slow:cft"),
                   *((f"RCFT λ = {lam:g}, learning rate {SLOW_RATE:g}", f"slow:rcft_{lam:g}")
                     for lam in SLOW_LAMBDAS))),
-        "",
-    ])
+    ]
 
 
 def main() -> int:
     # One thread: the scratch model's ops are too small to gain from a second, and on a shared CPU an OpenMP
     # thread waiting for a descheduled partner made a step several times slower (a seed's base: 9.3 min at
     # two threads under a load of 8 on two cores, 1.0 min at one).
-    parser = arguments(__doc__.splitlines()[0], out=DEFAULT_OUT, threads=1)
-    parser.add_argument("--seeds", type=int, default=5, help="training seeds 0 … N-1 (at least 2 for an interval)")
-    parser.add_argument("--only", type=int, nargs="+", metavar="SEED", help="these seeds instead of 0 … N-1")
+    parser = jobs_parser(__doc__, out=DEFAULT_OUT, threads=1, seeds=5,
+                         only=Only("SEED", "these seeds instead of 0 … N-1", int))
     parser.add_argument("--no-report", action="store_true", help=(
         "run the jobs and write no report: seeds share nothing, so processes given other seeds (--only) run "
         "beside this one; a later run writes the report from their finished jobs"))
     args = parser.parse_args()
     out, files = prepare(args)
-    start = time.time()
+    timer = Timer()
     numbers = args.only or list(range(args.seeds))
     seeds = []
     for seed in numbers:
         seeds.append(run_seed(out, files, seed))
         print(f"seed {seed} done: {seeds[-1].seconds / 60:.1f} min of compute", flush=True)
     if not args.no_report:
-        TARGET.write_text(render(out, seeds, numbers, time.time() - start, args.threads))
+        write_result(TARGET, render(out, seeds, numbers, timer.seconds, args.threads))
     print(f"wrote {TARGET}")
     return 0
 

@@ -1,13 +1,13 @@
 """What makes two CPU runs of one seeded training differ: bench/results/determinism_cpu.txt.
 
-    .venv/bin/python bench/determinism.py [--out runs/bench-determinism]
+    .venv/bin/python -m bench.determinism [--out runs/bench-determinism]
 
-Issue 34: bench/controlled.py rerun from nothing on another 2-core machine (same seeds, same torch)
+Issue 34: bench.controlled rerun from nothing on another 2-core machine (same seeds, same torch)
 moved its figures far outside their bootstrap intervals. The seeds fix every random draw, so what
 differs is float rounding: the order a reduction adds in, which follows the thread count and the
 kernels torch (ATEN_CPU_CAPABILITY), MKL (MKL_CBWR) and oneDNN (DNNL_MAX_CPU_ISA) pick for the CPU. Each
 condition below runs in a process of its own (those variables are read when the libraries load),
-trains with the lab's own worker (the configs of bench/controlled.py, seed 0) and is compared with
+trains with the lab's own worker (the configs of bench.controlled, seed 0) and is compared with
 the reference run of the same invocation:
 
 1. *One epoch* of the base (the seed-0 scratch model on the 600 pretrain questions, 75 steps): the
@@ -30,14 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/controlled.py, run as a plain script
+from bench._controlled_task import EPOCHS, base_model, common, data_files, finetune_job, history, job
+from bench._harness import REPO, RESULTS, parser, preset, write_result
+from lab.core.events import read_events
+from lab.core.layout import EVENTS_FILE, MODEL_DIR
+from lab.results.reports import pct
 
-from controlled import (REPO, EPOCHS, base_model, common, data_files, finetune_job, history, job, pct,  # noqa: E402
-                        preset)
-from lab.core.events import read_events  # noqa: E402
-from lab.core.layout import EVENTS_FILE, MODEL_DIR  # noqa: E402
-
-TARGET = REPO / "bench" / "results" / "determinism_cpu.txt"
+TARGET = RESULTS / "determinism_cpu.txt"
 AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"}
 
 
@@ -95,8 +94,8 @@ def child(out: Path, phase: str, name: str) -> None:
 def spawn(out: Path, phase: str, name: str) -> dict[str, Any]:
     """Run ``child`` for ``name`` in a fresh interpreter with the condition's environment."""
     env = {**os.environ, **CONDITIONS[name].env}
-    done = subprocess.run([sys.executable, __file__, "--out", str(out), "--child", phase, name], env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "bench.determinism", "--out", str(out), "--child", phase, name],
+                          env=env, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{phase} run under {name!r} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -118,27 +117,24 @@ def largest_gap(a: dict[str, Any], b: dict[str, Any]) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
-def cpu_summary() -> str:
-    """The CPU's model name and the vector extensions the question turns on."""
+def cpu_flags() -> str:
+    """The CPU's vector extensions that the question turns on (the header gives its model)."""
     info = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
     flags = fields.get("Flags", "").split()
-    wanted = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile") if f in flags]
-    return f"{fields.get('Model name', '?').strip()}, {os.cpu_count()} CPUs; flags: {' '.join(wanted)}"
+    return "CPU flags: " + " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")
+                                    if f in flags)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-determinism")
-    parser.add_argument("--child", nargs=2, metavar=("PHASE", "CONDITION"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    options = parser(__doc__, out=REPO / "runs" / "bench-determinism", out_help="where the runs are kept")
+    options.add_argument("--child", nargs=2, metavar=("PHASE", "CONDITION"), help=argparse.SUPPRESS)
+    args = options.parse_args()
     out = args.out.resolve()
     if args.child:
         child(out, *args.child)
         return 0
-    import torch
-
-    lines = [f"bench/determinism.py — torch {torch.__version__}; {cpu_summary()}",
+    lines = [cpu_flags(),
              "Each condition a fresh process, compared with the reference run (2 threads, no variables set).", "",
              "1. One epoch of the base (75 steps of 8 from the seed-0 scratch model):",
              f"{'condition':40} {'kernels':>8} {'threads':>7} {'max |Δ weight|':>15} {'max |Δ loss|':>13} "
@@ -170,7 +166,7 @@ def main() -> int:
                      f"{pct(curve[-1]['ece']):>9} {pct(curve[-1]['accuracy']):>9} "
                      f"{' '.join(pct(curve[e - 1]['ece']) for e in (1, 4, 8, 12, 16))}")
         print(lines[-1], flush=True)
-    TARGET.write_text("\n".join(lines) + "\n")
+    write_result(TARGET, lines)
     print(f"wrote {TARGET}")
     return 0
 

@@ -1,8 +1,8 @@
 """The lab on one GPU, in one call: FIRST and CFT end to end, evaluation parity, scoring and training speed, memory.
 
-    python bench/gpu.py [--out bench/results] [--budget 360]   # one H100/H200: under 8 minutes
-    python bench/gpu.py --small [--out DIR]                    # every section at toy sizes, on a CPU: 1-2 minutes
-    python bench/gpu.py --only device_map fsdp                 # the sharding sections alone
+    python3 -m bench.gpu [--out bench/results] [--budget 360]   # one H100/H200: under 8 minutes
+    python3 -m bench.gpu --small [--out DIR]                    # every section at toy sizes, on a CPU: 1-2 minutes
+    python3 -m bench.gpu --only device_map fsdp                 # the sharding sections alone
 
 Written for a lent GPU machine that has torch but neither the network nor the bundled GGUF, gradio
 or datasets (docs/gpu-checklist.md says what to carry there): it imports nothing of the UI, and
@@ -50,7 +50,6 @@ consolidated; offloaded under a memory cap). ``--only KEY …`` runs the named s
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import json
@@ -69,33 +68,30 @@ import psutil
 import torch
 import transformers
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
-
-from bench import gpu_sharded  # noqa: E402
-from bench.controlled import preset  # noqa: E402
-from bench.gpu_sharded import table  # noqa: E402
-from bench.topk_store import sync, timed  # noqa: E402
-from jobs import preflight  # noqa: E402
-from lab import versions  # noqa: E402
-from lab.core.errors import ModelLoadError  # noqa: E402
-from lab.core.events import EventWriter, read_events  # noqa: E402
-from lab.core.layout import (CELLS_DIR, CHECKPOINTS_DIR, DONE_FILE, EVENTS_FILE, MODEL_DIR,  # noqa: E402
-                             PREDICTIONS_FILE, RESULT_FILE, SERIES_FILE)
-from lab.core.yamlio import dump_yaml  # noqa: E402
-from lab.data import load_records  # noqa: E402
-from lab.data.templates import default_template, get_template  # noqa: E402
-from lab.jobkit.worker import run as run_job  # noqa: E402
+from bench import gpu_sharded
+from bench._harness import RESULTS, Only, Timer, parser, preset, seed, sync, timed, write_result
+from bench.gpu_sharded import table
+from jobs import preflight
+from lab import versions
+from lab.core.errors import ModelLoadError
+from lab.core.events import EventWriter, read_events
+from lab.core.layout import (CELLS_DIR, CHECKPOINTS_DIR, DONE_FILE, EVENTS_FILE, MODEL_DIR, PREDICTIONS_FILE,
+                             RESULT_FILE, SERIES_FILE)
+from lab.core.yamlio import dump_yaml
+from lab.data import load_records
+from lab.data.templates import default_template, get_template
+from lab.jobkit.worker import run as run_job
 from lab.kinds.evaluate.config import EvalConfig
-from lab.kinds.evaluate.run import evaluate  # noqa: E402
-from lab.models.loading import load_model, select_device  # noqa: E402
-from lab.models.scoring import (Encoded, batch_tokens, encode_prompts, plan_batches, score_cloze,  # noqa: E402
-                                score_letter, scored_length)
+from lab.kinds.evaluate.run import evaluate
+from lab.models.loading import load_model, select_device
+from lab.models.batching import Encoded, batch_tokens, encode_prompts, plan_batches, scored_length
+from lab.models.scoring import score_cloze, score_letter
 from lab.models.tokenizers import load_tokenizer
-from lab.models.weights import SCRATCH, count_parameters, local_model_dir, size_text  # noqa: E402
-from lab.training.config import TrainConfig  # noqa: E402
-from lab.training.data import pad_batch  # noqa: E402
-from lab.training.trainer import folder_bytes, prepare_model, run_training  # noqa: E402
+from lab.models.weights import SCRATCH, count_parameters, local_model_dir, size_text
+from lab.training.config import TrainConfig
+from lab.training.data import pad_batch
+from lab.training.disk import folder_bytes
+from lab.training.trainer import prepare_model, run_training
 
 # Peak dense (no sparsity) bf16 tensor FLOP/s from NVIDIA's data sheets, by a part of what
 # torch.cuda.get_device_name says; the first match counts, so the variants come before "H100".
@@ -198,7 +194,7 @@ def make_llama(out: Path, shape: Shape, tokenizer, device: torch.device) -> int:
                          intermediate_size=shape.intermediate, max_position_embeddings=2048, tie_word_embeddings=True,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
+    seed(0)
     with torch.device(device):  # initialised where it will run: seconds for 1 B weights, not a minute
         model = LlamaForCausalLM(config)
     model.to(torch.bfloat16 if device.type == "cuda" else torch.float32).save_pretrained(out)
@@ -251,20 +247,20 @@ def packed_examples(tokenizer, n: int, seq_len: int) -> list[dict[str, Any]]:
     return [{"input_ids": ids[i:i + seq_len], "labels": ids[i:i + seq_len]} for i in range(0, n * seq_len, seq_len)]
 
 
-def timed_trainer(times: dict[str, float]) -> type:
+def timed_trainer(times: dict[str, Any]) -> type:
     """transformers' Trainer noting the seconds its checkpoints take (``_save_checkpoint``: weights,
-    optimizer, scheduler and state, the same method in every 5.x) and when ``train`` returned."""
+    optimizer, scheduler and state, the same method in every 5.x) and a timer from when ``train`` returned."""
     from transformers import Trainer
 
     class TimedTrainer(Trainer):
         def _save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
-            start = time.perf_counter()
+            timer = Timer()
             super()._save_checkpoint(*args, **kwargs)
-            times["checkpoint"] = times.get("checkpoint", 0.0) + time.perf_counter() - start
+            times["checkpoint"] = times.get("checkpoint", 0.0) + timer.seconds
 
         def train(self, *args: Any, **kwargs: Any) -> Any:
             result = super().train(*args, **kwargs)
-            times["trained"] = time.perf_counter()
+            times["trained"] = Timer()
             return result
 
     return TimedTrainer
@@ -276,13 +272,13 @@ def job(run_dir: Path, config: dict[str, Any], again: bool = False) -> tuple[str
     in the run directory of an earlier run of it, as a resumed job is."""
     run_dir.mkdir(parents=True, exist_ok=again)
     (run_dir / "config.yaml").write_text(dump_yaml(config))
-    start = time.perf_counter()
+    timer = Timer()
     with open(run_dir / "log.txt", "a" if again else "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             run_job(run_dir / "config.yaml", run_dir)
         except Exception:  # the worker re-raises a bug in the lab after writing result.json; keep its traceback
             traceback.print_exc()
-    seconds = time.perf_counter() - start
+    seconds = timer.seconds
     result_file = run_dir / RESULT_FILE
     result = json.loads(result_file.read_text()) if result_file.is_file() else {
         "status": "failed", "error": f"no {RESULT_FILE}; see {run_dir / 'log.txt'}"}
@@ -321,9 +317,9 @@ class Bench:
                 ("exit", "Clean exit", clean_exit)]
 
     def setup(self) -> list[str]:
-        start = time.perf_counter()
+        timer = Timer()
         self.n_params = self.make(self.big, self.sizes.shape)
-        made_in = time.perf_counter() - start
+        made_in = timer.seconds
         s, name = self.sizes.shape, (torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else
                                      f"CPU, {torch.get_num_threads()} threads")
         peak = f"{self.peak / 1e12:.0f} TFLOP/s dense bf16" if self.peak else "none known (MFU not computed)"
@@ -469,11 +465,11 @@ class Bench:
         model, tok, device = prepare_model(cfg)
         examples = packed_examples(tok, s.train_batch * s.train_steps, s.seq_len)
         out, times = self.work / f"train-{method}", {}
-        start = time.perf_counter()
+        timer = Timer()
         with open(self.work / f"train-{method}.log", "w") as log, contextlib.redirect_stdout(log):
             run_training(timed_trainer(times), cfg, out, examples, model, tok, device, EventWriter(out / EVENTS_FILE),
                          "train", lambda: False, [], lambda batch: pad_batch(batch, tok.pad_token_id))
-        wall, final_save = time.perf_counter() - start, time.perf_counter() - times["trained"]
+        wall, final_save = timer.seconds, times["trained"].seconds
         measured = torch.cuda.max_memory_allocated(device) - held if held is not None else None
         events = read_events(out / EVENTS_FILE)[0]
         stamps = [e["time"] for e in events if e["stage"] == "train" and "loss" in e][s.warmup_steps - 1:]
@@ -589,27 +585,24 @@ def refused(device: torch.device, small: bool) -> Optional[str]:
 
 def header(label: str, small: bool, seconds: float) -> list[str]:
     lines = [f"# GPU bench: {label}", "",
-             f"`python bench/gpu.py{' --small' if small else ''}`, {time.strftime('%Y-%m-%d')}, "
              f"{seconds:.0f} s in all (bench/gpu.py's docstring says what each section measures)."]
     if small:
         lines += ["", "**This is the small form**" + (": no GPU was available to the run, so every section ran at toy "
                   "sizes on a CPU" if label.startswith("cpu") else ", every section at toy sizes") +
                   ", to show that it works end to end; none of its speeds, MFU or memory figures says anything about "
-                  "a GPU's. On one H100 or H200: `python bench/gpu.py` (under 8 minutes; docs/gpu-checklist.md says "
+                  "a GPU's. On one H100 or H200: `python3 -m bench.gpu` (under 8 minutes; docs/gpu-checklist.md says "
                   "how to run it on a lent machine)."]
     return lines
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true", help="toy sizes: every section on a CPU in a minute or two")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="folder of gpu_<device>.md")
-    parser.add_argument("--budget", type=float, default=360, help="seconds after which the sections not yet "
-                        "begun are skipped (a device call is cut at its limit)")
-    parser.add_argument("--only", nargs="+", metavar="SECTION", help="run only these sections (with the setup), by "
-                        "key: fsdp device_map tokens throughput finetuning memory alignment end_to_end parity; the "
-                        "file is then gpu_<device>-<keys>.md")
-    args = parser.parse_args()
+    options = parser(__doc__, out=RESULTS, out_help="folder of gpu_<device>.md", only=Only("SECTION", (
+        "run only these sections (with the setup), by key: fsdp device_map tokens throughput finetuning memory "
+        "alignment end_to_end parity; the file is then gpu_<device>-<keys>.md")))
+    options.add_argument("--small", action="store_true", help="toy sizes: every section on a CPU in a minute or two")
+    options.add_argument("--budget", type=float, default=360, help="seconds after which the sections not yet "
+                         "begun are skipped (a device call is cut at its limit)")
+    args = options.parse_args()
     transformers.utils.logging.disable_progress_bar()  # "Writing model shards" bars would fill the call's output
     device = select_device("auto")
     refusal = refused(device, args.small)
@@ -618,10 +611,9 @@ def main() -> int:
         return versions.USAGE_ERROR
     scratch = local_model_dir(SCRATCH)
     assert scratch is not None  # refused() made it, or said why it cannot
-    start = time.perf_counter()
+    timer = Timer()
     label = device_label(device, args.small)
     path = args.out / f"gpu_{label}{''.join('-' + key for key in args.only or ())}.md"
-    args.out.mkdir(parents=True, exist_ok=True)
     failed = False
     with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
         bench = Bench(SMALL_SIZES if args.small else GPU_SIZES, Path(tmp), device, scratch)
@@ -629,8 +621,8 @@ def main() -> int:
                     if not args.only or key in (*args.only, "setup", "exit")]
         done: list[str] = []
         for title, section in sections:
-            begun = time.perf_counter()
-            if begun - start > args.budget and title != "Clean exit":
+            begun = Timer()
+            if begun.start - timer.start > args.budget and title != "Clean exit":
                 lines = [f"skipped: the {args.budget:.0f} s budget (--budget) was spent"]
             else:
                 try:
@@ -639,10 +631,10 @@ def main() -> int:
                     traceback.print_exc()
                     failed = True
                     lines = [f"**failed**: {type(e).__name__}: {e}"]
-            lines = [f"## {title}", "", *lines, "", f"({time.perf_counter() - begun:.1f} s)", ""]
+            lines = [f"## {title}", "", *lines, "", f"({begun.seconds:.1f} s)", ""]
             print("\n".join(lines), flush=True)
             done += lines
-            path.write_text("\n".join(header(label, args.small, time.perf_counter() - start) + ["", *done]))
+            write_result(path, header(label, args.small, timer.seconds) + ["", *done])
     print(f"wrote {path}")
     return 1 if failed else 0
 

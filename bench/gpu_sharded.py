@@ -1,4 +1,4 @@
-"""bench/gpu.py's sections for models larger than a GPU: FSDP training and ``device_map`` inference.
+"""bench.gpu's sections for models larger than a GPU: FSDP training and ``device_map`` inference.
 
 **FSDP** (CUDA only: accelerate refuses ``--cpu`` with ``--use_fsdp``): ``finetune`` jobs with
 ``sharding: fsdp``, each launched as the scheduler launches it (:func:`jobs.launch.build_command`:
@@ -26,10 +26,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
+from bench._harness import Timer
 from jobs import preflight
 from jobs.launch import Launch, build_command, job_env
 from lab.core.events import read_events
@@ -51,7 +51,7 @@ TIMEOUT_S = 200  # a run that hangs (a collective never answered) must not take 
 
 
 def table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    """A markdown table (every section of bench/gpu.py writes its figures so)."""
+    """A markdown table (every section of bench.gpu writes its figures so)."""
     return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)] + \
            ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
@@ -70,13 +70,13 @@ def launched(run_dir: Path, config: dict[str, Any], offload: bool, cap: Optional
         env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
         env[CAP_ENV] = str(cap)
     argv = build_command(run_dir / "config.yaml", run_dir, Launch(gpus=(0,), fsdp=True, fsdp_offload=offload))
-    start = time.perf_counter()
+    timer = Timer()
     with open(run_dir / "log.txt", "a" if again else "w") as log:
         try:
             subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
             pass
-    seconds = time.perf_counter() - start
+    seconds = timer.seconds
     result = run_dir / RESULT_FILE
     outcome = json.loads(result.read_text()) if result.is_file() else {"status": "failed", "error": f"no {RESULT_FILE}"}
     if outcome["status"] != "succeeded":
@@ -112,7 +112,7 @@ def memory_row(label: str, status: str, seconds: float, events: list[dict[str, A
 
 
 def fsdp(bench: Any) -> list[str]:
-    """The FSDP runs (the module docstring); ``bench``: bench/gpu.py's :class:`Bench`, after its setup."""
+    """The FSDP runs (the module docstring); ``bench``: bench.gpu's :class:`Bench`, after its setup."""
     import torch
 
     if bench.device.type != "cuda":
@@ -173,12 +173,12 @@ def device_map(bench: Any) -> list[str]:
     runs = {}
     for label, extra in (("in memory, fp32, CPU", {"device": "cpu"}),
                          ("device_map auto, fp32", {"device_map": "auto", "max_memory": budget})):
-        start = time.perf_counter()
+        timer = Timer()
         metrics, predictions = bench.evaluation(bench.big, "float32", bench.work / "dmap" / label[:9],
                                                 limit=DEVICE_MAP_QUESTIONS, **extra)
         runs[label] = predictions
         rows.append([label, metrics["n"], f"{metrics['accuracy']:.4f}", f"{metrics['ece']:.4f}",
-                     f"{time.perf_counter() - start:.1f}"])
+                     f"{timer.seconds:.1f}"])
     (a, pa), (b, pb) = runs.items()
     shared = pa.keys() & pb.keys()
     delta = max(abs(x - y) for q in shared for x, y in zip(pa[q]["probs"], pb[q]["probs"]))

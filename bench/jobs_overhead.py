@@ -1,6 +1,6 @@
 """Job-system overheads: submit → the worker's first event, and the cost of one UI poll.
 
-    python bench/jobs_overhead.py
+    python -m bench.jobs_overhead [--out bench/results/jobs_overhead_cpu.txt]
 
 1. Time from ``JobStore.submit`` to the worker's ``start`` event, with a scheduler ticking every
    20 ms, for the real worker (``python -m lab run``), against a baseline measured in the same
@@ -19,11 +19,10 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
-
-from jobs.scheduler import Scheduler  # noqa: E402
-from jobs.store import JobStore  # noqa: E402
-from lab.core.events import EVENTS_FILE, EventWriter, read_events  # noqa: E402
+from bench._harness import RESULTS, Timer, Transcript, parser, timed, write_result
+from jobs.scheduler import Scheduler
+from jobs.store import JobStore
+from lab.core.events import EVENTS_FILE, EventWriter, read_events
 
 CONFIG = {"kind": "evaluate", "model": "bundled", "dataset": "arc_challenge", "limit": 1}
 REPEATS = 5
@@ -34,26 +33,24 @@ def first_event_seconds(store: JobStore) -> float:
     stop = threading.Event()
     scheduler = Scheduler(store, gpus=[])
     thread = threading.Thread(target=scheduler.run_forever, args=(stop, 0.02))
-    start = time.perf_counter()
+    timer = Timer()
     job = store.submit(CONFIG)
     thread.start()
     path = Path(job.run_dir) / EVENTS_FILE
     offset, seen = 0, None
     while seen is None:
         events, offset = read_events(path, offset)
-        seen = next((time.perf_counter() for e in events if e["stage"] == "start"), None)
+        seen = next((timer.seconds for e in events if e["stage"] == "start"), None)
         time.sleep(0.002)
     stop.set()
     thread.join()
     subprocess.run([sys.executable, "-m", "jobs", "--root", str(store.root), "cancel", str(job.id), "--grace", "2"],
                    capture_output=True, check=True)
-    return seen - start
+    return seen
 
 
 def bare_python_seconds() -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
-    return time.perf_counter() - start
+    return timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
 
 
 def poll_costs(root: Path) -> tuple[float, float]:
@@ -71,29 +68,32 @@ def poll_costs(root: Path) -> tuple[float, float]:
     for _ in range(20):
         for step in range(10):
             writer.emit("train", step=step, loss=0.1)
-        t = time.perf_counter()
+        timer = Timer()
         store.list()
         _, offset = read_events(path, offset)
-        incremental.append(time.perf_counter() - t)
-        t = time.perf_counter()
+        incremental.append(timer.seconds)
+        timer = Timer()
         store.list()
         read_events(path, 0)
-        full.append(time.perf_counter() - t)
+        full.append(timer.seconds)
     return statistics.median(incremental), statistics.median(full)
 
 
 def main() -> None:
+    args = parser(__doc__, out=RESULTS / "jobs_overhead_cpu.txt").parse_args()
+    report = Transcript()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         store = JobStore(root / "latency")
         first = [first_event_seconds(store) for _ in range(REPEATS)]
         bare = [bare_python_seconds() for _ in range(REPEATS)]
         median_first, median_bare = statistics.median(first), statistics.median(bare)
-        print(f"submit -> worker's first event: median {median_first * 1000:.0f} ms over {REPEATS} "
-              f"(bare `python -c pass`: {median_bare * 1000:.0f} ms; ratio {median_first / median_bare:.1f}x)")
+        report.print(f"submit -> worker's first event: median {median_first * 1000:.0f} ms over {REPEATS} "
+                     f"(bare `python -c pass`: {median_bare * 1000:.0f} ms; ratio {median_first / median_bare:.1f}x)")
         incremental, full = poll_costs(root)
-        print(f"one UI poll, 100 jobs + 100k-line events, 10 new lines: {incremental * 1000:.2f} ms "
-              f"(re-parsing the whole file: {full * 1000:.1f} ms; {full / incremental:.0f}x slower)")
+        report.print(f"one UI poll, 100 jobs + 100k-line events, 10 new lines: {incremental * 1000:.2f} ms "
+                     f"(re-parsing the whole file: {full * 1000:.1f} ms; {full / incremental:.0f}x slower)")
+    write_result(args.out, report.lines)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Cost of one knowledge-matching training step against one hard-label step, on the bundled model.
 
-    python bench/kd_step.py [--batch 4] [--seq 96] [--repeats 3]
+    python -m bench.kd_step [--batch 4] [--seq 96] [--repeats 3] [--out bench/results/kd_step_cpu.txt]
 
 One batch of ``--batch`` × ``--seq`` real tokens (this repository's own source text) with the
 last 30 % of each row supervised, as a completion-only batch would. Teacher: the top-5 ids and
@@ -17,17 +17,13 @@ between machines.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
-
+from bench._harness import REPO, RESULTS, Timer, Transcript, parser, write_result
 from lab.training.kd_losses import topk_kl_loss
 from lab.models.loading import load_model
 
@@ -43,7 +39,7 @@ def make_batch(tokenizer, batch: int, seq: int) -> tuple[torch.Tensor, torch.Ten
     alignment contract (position t predicts token t+1), so ``mask[:, t] = labels[:, t+1] != -100``
     and both losses see the same B · (T − start) targets.
     """
-    sources = sorted((Path(__file__).resolve().parents[1] / "lab").glob("*.py"))
+    sources = sorted((REPO / "lab").glob("*.py"))
     text = "\n".join(p.read_text() for p in sources)
     ids = torch.tensor(tokenizer(text)["input_ids"][: batch * seq]).view(batch, seq)  # (B, T)
     start = int(seq * (1 - SUPERVISED))
@@ -64,9 +60,9 @@ def median_seconds(
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in steps}
     for _ in range(repeats):
         for name, step in steps.items():
-            wall, cpu = time.perf_counter(), time.process_time()
+            wall, cpu = Timer(), time.process_time()
             step()
-            times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+            times[name].append((wall.seconds, time.process_time() - cpu))
     return {
         name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
         for name, t in times.items()
@@ -74,11 +70,12 @@ def median_seconds(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--seq", type=int, default=96)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    options = parser(__doc__, out=RESULTS / "kd_step_cpu.txt")
+    options.add_argument("--batch", type=int, default=4)
+    options.add_argument("--seq", type=int, default=96)
+    options.add_argument("--repeats", type=int, default=3)
+    args = options.parse_args()
+    report = Transcript()
 
     loaded = load_model("bundled", device="cpu")
     model = loaded.model.train()
@@ -98,17 +95,18 @@ def main() -> None:
 
         return step
 
-    print(f"bundled model on cpu (float32), {torch.get_num_threads()} CPU threads, batch "
-          f"{args.batch} x {args.seq} tokens, {int(mask.sum())} supervised, top-{TOP_K} teacher, "
-          f"median of {args.repeats} after a warm-up")
+    report.print(f"bundled model on cpu (float32), {torch.get_num_threads()} CPU threads, batch "
+                 f"{args.batch} x {args.seq} tokens, {int(mask.sum())} supervised, top-{TOP_K} teacher, "
+                 f"median of {args.repeats} after a warm-up")
     t = median_seconds({"hard": hard, "kd": kd(False), "kd+tail": kd(True)}, args.repeats)
-    print(f"{'step':<10}{'wall s':>8}{'/ hard':>8}{'CPU s':>8}{'/ hard':>8}")
+    report.print(f"{'step':<10}{'wall s':>8}{'/ hard':>8}{'CPU s':>8}{'/ hard':>8}")
     hard_wall, hard_cpu = t["hard"]
     for name, (wall, cpu) in t.items():
-        print(f"{name:<10}{wall:>8.2f}{wall / hard_wall:>7.2f}x{cpu:>8.2f}{cpu / hard_cpu:>7.2f}x")
+        report.print(f"{name:<10}{wall:>8.2f}{wall / hard_wall:>7.2f}x{cpu:>8.2f}{cpu / hard_cpu:>7.2f}x")
     ratio = t["kd"][0] / hard_wall
     verdict = "met" if ratio <= TARGET_RATIO else "NOT met"
-    print(f"kd / hard (wall) = {ratio:.2f} (target <= {TARGET_RATIO}: {verdict})")
+    report.print(f"kd / hard (wall) = {ratio:.2f} (target <= {TARGET_RATIO}: {verdict})")
+    write_result(args.out, report.lines)
 
 
 if __name__ == "__main__":

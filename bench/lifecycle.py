@@ -1,9 +1,9 @@
 """A model's life cycle on the controlled task, over training seeds: bench/results/lifecycle_cpu.md.
 
-    .venv/bin/python bench/lifecycle.py [--seeds 5] [--out runs/bench-lifecycle] [--threads 2]
+    .venv/bin/python -m bench.lifecycle [--seeds 5] [--out runs/bench-lifecycle] [--threads 2]
     # on 2 cores, faster: two processes of one thread (the models are too small for two), then the report
-    .venv/bin/python bench/lifecycle.py --threads 1 --only 0 2 4 & .venv/bin/python bench/lifecycle.py \
-        --threads 1 --only 1 3; wait; .venv/bin/python bench/lifecycle.py --seeds 5
+    .venv/bin/python -m bench.lifecycle --threads 1 --only 0 2 4 & .venv/bin/python -m bench.lifecycle \
+        --threads 1 --only 1 3; wait; .venv/bin/python -m bench.lifecycle --seeds 5
 
 The alignment-calibration paper follows ECE along a model's life (its §5–6: scale and pre-training
 steps, instruction tuning, RLHF); the CFT paper blames DPO for over-confidence and restores calibration
@@ -37,34 +37,32 @@ models' initialisation: the named scratch models (``model: scratch-s``) are all 
 so a series with a ``seeds`` list would vary only the data order; each seed's series therefore
 trains scratch models initialised with its seed (``seeds: [N]``, the seed axis of one point). The
 questions are the same for every seed. An effect is stated (the *claims* table) only where the paired
-difference over seeds holds under Holm's adjustment over the table (bench/claims.py).
+difference over seeds holds under Holm's adjustment over the table (bench.claims).
 
 Every job is a config written beside its run under ``out/seed-N/configs/`` and run by the lab's own
-worker (:func:`bench.controlled.job`), so a rerun skips what is finished and a killed run resumes where
+worker (:func:`bench._controlled_task.job`), so a rerun skips what is finished and a killed run resumes where
 it stopped; the report can be written from the seeds that have finished (``--seeds`` fewer).
 """
 from __future__ import annotations
 
 import json
-import platform
 import sys
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/controlled.py, run as a plain script
-
-from controlled import REPO, arguments, job, mean_cell, pct  # noqa: E402
-from bench.claims import ZERO, Claim, Row, claims_section  # noqa: E402
-from lab.core.events import read_events  # noqa: E402
-from lab.core.layout import EVENTS_FILE, METRICS_FILE, MODEL_DIR, SERIES_FILE  # noqa: E402
-from lab.data.synthetic import Task, write_splits  # noqa: E402
-from lab.data.templates import CFT_SYSTEM, get_template, option_letters  # noqa: E402
-from lab.kinds.sft.config import CALIBRATION_DIR  # noqa: E402
-from lab.training.snapshots import final_weights  # noqa: E402
+from bench._controlled_task import job, jobs_parser, mean_cell
+from bench._harness import REPO, RESULTS, Only, Timer, write_result
+from bench.claims import ZERO, Claim, Row, claims_section
+from lab.core.events import read_events
+from lab.core.layout import EVENTS_FILE, METRICS_FILE, MODEL_DIR, SERIES_FILE
+from lab.data.synthetic import Task, write_splits
+from lab.data.templates import CFT_SYSTEM, get_template, option_letters
+from lab.kinds.sft.config import CALIBRATION_DIR
+from lab.results.reports import pct
+from lab.training.snapshots import final_weights
 
 TASK = Task()  # the shipped task: 8 objects, seed 0
 # The splits every seed shares. 300 test questions keep a bootstrap interval of about ±4 points and cost
@@ -81,7 +79,7 @@ DPO_EPOCHS, DPO_RATE = 2, 2.0e-4
 CFT_BETA = 0.1  # the DPO model CFT starts from
 CFT_SIZES = {"train_size": 300, "val_size": 200, "test_size": 500}
 DEFAULT_OUT = REPO / "runs" / "bench-lifecycle"
-TARGET = REPO / "bench" / "results" / "lifecycle_cpu.md"
+TARGET = RESULTS / "lifecycle_cpu.md"
 Figures = dict[str, Any]  # ece, ece_low, ece_high, accuracy, nll, gap (mean confidence − accuracy), oracle
 
 
@@ -475,17 +473,14 @@ def claim_rows(seeds: list[SeedRuns]) -> list[str]:
     return claims_section(claims(seeds), len(seeds))
 
 
-def render(seeds: list[SeedRuns], seconds: float, threads: int, out: Path) -> str:
-    import torch
-
+def render(seeds: list[SeedRuns], seconds: float, threads: int, out: Path) -> list[str]:
     n = len(seeds)
     busy = [s.seconds / 60 for s in seeds]
     spans = [pair for s in seeds for pair in s.spans]
     wall = (max(end for _, end in spans) - min(start for start, _ in spans)) / 60
-    return "\n".join([
+    return [
         "# A model's life cycle on the controlled task, over training seeds (cpu)", "",
-        f"`python bench/lifecycle.py --seeds {n}` — {time.strftime('%Y-%m-%d')}, {platform.machine()}, {threads} CPU "
-        f"thread{'s' if threads > 1 else ''} a process, torch {torch.__version__}. The jobs' compute per seed (their "
+        f"{threads} CPU thread{'s' if threads > 1 else ''} a process. The jobs' compute per seed (their "
         f"events' span): {min(busy):.1f}–{max(busy):.1f} min, {sum(busy):.0f} min in all; wall clock from the first "
         f"job's start to the last one's end {wall:.0f} min (processes side by side, pauses between invocations "
         f"included); this invocation took {seconds / 60:.1f} min (jobs finished in `{out.name}/` are not rerun). "
@@ -526,16 +521,14 @@ def render(seeds: list[SeedRuns], seconds: float, threads: int, out: Path) -> st
         "epochs at 1e-3; temperature fitted on the validation part. On the chain's test questions:", "",
         *cft_table(seeds, "test"), "",
         "On the cft job's own in-domain carve (its questions differ by seed; oracle: the mean):", "",
-        *cft_table(seeds, "carve"), "",
-    ])
+        *cft_table(seeds, "carve"),
+    ]
 
 
 def main() -> int:
-    parser = arguments(__doc__.splitlines()[0], out=DEFAULT_OUT)
-    parser.add_argument("--seeds", type=int, default=5, help="training seeds 0 … N-1 (at least 2 for an interval)")
-    parser.add_argument("--only", type=int, nargs="+", metavar="SEED", help=(
+    parser = jobs_parser(__doc__, out=DEFAULT_OUT, seeds=5, only=Only("SEED", (
         "run only these seeds' jobs and write no report: seeds share nothing, so processes given other seeds run "
-        "beside it; a later run with --seeds writes the report from the finished jobs"))
+        "beside it; a later run with --seeds writes the report from the finished jobs"), int))
     args = parser.parse_args()
     import torch
 
@@ -546,14 +539,14 @@ def main() -> int:
         for seed in args.only:
             print(f"seed {seed} done: {run_seed(out, files, seed).seconds / 60:.1f} min of compute", flush=True)
         return 0
-    start = time.time()
+    timer = Timer()
     seeds = []
     for seed in range(args.seeds):
         seeds.append(run_seed(out, files, seed))
         print(f"seed {seed} done: {seeds[-1].seconds / 60:.1f} min of compute", flush=True)
-    text = render(seeds, time.time() - start, args.threads, out)
-    TARGET.write_text(text)
-    print(text)
+    lines = render(seeds, timer.seconds, args.threads, out)
+    write_result(TARGET, lines)
+    print("\n".join(lines))
     print(f"wrote {TARGET}")
     return 0
 

@@ -1,6 +1,6 @@
 """What an open browser tab costs the server: CPU of the app process with 120 jobs in the store.
 
-    python bench/poll_cost.py [--seconds 30] [--app DIR]
+    python -m bench.poll_cost [--seconds 30] [--app DIR]
 
 Starts ``app.py`` on a fresh runs directory holding 120 finished jobs (one with an evaluation),
 opens it in headless Chromium (Playwright), shows one page, lets it settle, and measures the
@@ -11,7 +11,6 @@ Launch page and the Reliability page, against the baseline of the same server wi
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -24,11 +23,9 @@ from pathlib import Path
 import psutil
 from playwright.sync_api import sync_playwright
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a plain script from anywhere
-
-from jobs.store import JobStore  # noqa: E402
-from lab.core.events import EventWriter  # noqa: E402
+from bench._harness import REPO, Timer, parser
+from jobs.store import JobStore
+from lab.core.events import EventWriter
 
 JOBS = 120
 SETTLE_S = 8.0
@@ -66,8 +63,8 @@ def _free_port() -> int:
 def _wait_for(url: str, server: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
     import urllib.request
 
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    waited = Timer()
+    while waited.seconds < timeout:
         if server.poll() is not None:
             raise RuntimeError(f"the app exited ({server.returncode}):\n{log.read_text(errors='replace')[-3000:]}")
         try:
@@ -80,9 +77,9 @@ def _wait_for(url: str, server: subprocess.Popen, log: Path, timeout: float = 12
 
 def _core_share(process: psutil.Process, seconds: float) -> float:
     """CPU time the server (and its threads) used per wall-clock second: 1.0 = one core busy."""
-    before, start = sum(process.cpu_times()[:2]), time.perf_counter()
+    before, timer = sum(process.cpu_times()[:2]), Timer()
     time.sleep(seconds)
-    return (sum(process.cpu_times()[:2]) - before) / (time.perf_counter() - start)
+    return (sum(process.cpu_times()[:2]) - before) / timer.seconds
 
 
 def measure(app_dir: Path, seconds: float) -> dict[str, float]:
@@ -118,10 +115,10 @@ def measure(app_dir: Path, seconds: float) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=30.0, help="measuring window per page")
-    parser.add_argument("--app", type=Path, default=ROOT, help="the checkout whose app.py is measured")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--seconds", type=float, default=30.0, help="measuring window per page")
+    options.add_argument("--app", type=Path, default=REPO, help="the checkout whose app.py is measured")
+    args = options.parse_args()
     shares = measure(args.app.resolve(), args.seconds)
     idle = shares["no tab open"]
     print(f"server CPU with {JOBS} jobs in the store ({args.app.resolve()}), share of one core over {args.seconds:.0f} s:")

@@ -1,6 +1,6 @@
 """How long each ``examples/*-quick.yaml`` preset takes, run in the foreground one at a time.
 
-    python bench/presets.py [NAME ...] [--limit-s 480] [--out /tmp/presets-bench]
+    python -m bench.presets [NAME ...] [--limit-s 480] [--out /tmp/presets-bench]
                             [--results bench/results/presets_cpu.txt]
 
 Each preset runs as ``python -m lab run examples/NAME.yaml --out DIR`` (as a newcomer would), never
@@ -11,11 +11,10 @@ of the idle machine's, while the CPU time is what the run itself costs; on two i
 time lies between CPU/2 (both cores busy throughout) and the CPU time (one core), so a preset whose
 CPU time is under 5 minutes runs in under 5 minutes on two idle cores. A run past ``--limit-s``
 (8 minutes) is stopped and marked, to be shrunk. Rows are appended to ``--results`` as they come,
-so a long session keeps what it measured.
+under the command and machine of the session, so a long session keeps what it measured.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -27,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench._harness import REPO, RESULTS, Timer, Transcript, parser, write_result
+
 EXAMPLES = REPO / "examples"
 HEADER = (f"{'preset':<22} {'rc':>4} {'wall':>8} {'cpu':>8} {'cpu/wall':>8} {'load before':>11} "
           f"{'load after':>10}  longest stages (s)")
@@ -60,7 +60,7 @@ def run_preset(name: str, out: Path, limit_s: float) -> dict[str, Any]:
     """Run one preset to its end (or ``limit_s``); its times, load and longest stages."""
     run_dir = out / name
     shutil.rmtree(run_dir, ignore_errors=True)
-    load_before, cpu_before, start = os.getloadavg()[0], children_cpu_s(), time.monotonic()
+    load_before, cpu_before, timer = os.getloadavg()[0], children_cpu_s(), Timer()
     command = [sys.executable, "-m", "lab", "run", str(EXAMPLES / f"{name}.yaml"), "--out", str(run_dir)]
     out.mkdir(parents=True, exist_ok=True)
     with (out / f"{name}.stderr").open("w", encoding="utf-8") as stderr:  # a failure's cause, kept to read
@@ -69,7 +69,7 @@ def run_preset(name: str, out: Path, limit_s: float) -> dict[str, Any]:
                                 timeout=limit_s).returncode
         except subprocess.TimeoutExpired:  # subprocess.run kills and reaps the child
             rc = "stop"
-    return {"preset": name, "rc": rc, "wall_s": time.monotonic() - start, "cpu_s": children_cpu_s() - cpu_before,
+    return {"preset": name, "rc": rc, "wall_s": timer.seconds, "cpu_s": children_cpu_s() - cpu_before,
             "load_before": load_before, "load_after": os.getloadavg()[0],
             "stages": longest_stages(run_dir) if run_dir.exists() else []}
 
@@ -85,26 +85,24 @@ def row(r: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("names", nargs="*", help="presets to run (default: every examples/*-quick.yaml)")
-    parser.add_argument("--limit-s", type=float, default=480.0, help="stop a preset after this many seconds")
-    parser.add_argument("--out", type=Path, default=Path("/tmp/presets-bench"))
-    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "presets_cpu.txt")
-    args = parser.parse_args()
+    options = parser(__doc__, out=Path("/tmp/presets-bench"), out_help="the presets' run folders")
+    options.add_argument("names", nargs="*", help="presets to run (default: every examples/*-quick.yaml)")
+    options.add_argument("--limit-s", type=float, default=480.0, help="stop a preset after this many seconds")
+    options.add_argument("--results", type=Path, default=RESULTS / "presets_cpu.txt",
+                         help="the results file, appended to")
+    args = options.parse_args()
     names = args.names or quick_presets()
     unknown = sorted(set(names) - set(quick_presets()))
     if unknown:
-        parser.error(f"no such -quick preset: {', '.join(unknown)}; expected some of {', '.join(quick_presets())}")
-    header = (f"# {time.strftime('%Y-%m-%d %H:%M')} · {platform.machine()}, {os.cpu_count()} CPUs "
-              f"(shared: load averages beside each run) · python -m lab run examples/NAME.yaml\n{HEADER}")
-    print(header, flush=True)
-    with args.results.open("a", encoding="utf-8") as results:
-        results.write(header + "\n")
-        for name in names:
-            line = row(run_preset(name, args.out, args.limit_s))
-            print(line, flush=True)
-            results.write(line + "\n")
-            results.flush()
+        options.error(f"no such -quick preset: {', '.join(unknown)}; expected some of {', '.join(quick_presets())}")
+    earlier = args.results.read_text(encoding="utf-8") if args.results.is_file() else ""
+    report = Transcript()
+    report.print(f"# {time.strftime('%Y-%m-%d %H:%M')} · {platform.machine()}, {os.cpu_count()} CPUs "
+                 f"(shared: load averages beside each run) · python -m lab run examples/NAME.yaml", HEADER)
+    write_result(args.results, report.lines, kept=earlier)
+    for name in names:
+        report.print(row(run_preset(name, args.out, args.limit_s)))
+        write_result(args.results, report.lines, kept=earlier)
 
 
 if __name__ == "__main__":

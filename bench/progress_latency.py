@@ -1,6 +1,6 @@
 """How soon and how often an evaluate job shows progress, read from its ``events.jsonl``.
 
-    python bench/progress_latency.py [--limit 100] [--out /tmp/progress-bench] [--reference DIR] [--repo DIR]
+    python -m bench.progress_latency [--limit 100] [--out /tmp/progress-bench] [--reference DIR] [--repo DIR]
 
 Runs ``python -m lab run CONFIG`` on the bundled model on the CPU (as the job system starts a
 worker; letter scoring, batches of 16, fixed so that code of before and after a change runs the
@@ -16,7 +16,6 @@ results must not change. ``--repo`` runs another checkout's ``lab`` (the code be
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -25,17 +24,16 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
-
-from ui.progress import progress  # noqa: E402  (no gradio: the reader the Jobs page uses)
+from bench._harness import REPO, parser
+from ui.progress import progress  # no gradio: the reader the Jobs page uses
 
 DATA = REPO.parent / "shared" / "data"
 DATASETS = {"boolq": DATA / "boolq" / "dev.jsonl", "obqa": DATA / "openbookqa" / "test.jsonl"}
 
 
 def run_job(dataset: str, data_file: Path, limit: int, run_dir: Path, repo: Path = REPO) -> float:
-    """Run one evaluate job in a fresh worker process; returns its start time (Unix seconds)."""
+    """Run one evaluate job in a fresh worker process; returns its start time (Unix seconds, the clock its
+    events are stamped with, hence ``time.time``)."""
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     config = run_dir.parent / f"{dataset}.yaml"
@@ -95,12 +93,11 @@ def compare(run_dir: Path, reference: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=Path("/tmp/progress-bench"))
-    parser.add_argument("--reference", type=Path, default=None, help="an earlier --out to compare results with")
-    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose lab runs (default: this one)")
-    args = parser.parse_args()
+    options = parser(__doc__, out=Path("/tmp/progress-bench"), out_help="the runs' folder")
+    options.add_argument("--limit", type=int, default=100)
+    options.add_argument("--reference", type=Path, default=None, help="an earlier --out to compare results with")
+    options.add_argument("--repo", type=Path, default=REPO, help="the checkout whose lab runs (default: this one)")
+    args = options.parse_args()
     for dataset, data_file in DATASETS.items():
         run_dir = args.out / dataset
         start = run_job(dataset, data_file, args.limit, run_dir, args.repo)

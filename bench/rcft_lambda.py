@@ -1,11 +1,11 @@
 """RCFT's λ on the controlled task: scale, stale bins or seed luck? bench/results/rcft_lambda_cpu.md.
 
-    .venv/bin/python bench/rcft_lambda.py [--out runs/bench-controlled] [--threads 2]
+    .venv/bin/python -m bench.rcft_lambda [--out runs/bench-controlled] [--threads 2]
                                           [--lambdas 1.8] [--seeds 0 1] [--estep-steps 5]
 
-In bench/controlled.py's single-seed run of before (issue 34), its RCFT rows (learning rate 1e-3)
+In bench.controlled's single-seed run of before (issue 34), its RCFT rows (learning rate 1e-3)
 lost accuracy at every λ, and λ = 1.8 collapsed (accuracy 23 %, ECE 56 %) where λ = 10 did not; over
-5 seeds its claims table (bench/claims.py) shows the loss at λ = 0.4 only. Three readings fit one run each:
+5 seeds its claims table (bench.claims) shows the loss at λ = 0.4 only. Three readings fit one run each:
 
 * **scale**: with ``lambda_scale: paper`` the SFT term is a mean over every prompt + answer token
   (~45 per question here) while the regulariser is a mean over questions, all of it at the answer
@@ -16,33 +16,30 @@ lost accuracy at every λ, and λ = 1.8 collapsed (accuracy 23 %, ECE 56 %) wher
 * **seed luck**: one seeded run per row.
 
 So ``--lambdas`` (1.8 by default) are rerun as a 2 × 2: {E-step every epoch (as
-bench/controlled.py), every ``--estep-steps`` optimiser steps} × ``--seeds``; the first seed's
-per-epoch job also has the preset's other λ (0.4, 10), as bench/controlled.py's RCFT rows. A
+bench.controlled), every ``--estep-steps`` optimiser steps} × ``--seeds``; the first seed's
+per-epoch job also has the preset's other λ (0.4, 10), as bench.controlled's RCFT rows. A
 seed is the cft job's: it carves the pool into train / validation / test and orders the
 batches, so the seed-1 rows are scored on another 800 test questions (the shifted split is the
 same 1,000). The start, the splits and the jobs are
-bench/controlled.py's (its helpers, the same ``--out``: the base and the over-confident model
-are trained once and shared).
+bench.controlled's (:mod:`bench._controlled_task`, the same ``--out``: the base and the over-confident
+model are trained once and shared).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/controlled.py, run as a plain script
-
-from controlled import (REPO, arguments, base_model, cft_job, ece_cell, full_finetune, pct, prepare,  # noqa: E402
-                        preset)
-from lab.core.layout import MODEL_DIR  # noqa: E402
+from bench._controlled_task import base_model, cft_job, ece_cell, full_finetune, jobs_parser, prepare
+from bench._harness import REPO, RESULTS, Timer, preset, write_result
+from lab.core.layout import MODEL_DIR
+from lab.results.reports import pct
 
 SWEEP = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0, 1.8, 10.0)  # the λ the measured pull is shown at
-TARGET = REPO / "bench" / "results" / "rcft_lambda_cpu.md"
+TARGET = RESULTS / "rcft_lambda_cpu.md"
 READING = "## What it shows"  # the hand-written reading, kept when the script rewrites the tables above it
 
 
@@ -67,7 +64,7 @@ def answer_pull(model_dir: Path, records: Sequence[Any], template: str, batch_si
     from lab.training.cft_losses import bin_accuracy, ece_regulariser
     from lab.models.loading import load_model
     from lab.training.data import build_examples, pad_option_batch
-    from lab.training.trainer import letter_probs
+    from lab.training.validation import letter_probs
     from lab.training.tokens import supervised_positions
 
     loaded = load_model(str(model_dir), device="cpu", dtype="float32")
@@ -119,15 +116,15 @@ def run_name(seed: int, estep_steps: Optional[int]) -> str:
 
 
 def main() -> int:
-    parser = arguments(__doc__.splitlines()[0], "bench/controlled.py's folder: its base and over-confident model "
-                       "are reused")
+    parser = jobs_parser(__doc__, REPO / "runs" / "bench-controlled", "bench.controlled's folder: its base and "
+                         "over-confident model are reused")
     parser.add_argument("--lambdas", type=float, nargs="+", default=[1.8],
                         help="the λ of the 2 × 2 (the first seed's per-epoch job also has the preset's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--estep-steps", type=int, default=5, help="the frequent E-step's interval, optimiser steps")
     args = parser.parse_args()
     out, files = prepare(args)
-    begin = time.time()
+    timer = Timer()
     start = full_finetune(out, files, base_model(out, files))
     cft = preset("cft-controlled")
     runs: dict[tuple[int, Optional[int]], Path] = {}
@@ -158,7 +155,8 @@ def main() -> int:
 
     previous = TARGET.read_text() if TARGET.is_file() else ""
     reading = previous[previous.index(READING):] if READING in previous else ""
-    TARGET.write_text(render(out, runs, pull, args, time.time() - begin) + ("\n" + reading if reading else ""))
+    lines = render(out, runs, pull, args, timer.seconds)
+    write_result(TARGET, [*lines, "", reading.rstrip("\n")] if reading else lines)
     print(f"wrote {TARGET}")
     return 0
 
@@ -175,15 +173,12 @@ def times(x: float) -> str:
 
 
 def render(out: Path, runs: dict[tuple[int, Optional[int]], Path], pull: dict[str, dict[str, Any]],
-           args: argparse.Namespace, seconds: float) -> str:
-    import torch
-
+           args: argparse.Namespace, seconds: float) -> list[str]:
     start = next(iter(pull.values()))
     lines = [
         "# RCFT's λ on the controlled task: scale, stale bins or seed luck (cpu)", "",
-        f"`python bench/rcft_lambda.py` — {time.strftime('%Y-%m-%d')}, {platform.machine()}, {args.threads} CPU "
-        f"threads, torch {torch.__version__}; this invocation took {seconds / 60:.1f} min (jobs already finished in "
-        f"`{out.name}/` are not rerun). Start: bench/controlled.py's experiment-3 model (the base fine-tuned 16 "
+        f"{args.threads} CPU threads; this invocation took {seconds / 60:.1f} min (jobs already finished in "
+        f"`{out.name}/` are not rerun). Start: bench.controlled's experiment-3 model (the base fine-tuned 16 "
         "epochs on 100 noisy questions); every run is `examples/cft-controlled.yaml` (3 epochs, learning rate 1e-3, "
         f"batch 8, 600 training questions: 75 steps an epoch) with `methods: [rcft]`, the λ, seed and "
         f"`training.estep_steps` of its row. Configs: `{out.name}/configs/rcft-lambda-*.yaml`.", "",
@@ -238,8 +233,7 @@ def render(out: Path, runs: dict[tuple[int, Optional[int]], Path], pull: dict[st
                          f"{pct(shifted['accuracy'])} | {curve} | {len(esteps)} | "
                          f"{pct(max(e['rank_violations'] for e in esteps))} | "
                          f"{pct(last['train_accuracy'])} / {pct(last['confidence'])} |")
-    lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

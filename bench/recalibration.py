@@ -1,8 +1,8 @@
 """Held-out recalibration and selective prediction on two real evaluations (validation and test of
 one model and task): what the README's "When to trust an answer" figures come from.
 
-    python bench/recalibration.py                 # evaluates the bundled model on bundled OBQA first
-    python bench/recalibration.py --val V --test T [--out bench/results/recalibration_cpu.md]
+    python -m bench.recalibration                 # evaluates the bundled model on bundled OBQA first
+    python -m bench.recalibration --val V --test T [--out bench/results/recalibration_cpu.md]
 
 For each calibrator (lab.calibration.calibrators): the test run's ECE (95 % bootstrap interval), smooth ECE,
 top-label Brier and NLL before and after, fitted on the validation run; and, for contrast, the
@@ -13,54 +13,42 @@ on the test run. Without --val/--test it first runs `python -m lab evaluate` on 
 """
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from bench._harness import REPO, RESULTS, Timer, parser, shown, write_result
 from lab.calibration import calibrators, confidence, metrics, selective
-from lab.results import predictions  # noqa: E402
+from lab.results import predictions
+from lab.results.reports import pct
 
 
 def _evaluate(split: str, out: Path) -> Path:
     if not (out / "metrics.json").is_file():
         subprocess.run([sys.executable, "-m", "lab", "evaluate", "--model", "bundled", "--dataset", "obqa",
-                        "--data-files", "bundled", "--split", split, "--out", str(out)], check=True, cwd=ROOT)
+                        "--data-files", "bundled", "--split", split, "--out", str(out)], check=True, cwd=REPO)
     return out
 
 
-def _shown(path: Path) -> str:
-    """A path as the report prints it: relative to the checkout when inside it."""
-    path = path.resolve()
-    return str(path.relative_to(ROOT)) if ROOT in path.parents else str(path)
-
-
-def _pct(report: dict, key: str = "ece") -> str:
-    if key == "ece":
-        return f"{100 * report['ece']:.1f} [{100 * report['ece_ci_low']:.1f}, {100 * report['ece_ci_high']:.1f}]"
-    return f"{report[key]:.3f}"
+def _pct(report: dict) -> str:
+    """A report's ECE in percent with its bootstrap interval."""
+    return f"{pct(report['ece'])} [{pct(report['ece_ci_low'])}, {pct(report['ece_ci_high'])}]"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--val", type=Path, help="evaluation run to fit on")
-    parser.add_argument("--test", type=Path, help="evaluation run to apply to")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-recalibration")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "recalibration_cpu.md")
-    args = parser.parse_args()
-    start = time.perf_counter()
+    options = parser(__doc__, out=RESULTS / "recalibration_cpu.md")
+    options.add_argument("--val", type=Path, help="evaluation run to fit on")
+    options.add_argument("--test", type=Path, help="evaluation run to apply to")
+    options.add_argument("--work", type=Path, default=REPO / "runs" / "bench-recalibration")
+    args = options.parse_args()
+    timer = Timer()
     val = args.val or _evaluate("validation", args.work / "val")
     test = args.test or _evaluate("test", args.work / "test")
     v, t = predictions.load_predictions(val), predictions.load_predictions(test)
     vp, tp = predictions.reported_probs(v), predictions.reported_probs(t)
 
-    lines = [f"# Held-out recalibration — `{' '.join(['python', *sys.argv])}`", "",
-             f"Fit on `{_shown(val)}` (n = {len(v.labels)}), applied to `{_shown(test)}` (n = {len(t.labels)}); "
+    lines = ["# Held-out recalibration", "",
+             f"Fit on `{shown(val)}` (n = {len(v.labels)}), applied to `{shown(test)}` (n = {len(t.labels)}); "
              "the bundled model, cloze scoring, bundled OpenBookQA unless given; shared questions: "
              f"{calibrators.overlap(calibrators.fit('histogram', vp, v.mask, v.labels, v.rows), t.rows)}.", "",
              "| Method | test ECE % before [95% CI] | after, fitted on validation | after, fitted on test itself "
@@ -86,9 +74,8 @@ def main() -> None:
         lines.append(f"| {confidence.SIGNALS.get(name).title} | {s['aurc']:.3f} [{s['aurc_ci'][0]:.3f}, "
                      f"{s['aurc_ci'][1]:.3f}] | {s['e_aurc']:.3f} | {auroc} | {s['acc_at_50']:.3f} | "
                      f"{s['acc_at_80']:.3f} | {correct.mean():.3f} |")
-    lines += ["", f"{time.perf_counter() - start:.0f} s in all."]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    lines += ["", f"{timer.seconds:.0f} s in all."]
+    write_result(args.out, lines)
     print("\n".join(lines))
 
 

@@ -1,7 +1,7 @@
 """Reproduction report of a pipeline job (FIRST or CFT/RCFT), in-domain and out-of-domain.
 
-    python bench/repro.py --config examples/first-cpu.yaml [--out runs/first-cpu]
-    python bench/repro.py --config examples/cft-cpu.yaml [--out runs/cft-cpu]
+    python -m bench.repro --config examples/first-cpu.yaml [--out runs/first-cpu]
+    python -m bench.repro --config examples/cft-cpu.yaml [--out runs/cft-cpu]
 
 Runs the config (resuming a run directory that has finished stages), then writes
 ``bench/results/<kind>_repro_<device>.md``: the command, the machine, the job's report (ECE with
@@ -11,18 +11,13 @@ run's events.
 """
 from __future__ import annotations
 
-import argparse
-import platform
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
-
-from lab.core.events import EVENTS_FILE, read_events  # noqa: E402
-from lab.jobkit.kinds import load_config  # noqa: E402
-from lab.jobkit.worker import run  # noqa: E402
+from bench._harness import REPO, RESULTS, Timer, parser, write_result
+from lab.core.events import EVENTS_FILE, read_events
+from lab.jobkit.kinds import load_config
+from lab.jobkit.worker import run
 
 
 def stage_times(run_dir: Path) -> list[tuple[str, float]]:
@@ -32,13 +27,13 @@ def stage_times(run_dir: Path) -> list[tuple[str, float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, required=True, help="a first or cft job config")
-    parser.add_argument("--out", type=Path, help="run directory (default: runs/<config name>)")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--config", type=Path, required=True, help="a first or cft job config")
+    options.add_argument("--out", type=Path, help="run directory (default: runs/<config name>)")
+    args = options.parse_args()
     kind = load_config(args.config)[0].name
     args.out = args.out or REPO / "runs" / args.config.stem
-    start = time.time()
+    timer = Timer()
     code = run(args.config, args.out)
     if code != 0:
         print(f"the run failed (exit code {code}); see {args.out}/log.txt or events.jsonl", file=sys.stderr)
@@ -48,17 +43,14 @@ def main() -> int:
     device = "gpu" if torch.cuda.is_available() else "cpu"
     lines = [
         f"# {kind.upper()} reproduction ({device})", "",
-        f"`python bench/repro.py --config {args.config.relative_to(REPO) if args.config.is_relative_to(REPO) else args.config}`"
-        f" — {time.strftime('%Y-%m-%d')}, {platform.machine()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}"
-        + (f", {torch.cuda.get_device_name()}" if device == "gpu" else "")
-        + f"; this invocation took {(time.time() - start) / 60:.1f} min.", "",
+        f"{torch.get_num_threads()} CPU threads; this invocation took {timer.seconds / 60:.1f} min.", "",
         (args.out / "report.md").read_text().split("\n", 2)[2].strip(), "",
         "## Stage times", "", "| stage | minutes |", "|---|---|",
         *[f"| {name} | {seconds / 60:.1f} |" for name, seconds in stage_times(args.out)], "",
-        "## Config", "", "```yaml", args.config.read_text().strip(), "```", "",
+        "## Config", "", "```yaml", args.config.read_text().strip(), "```",
     ]
-    target = REPO / "bench" / "results" / f"{kind}_repro_{device}.md"
-    target.write_text("\n".join(lines))
+    target = RESULTS / f"{kind}_repro_{device}.md"
+    write_result(target, lines)
     print(f"wrote {target}")
     return 0
 

@@ -5,21 +5,18 @@ was accepted after minutes. Each case below goes through what every entry point 
 (``load_yaml`` then ``parse_config`` with the server's roots); the figure is the median of 5 runs,
 with a typical config measured in the same run as the baseline.
 
-    .venv/bin/python bench/submit_bounds.py
+    .venv/bin/python -m bench.submit_bounds
 """
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lab.core.config import ConfigError  # noqa: E402
-from lab.jobkit.kinds import parse_config  # noqa: E402
-from lab.core.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml  # noqa: E402
+from bench._harness import parser, timed
+from lab.core.config import ConfigError
+from lab.jobkit.kinds import parse_config
+from lab.core.yamlio import MAX_BYTES, MAX_DEPTH, load_yaml
 
 BOMB = ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
         "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
@@ -35,6 +32,7 @@ def submit_once(text: str, roots: list[Path]) -> str:
 
 
 def main() -> None:
+    parser(__doc__).parse_args()
     roots = [Path(tempfile.mkdtemp())]
     (roots[0] / "q.jsonl").write_text('{"question": "2+2?", "choices": ["4", "5"], "answer": "A"}\n')
     long_list = "kind: evaluate\ndata_files:\n" + ("- " + "x" * 60 + "\n") * ((MAX_BYTES - 40) // 64)
@@ -48,12 +46,9 @@ def main() -> None:
     baseline = None
     print(f"{'case':<58} {'median s':>9} {'× typical':>10}  answer")
     for name, text in cases.items():
-        times, answer = [], ""
-        for _ in range(5):
-            start = time.perf_counter()
-            answer = submit_once(text, roots)
-            times.append(time.perf_counter() - start)
-        median = statistics.median(times)
+        answers: list[str] = []
+        median = statistics.median(timed(lambda: answers.append(submit_once(text, roots))) for _ in range(5))
+        answer = answers[-1]
         baseline = baseline or median
         print(f"{name:<58} {median:>9.4f} {median / baseline:>10.1f}  {answer}")
 

@@ -1,6 +1,6 @@
 """How fast the temperature lab answers a slider move, against asking the model again.
 
-    python bench/temperature_lab.py
+    python -m bench.temperature_lab [--out bench/results/temperature_lab_cpu.txt]
 
 One slider move recomputes, from a run's stored option probabilities: the probabilities at the
 new temperature and two summaries (ECE, NLL, Brier, cw-ECE, accuracy, reliability table; at T and
@@ -14,16 +14,12 @@ run, is what re-scoring would cost instead: the bundled model's letter-scoring t
 from __future__ import annotations
 
 import statistics
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
-
-from lab.results import analysis, predictions  # noqa: E402
-from lab.data.record import MCQRecord  # noqa: E402
+from bench._harness import RESULTS, Transcript, parser, timed, write_result
+from lab.results import analysis, predictions
+from lab.data.record import MCQRecord
 
 REPEATS = 5
 
@@ -53,27 +49,23 @@ def scoring_seconds_per_question(n: int = 32) -> float:
                for i in range(n)]
     prompts = [render(r, loaded.tokenizer) for r in records]
     score_letter(loaded.model, loaded.tokenizer, prompts[:4])  # warm-up
-    start = time.perf_counter()
-    score_letter(loaded.model, loaded.tokenizer, prompts, batch_size=16)
-    return (time.perf_counter() - start) / n
+    return timed(lambda: score_letter(loaded.model, loaded.tokenizer, prompts, batch_size=16)) / n
 
 
 def main() -> None:
+    args = parser(__doc__, out=RESULTS / "temperature_lab_cpu.txt").parse_args()
+    report = Transcript()
     per_question = scoring_seconds_per_question()
-    print(f"baseline: re-scoring with the bundled model, {1000 * per_question:.1f} ms per question (CPU, batch 16)")
+    report.print(f"baseline: re-scoring with the bundled model, {1000 * per_question:.1f} ms per question "
+                 "(CPU, batch 16)")
     for n in (1_000, 10_000):
         pred = synthetic(n)
-        times = []
-        for t in np.linspace(0.5, 3.0, REPEATS):
-            start = time.perf_counter()
-            slider_move(pred, float(t))
-            times.append(time.perf_counter() - start)
+        times = [timed(lambda: slider_move(pred, float(t))) for t in np.linspace(0.5, 3.0, REPEATS)]
         ms = 1000 * statistics.median(times)
-        start = time.perf_counter()
-        analysis.temperature_sweep(pred)
-        sweep_ms = 1000 * (time.perf_counter() - start)
-        print(f"n = {n:>6}: slider move {ms:6.1f} ms (the sweep, once per run: {sweep_ms:6.1f} ms); "
-              f"re-scoring would take {n * per_question:7.1f} s = {n * per_question / (ms / 1000):,.0f}x longer")
+        sweep_ms = 1000 * timed(lambda: analysis.temperature_sweep(pred))
+        report.print(f"n = {n:>6}: slider move {ms:6.1f} ms (the sweep, once per run: {sweep_ms:6.1f} ms); "
+                     f"re-scoring would take {n * per_question:7.1f} s = {n * per_question / (ms / 1000):,.0f}x longer")
+    write_result(args.out, report.lines)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Token-level scoring (clm, facts) against a bare forward pass over the same documents.
 
-    python bench/token_tasks.py [--model bundled] [--n 48] [--tokens 384] [--positions 1 16] [--quick]
-    python bench/token_tasks.py --accuracy [--model bundled]
+    python -m bench.token_tasks [--model bundled] [--n 48] [--tokens 384] [--positions 1 16] [--quick]
+    python -m bench.token_tasks --accuracy [--model bundled]
+
+Both forms write what they print to ``--out`` (default: bench/results/token_tasks_cpu.txt).
 
 Documents are cut from the plain texts in ../shared/seeds (or ``--data``, a .txt file), N of them,
 each of a length drawn uniformly from [tokens/2, tokens]. For each ``--positions`` count, target
@@ -28,25 +30,21 @@ are the figures the docstring of lab/models/token_scoring.py and docs/jobs.md st
 """
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
-import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from anywhere
-
+from bench._harness import REPO, RESULTS, Transcript, parser, timed, write_result
 from lab.kinds.evaluate.tokens import LOG_Z_DECIMALS
 from lab.models.loading import load_model
-from lab.models.scoring import batch_tokens, plan_batches, right_padded
+from lab.models.batching import batch_tokens, plan_batches, right_padded
 from lab.models.token_scoring import GRID, log_partition, score_documents
 from lab.models.token_targets import TokenDoc, clm_positions
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+SEEDS = REPO.parent / "shared" / "seeds"
 MIN_CONTEXT = 16
 
 
@@ -62,21 +60,12 @@ def documents(tokenizer, text: str, n: int, tokens: int, rng: np.random.Generato
     return docs
 
 
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def timed(fn: Callable[[], object]) -> tuple[float, int]:
+def timed_peak(fn: Callable[[], object]) -> tuple[float, int]:
     """Seconds and, on a GPU, peak bytes allocated during ``fn()``."""
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    sync()
-    start = time.perf_counter()
-    fn()
-    sync()
-    peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
-    return time.perf_counter() - start, peak
+    seconds = timed(fn)
+    return seconds, torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
 
 
 def bare(model, seqs: list[list[int]], batches: list[list[int]], pad_id: int) -> None:
@@ -99,7 +88,8 @@ def partition_error(z: torch.Tensor) -> np.ndarray:
     return np.abs(got - exact).max(axis=0)
 
 
-def accuracy(model, seqs: list[list[int]], vocab: int, pad_id: int, rng: np.random.Generator) -> None:
+def accuracy(model, seqs: list[list[int]], vocab: int, pad_id: int, rng: np.random.Generator,
+             report: Transcript) -> None:
     """--accuracy: the log-partition's error against an exact logsumexp, on the model's logits and random ones;
     then what a run stores (:func:`score_documents`: batched, padded, log Z rounded as predictions.jsonl keeps it)
     against an exact logsumexp over one unpadded forward per target, whose float32 logits differ by ~1e-6."""
@@ -118,30 +108,30 @@ def accuracy(model, seqs: list[list[int]], vocab: int, pad_id: int, rng: np.rand
         return (f"{name:>22}{n:>6}" + "".join(f"{err[i]:>11.1e}" for i in shown)
                 + f"{err.max():>8.1e} at T={GRID[int(err.argmax())]:.3g}")
 
-    print(f"max |Δ log Z(T)| over rows, vocabulary {vocab}, at T of the grid ({len(GRID)} points)")
-    print("log_partition against an exact float64 logsumexp of the same float32 logits:\n" + header)
+    report.print(f"max |Δ log Z(T)| over rows, vocabulary {vocab}, at T of the grid ({len(GRID)} points)")
+    report.print("log_partition against an exact float64 logsumexp of the same float32 logits:\n" + header)
     for name, z in sets.items():
-        print(line(f"{name} logits", partition_error(z), len(z)))
+        report.print(line(f"{name} logits", partition_error(z), len(z)))
     stored = np.array([[round(v, LOG_Z_DECIMALS) for v in r["log_z"]]
                        for rows in score_documents(model, docs, pad_id) for r in rows])
     exact = np.stack([torch.logsumexp(naive.double() / t, dim=1).numpy() for t in GRID], axis=1)
-    print(f"a run's stored log_z (batched, padded, {LOG_Z_DECIMALS} decimals) against one unpadded forward:")
-    print(line("stored vs unpadded", np.abs(stored - exact).max(axis=0), len(stored)))
+    report.print(f"a run's stored log_z (batched, padded, {LOG_Z_DECIMALS} decimals) against one unpadded forward:")
+    report.print(line("stored vs unpadded", np.abs(stored - exact).max(axis=0), len(stored)))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="bundled")
-    parser.add_argument("--data", type=Path, default=None, help="a .txt file (default: ../shared/seeds/*.txt)")
-    parser.add_argument("--n", type=int, default=48, help="documents")
-    parser.add_argument("--tokens", type=int, default=384, help="longest document, in tokens")
-    parser.add_argument("--positions", type=int, nargs="+", default=[1, 16], help="targets per document")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--quick", action="store_true", help="16 documents of at most 192 tokens, 1 repeat: under a minute")
-    parser.add_argument("--accuracy", action="store_true", help="log_partition's error in log Z, not times")
-    args = parser.parse_args()
+    options = parser(__doc__, out=RESULTS / "token_tasks_cpu.txt")
+    options.add_argument("--model", default="bundled")
+    options.add_argument("--data", type=Path, default=None, help="a .txt file (default: ../shared/seeds/*.txt)")
+    options.add_argument("--n", type=int, default=48, help="documents")
+    options.add_argument("--tokens", type=int, default=384, help="longest document, in tokens")
+    options.add_argument("--positions", type=int, nargs="+", default=[1, 16], help="targets per document")
+    options.add_argument("--batch-size", type=int, default=8)
+    options.add_argument("--repeats", type=int, default=3)
+    options.add_argument("--device", default="auto")
+    options.add_argument("--quick", action="store_true", help="16 documents of at most 192 tokens, 1 repeat: under a minute")
+    options.add_argument("--accuracy", action="store_true", help="log_partition's error in log Z, not times")
+    args = options.parse_args()
     if args.quick:
         args.n, args.tokens, args.repeats = 16, 192, 1
 
@@ -154,19 +144,21 @@ def main() -> None:
     seqs = documents(tok, text, args.n, args.tokens, rng)
     vocab = model.get_output_embeddings().weight.shape[0]
     budget = batch_tokens(loaded.device)
+    report = Transcript()
     if args.accuracy:
-        accuracy(model, seqs, vocab, pad_id, rng)
+        accuracy(model, seqs, vocab, pad_id, rng, report)
+        write_result(args.out, report.lines)
         return
-    print(f"{args.model} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}), vocabulary {vocab}, "
-          f"{len(seqs)} documents of {min(map(len, seqs))}-{max(map(len, seqs))} tokens ({sum(map(len, seqs))} in all), "
-          f"batch size {args.batch_size}, token budget {budget}, {torch.get_num_threads()} CPU threads, "
-          f"{args.repeats} repeat(s)")
+    report.print(f"{args.model} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}), vocabulary {vocab}, "
+                 f"{len(seqs)} documents of {min(map(len, seqs))}-{max(map(len, seqs))} tokens ({sum(map(len, seqs))} in all), "
+                 f"batch size {args.batch_size}, token budget {budget}, {torch.get_num_threads()} CPU threads, "
+                 f"{args.repeats} repeat(s)")
     score_documents(model, [TokenDoc(seqs[0], [MIN_CONTEXT])], pad_id)  # warm-up: first calls allocate
     bare(model, seqs[:1], [[0]], pad_id)
 
-    print(f"{'targets/doc':>11}{'ours s':>9}{'bare s':>9}{'bare/ours':>11}{'cut bare s':>12}{'cut/ours':>10}"
-          f"{'ours logits MiB':>17}{'bare logits MiB':>17}" + (f"{'ours peak MiB':>15}{'bare peak MiB':>15}"
-                                                                 if torch.cuda.is_available() else ""))
+    report.print(f"{'targets/doc':>11}{'ours s':>9}{'bare s':>9}{'bare/ours':>11}{'cut bare s':>12}{'cut/ours':>10}"
+                 f"{'ours logits MiB':>17}{'bare logits MiB':>17}" + (f"{'ours peak MiB':>15}{'bare peak MiB':>15}"
+                                                                        if torch.cuda.is_available() else ""))
     for count in args.positions:
         docs = [TokenDoc(s, clm_positions(len(s), count, MIN_CONTEXT, rng)) for s in seqs]
         batches = plan_batches([len(s) for s in seqs], args.batch_size, budget)  # the bare passes' plan
@@ -174,9 +166,9 @@ def main() -> None:
         cut_batches = plan_batches([len(s) for s in cut], args.batch_size, budget)
         ratios, cut_ratios, runs = [], [], []
         for _ in range(args.repeats):
-            t_ours, peak_ours = timed(lambda: score_documents(model, docs, pad_id, batch_size=args.batch_size))
-            t_bare, peak_bare = timed(lambda: bare(model, seqs, batches, pad_id))
-            t_cut, _ = timed(lambda: bare(model, cut, cut_batches, pad_id))
+            t_ours, peak_ours = timed_peak(lambda: score_documents(model, docs, pad_id, batch_size=args.batch_size))
+            t_bare, peak_bare = timed_peak(lambda: bare(model, seqs, batches, pad_id))
+            t_cut, _ = timed_peak(lambda: bare(model, cut, cut_batches, pad_id))
             ratios.append(t_bare / t_ours)
             cut_ratios.append(t_cut / t_ours)
             runs.append((t_ours, t_bare, t_cut, peak_ours, peak_bare))
@@ -188,12 +180,13 @@ def main() -> None:
         ours_mib = rows * vocab * (elem + 4) / 2**20
         bare_mib = max(len(b) * max(len(seqs[i]) for i in b) for b in batches) * vocab * elem / 2**20
         gpu = f"{peak_ours / 2**20:>15.0f}{peak_bare / 2**20:>15.0f}" if torch.cuda.is_available() else ""
-        print(f"{count:>11}{t_ours:>9.2f}{t_bare:>9.2f}{t_bare / t_ours:>10.2f}x{t_cut:>12.2f}"
-              f"{t_cut / t_ours:>9.2f}x{ours_mib:>17.1f}{bare_mib:>17.1f}{gpu}")
+        report.print(f"{count:>11}{t_ours:>9.2f}{t_bare:>9.2f}{t_bare / t_ours:>10.2f}x{t_cut:>12.2f}"
+                     f"{t_cut / t_ours:>9.2f}x{ours_mib:>17.1f}{bare_mib:>17.1f}{gpu}")
         if args.repeats > 1:
-            print(f"{'':>11}  per repeat: bare/ours {', '.join(f'{r:.2f}' for r in ratios)} (median "
-                  f"{statistics.median(ratios):.2f}); cut/ours {', '.join(f'{r:.2f}' for r in cut_ratios)}")
-    print("goal (issue 33): bare / ours >= 0.80")
+            report.print(f"{'':>11}  per repeat: bare/ours {', '.join(f'{r:.2f}' for r in ratios)} (median "
+                         f"{statistics.median(ratios):.2f}); cut/ours {', '.join(f'{r:.2f}' for r in cut_ratios)}")
+    report.print("goal (issue 33): bare / ours >= 0.80")
+    write_result(args.out, report.lines)
 
 
 if __name__ == "__main__":

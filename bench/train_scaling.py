@@ -1,6 +1,7 @@
 """A training step in one process and in several, on this machine, with the same global batch.
 
-    python bench/train_scaling.py [--model bundled] [--processes 1 2] [--batch 8] [--steps 12]
+    python -m bench.train_scaling [--model bundled] [--processes 1 2] [--batch 8] [--steps 12]
+                                  [--out bench/results/train_scaling_cpu.txt]
 
 Each configuration is a real ``finetune`` job run as the scheduler runs it (``python -m lab run``,
 or ``accelerate launch --num_processes N`` on gloo where N > 1; the per-device batch is the
@@ -18,19 +19,14 @@ rank has its own device and NCCL, and the step time at a fixed global batch shou
 """
 from __future__ import annotations
 
-import argparse
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a plain script from anywhere
-
-from jobs.launch import Launch, build_command, job_env  # noqa: E402
-from lab.core.events import read_events  # noqa: E402
-from lab.core.yamlio import dump_yaml  # noqa: E402
+from bench._harness import RESULTS, Timer, Transcript, parser, write_result
+from jobs.launch import Launch, build_command, job_env
+from lab.core.events import read_events
+from lab.core.yamlio import dump_yaml
 
 
 def run(model: str, processes: int, batch: int, steps: int, root: Path) -> tuple[float, float, float]:
@@ -42,10 +38,10 @@ def run(model: str, processes: int, batch: int, steps: int, root: Path) -> tuple
               "device": "cpu", "learning_rate": 2e-5, "warmup_ratio": 0.0}
     (run_dir / "config.yaml").write_text(dump_yaml(config))
     argv = build_command(run_dir / "config.yaml", run_dir, Launch(processes=processes))
-    start = time.perf_counter()
+    timer = Timer()
     with open(run_dir / "log.txt", "wb") as log:
         code = subprocess.run(argv, env=job_env(()), stdout=log, stderr=subprocess.STDOUT).returncode
-    wall = time.perf_counter() - start
+    wall = timer.seconds
     if code != 0:
         raise SystemExit(f"{processes} process(es) failed (exit {code}); see {run_dir / 'log.txt'}")
     trained = [e for e in read_events(run_dir / "events.jsonl")[0] if e["stage"] == "train" and "loss" in e]
@@ -54,21 +50,24 @@ def run(model: str, processes: int, batch: int, steps: int, root: Path) -> tuple
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="bundled")
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--batch", type=int, default=8, help="global batch (examples per optimizer step)")
-    parser.add_argument("--steps", type=int, default=12)
-    args = parser.parse_args()
+    options = parser(__doc__, out=RESULTS / "train_scaling_cpu.txt")
+    options.add_argument("--model", default="bundled")
+    options.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    options.add_argument("--batch", type=int, default=8, help="global batch (examples per optimizer step)")
+    options.add_argument("--steps", type=int, default=12)
+    args = options.parse_args()
     if any(args.batch % n for n in args.processes):
         raise SystemExit(f"--batch {args.batch} must divide evenly among {args.processes} processes")
     with tempfile.TemporaryDirectory() as tmp:
         results = {n: run(args.model, n, args.batch, args.steps, Path(tmp)) for n in args.processes}
     base = results[args.processes[0]][0]
-    print(f"model {args.model}, global batch {args.batch}, {args.steps} steps, full fine-tuning, CPU")
-    print(f"{'processes':>9}  {'s/step':>7}  {'vs ' + str(args.processes[0]):>6}  {'job wall s':>10}  {'final loss':>10}")
+    report = Transcript()
+    report.print(f"model {args.model}, global batch {args.batch}, {args.steps} steps, full fine-tuning, CPU",
+                 f"{'processes':>9}  {'s/step':>7}  {'vs ' + str(args.processes[0]):>6}  {'job wall s':>10}  "
+                 f"{'final loss':>10}")
     for n, (per_step, wall, loss) in results.items():
-        print(f"{n:>9}  {per_step:>7.3f}  {per_step / base:>5.2f}x  {wall:>10.1f}  {loss:>10.4f}")
+        report.print(f"{n:>9}  {per_step:>7.3f}  {per_step / base:>5.2f}x  {wall:>10.1f}  {loss:>10.4f}")
+    write_result(args.out, report.lines)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Race lm-evaluation-harness on its own tasks, and check that the lab's answers are lm-eval's, document by document.
 
-    python bench/vs_lm_eval.py [--lm-eval-python PYTHON] [--out bench/results/vs_lm_eval_cpu.txt]
-    python bench/vs_lm_eval.py --include examples/lm_eval_tasks --race csqa_local:0:100 --race csqa_local:5:50 \
+    python -m bench.vs_lm_eval [--lm-eval-python PYTHON] [--out bench/results/vs_lm_eval_cpu.txt]
+    python -m bench.vs_lm_eval --include examples/lm_eval_tasks --race csqa_local:0:100 --race csqa_local:5:50 \
         --race medmcqa_local:5:50 --race local_group:0:30 --out bench/results/vs_lm_eval_own_tasks_cpu.txt
 
 For each task below, the same lm-eval task runs through both tools, one subprocess each, same machine,
@@ -33,27 +33,21 @@ races another install instead.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import re
 import resource
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
-
-from lab.data.harness import SHIPPED  # noqa: E402
-from lab.models.bundled import bundled_model_dir  # noqa: E402
+from bench._harness import REPO, RESULTS, Only, Timer, Transcript, parser, write_result
+from lab.data.harness import SHIPPED
+from lab.models.bundled import bundled_model_dir
 
 
 @dataclass(frozen=True)
@@ -87,10 +81,10 @@ def cpu_seconds() -> tuple[float, float]:
 def run(cmd: list[str], log: Path, cwd: Path = REPO) -> tuple[float, float, float]:
     """Run ``cmd`` with its output in ``log``: wall and CPU seconds of the whole subprocess, and the CPU
     seconds other processes used meanwhile (both tools run 2 compute threads: a neighbour slows either)."""
-    start, (child0, machine0) = time.perf_counter(), cpu_seconds()
+    timer, (child0, machine0) = Timer(), cpu_seconds()
     with log.open("w") as out:
         code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env={**os.environ, **OFFLINE}).returncode
-    elapsed, (child1, machine1) = time.perf_counter() - start, cpu_seconds()
+    elapsed, (child1, machine1) = timer.seconds, cpu_seconds()
     if code:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         sys.exit(f"error: {' '.join(cmd[:4])} ... exited with {code}; the end of {log}:\n{tail}")
@@ -196,28 +190,25 @@ def race(spec: Race, model_dir: Path, batch_size: int, python: str, work: Path, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lm-eval-python", default=sys.executable, help="the interpreter lm_eval runs in")
-    parser.add_argument("--batch-size", type=int, default=16, help="passed to both tools (lab: questions; lm-eval: pairs)")
-    parser.add_argument("--only", nargs="+", default=None, help="race these tasks only (default: all)")
-    parser.add_argument("--limit", type=int, default=None, help="documents of each (sub)task (default: each race's own)")
-    parser.add_argument("--include", type=Path, default=SHIPPED, help="a folder of task YAMLs both tools read "
-                        "(default: the lab's bundled_* tasks)")
-    parser.add_argument("--race", action="append", default=[], metavar="TASK:SHOTS:LIMIT",
-                        help="race this task instead of the default ones (repeatable)")
-    parser.add_argument("--keep", type=Path, default=None, help="keep both tools' outputs here (default: a temp dir)")
-    parser.add_argument("--out", type=Path, default=None, help="also write the report here")
-    args = parser.parse_args()
+    options = parser(__doc__, out=RESULTS / "vs_lm_eval_cpu.txt", out_help="the report",
+                     only=Only("TASK", "race these tasks only (default: all)"))
+    options.add_argument("--lm-eval-python", default=sys.executable, help="the interpreter lm_eval runs in")
+    options.add_argument("--batch-size", type=int, default=16, help="passed to both tools (lab: questions; lm-eval: pairs)")
+    options.add_argument("--limit", type=int, default=None, help="documents of each (sub)task (default: each race's own)")
+    options.add_argument("--include", type=Path, default=SHIPPED, help="a folder of task YAMLs both tools read "
+                         "(default: the lab's bundled_* tasks)")
+    options.add_argument("--race", action="append", default=[], metavar="TASK:SHOTS:LIMIT",
+                         help="race this task instead of the default ones (repeatable)")
+    options.add_argument("--keep", type=Path, default=None, help="keep both tools' outputs here (default: a temp dir)")
+    args = options.parse_args()
 
     import torch
 
     model_dir = bundled_model_dir()
-    lines = [f"# {' '.join(['python', 'bench/vs_lm_eval.py', *sys.argv[1:]])}",
-             f"# ({date.today()}, {platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} torch "
-             f"threads; lab: torch {torch.__version__}; lm-eval side: {lm_eval_version(args.lm_eval_python)})",
-             f"model {model_dir.name} (float32, cpu), batch size {args.batch_size}"]
-    print("\n".join(lines), flush=True)
-    start = time.perf_counter()
+    report = Transcript()
+    report.print(f"# ({torch.get_num_threads()} torch threads; lm-eval side: {lm_eval_version(args.lm_eval_python)})",
+                 f"model {model_dir.name} (float32, cpu), batch size {args.batch_size}")
+    timer = Timer()
     with tempfile.TemporaryDirectory(prefix="vs-lm-eval-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -227,13 +218,9 @@ def main() -> None:
                 continue
             if args.limit is not None:
                 spec = Race(spec.task, spec.shots, args.limit)
-            got = race(spec, model_dir, args.batch_size, args.lm_eval_python, work, args.include.resolve())
-            print("\n".join(got), flush=True)
-            lines += got
-    lines.append(f"\n{(time.perf_counter() - start) / 60:.1f} min in all")
-    print(lines[-1])
-    if args.out:
-        args.out.write_text("\n".join(lines) + "\n")
+            report.print(*race(spec, model_dir, args.batch_size, args.lm_eval_python, work, args.include.resolve()))
+    report.print(f"\n{timer.seconds / 60:.1f} min in all")
+    write_result(args.out, report.lines)
 
 
 if __name__ == "__main__":
