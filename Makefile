@@ -58,7 +58,7 @@ test-min: setup-min
 	$(PY_MIN) -m pytest -q $(MIN_TESTS) -k "$(MIN_SKIP)"
 
 bench: setup
-	$(PY) bench/eval_throughput.py
+	$(PY) -m bench.eval_throughput
 
 clean:
 	rm -rf $(VENV) $(VENV_MIN) .pytest_cache

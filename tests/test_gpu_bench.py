@@ -1,4 +1,4 @@
-"""bench/gpu.py's small form, on this machine: every section runs and is written, and nothing is left running.
+"""bench.gpu's small form, on this machine: every section runs and is written, and nothing is left running.
 
 A lent GPU machine gives the bench one call, which waits for every process it started: a section
 that breaks, or a process left behind, would cost the whole run. The small form runs the same code
@@ -39,10 +39,10 @@ def _marked(token: str) -> list[psutil.Process]:
 
 def test_small_form_runs_every_section_and_leaves_nothing_running(tmp_path):
     token = uuid.uuid4().hex
-    run = subprocess.run([sys.executable, str(REPO / "bench" / "gpu.py"), "--small", "--out", str(tmp_path)],
+    run = subprocess.run([sys.executable, "-m", "bench.gpu", "--small", "--out", str(tmp_path)], cwd=REPO,
                          env={**os.environ, MARKER: token}, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert not _marked(token), "bench/gpu.py left processes running"
+    assert not _marked(token), "bench.gpu left processes running"
     (results,) = tmp_path.glob("gpu_*-small.md")
     text = results.read_text()
     positions = [text.find(section) for section in SECTIONS]

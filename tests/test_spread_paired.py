@@ -151,12 +151,12 @@ def test_claims_refuses_a_claim_text_twice_and_a_row_it_cannot_find():
 
 
 def test_the_results_files_claims_tables_are_those_their_figures_give():
-    """The README quotes these tables: a figure edited without rerunning `python bench/claims.py` fails here."""
+    """The README quotes these tables: a figure edited without rerunning `python -m bench.claims` fails here."""
     from bench.claims import FILES, RESULTS, rewrite
 
     for name, specs in FILES.items():
         text = (RESULTS / name).read_text()
-        assert rewrite(text, specs()) == text, f"{name}: run .venv/bin/python bench/claims.py"
+        assert rewrite(text, specs()) == text, f"{name}: run .venv/bin/python -m bench.claims"
 
 
 def test_the_controlled_bench_and_claims_py_name_the_same_claims():
