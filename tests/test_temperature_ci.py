@@ -19,6 +19,7 @@ from lab.kinds.evaluate.run import write_evaluation
 from lab.results import analysis, predictions
 from ui.plots import reliability
 from ui import temperature_page as page
+from ui.temperature_slider import STEPS_PER_DECADE
 from ui.context import LabContext
 
 pytestmark = pytest.mark.unit
@@ -97,7 +98,7 @@ def test_the_paper_form_starts_at_its_own_c_inside_its_grid_and_the_logit_form_b
     paper = page.settings_changed(walk, NAME, best.drawn, "paper", BINS)
     assert paper.drawn["temperature"] == 1.0 and paper.drawn["form"] == "paper"
     sweep = analysis.temperature_sweep(predictions.load_predictions(walk.runs / NAME), form="paper")
-    assert 10 ** paper.slider["maximum"] <= sweep.table["temperature"].max() * 10 ** (1 / page.STEPS_PER_DECADE)
+    assert 10 ** paper.slider["maximum"] <= sweep.table["temperature"].max() * 10 ** (1 / STEPS_PER_DECADE)
     assert paper.slider["value"] == 0.0 and "c = 1," in paper.slider["label"]
     back = page.settings_changed(walk, NAME, paper.drawn, "logit", BINS)
     assert back.drawn["temperature"] == 1.0 and back.drawn["form"] == "logit"  # not c carried over as T

@@ -18,6 +18,7 @@ from lab.kinds.evaluate.run import apply_temperature, write_evaluation
 from lab.results import analysis, predictions
 from tests.helpers import two_option_rows
 from ui import temperature_page as page
+from ui import temperature_slider
 from ui.context import LabContext
 
 pytestmark = pytest.mark.unit
@@ -57,15 +58,15 @@ def _ece_shown(text):
 # ---------------------------------------------------------------- the log slider
 @pytest.mark.parametrize("t", [0.001, 0.0123, 0.1, 1.0, 2.5, 28.18, 999.9, 1000.0])
 def test_a_temperature_survives_the_trip_through_the_log_slider(t):
-    assert page.to_slider(t) == pytest.approx(math.log10(t))
-    assert page.from_slider(page.to_slider(t)) == t  # four significant digits, as the slider shows them
+    assert temperature_slider.to_slider(t) == pytest.approx(math.log10(t))
+    assert temperature_slider.from_slider(temperature_slider.to_slider(t)) == t  # four significant digits, as the slider shows them
 
 
 def test_every_slider_position_from_t_0_001_to_1000_reads_back_as_itself():
-    positions = np.arange(-3000, 3001) / page.STEPS_PER_DECADE
-    back = np.array([page.to_slider(page.from_slider(x)) for x in positions])
-    assert np.abs(back - positions).max() < 0.5 / page.STEPS_PER_DECADE  # rounding T loses no step
-    assert page.from_slider(0.0) == 1.0 and page.from_slider(1.0) == 10.0 and page.from_slider(-3.0) == 0.001
+    positions = np.arange(-3000, 3001) / temperature_slider.STEPS_PER_DECADE
+    back = np.array([temperature_slider.to_slider(temperature_slider.from_slider(x)) for x in positions])
+    assert np.abs(back - positions).max() < 0.5 / temperature_slider.STEPS_PER_DECADE  # rounding T loses no step
+    assert temperature_slider.from_slider(0.0) == 1.0 and temperature_slider.from_slider(1.0) == 10.0 and temperature_slider.from_slider(-3.0) == 0.001
 
 
 def test_the_slider_spans_the_widened_sweep_and_says_it_is_log_scaled(far):
@@ -75,8 +76,8 @@ def test_the_slider_spans_the_widened_sweep_and_says_it_is_log_scaled(far):
     slider = view.slider
     low, high = 10 ** slider["minimum"], 10 ** slider["maximum"]
     assert low <= sweep.table["temperature"].min() and high >= sweep.table["temperature"].max() >= sweep.best_ece
-    assert high / sweep.table["temperature"].max() < 10 ** (1 / page.STEPS_PER_DECADE)  # no wider than it needs
-    assert slider["step"] == 1 / page.STEPS_PER_DECADE and slider["value"] == 0.0  # T = 1: nothing saved
+    assert high / sweep.table["temperature"].max() < 10 ** (1 / temperature_slider.STEPS_PER_DECADE)  # no wider than it needs
+    assert slider["step"] == 1 / temperature_slider.STEPS_PER_DECADE and slider["value"] == 0.0  # T = 1: nothing saved
     assert "log scale" in slider["label"] and "T = 1" in slider["label"]
     paper = page.settings_changed(far, NAME, view.drawn, "paper", BINS).slider
     table = _sweep(far, "paper").table["temperature"]
@@ -115,7 +116,7 @@ def test_a_drag_leaves_the_thumb_alone_unless_the_range_had_to_grow(far):
 def test_a_typed_t_outside_the_range_stretches_it_and_is_drawn(far, typed, t):
     drawn = page.pick_run(far, NAME, "logit", BINS).drawn
     view = page.typed_temperature(far, NAME, typed, drawn, "logit", BINS)
-    assert view.drawn["temperature"] == t and view.message == "" and view.box["value"] == page._show(t)
+    assert view.drawn["temperature"] == t and view.message == "" and view.box["value"] == temperature_slider.box_text(t)
     assert view.slider["minimum"] <= math.log10(t) <= view.slider["maximum"]
     assert view.slider["value"] == pytest.approx(math.log10(t), abs=1e-3)
     probs = analysis.recalibrate(predictions.load_predictions(far.runs / NAME), t)
@@ -145,8 +146,8 @@ def test_a_refused_slider_position_names_the_slider_and_nothing_drawn_resets_to_
 
 def test_pressing_enter_on_the_shown_t_keeps_every_digit_of_the_drawn_one(far):
     drawn = page.go_to_optimum(far, NAME, "logit", BINS, which="ece").drawn
-    assert page._show(drawn["temperature"]) != repr(drawn["temperature"])  # the box rounds it
-    assert page.typed_temperature(far, NAME, page._show(drawn["temperature"]), drawn, "logit", BINS) == \
+    assert temperature_slider.box_text(drawn["temperature"]) != repr(drawn["temperature"])  # the box rounds it
+    assert page.typed_temperature(far, NAME, temperature_slider.box_text(drawn["temperature"]), drawn, "logit", BINS) == \
         (SKIP,) * len(page.PageView._fields)
 
 
@@ -248,7 +249,7 @@ def test_go_to_optimum_dials_the_sweep_s_best_exactly(far, which):
     view = page.go_to_optimum(far, NAME, "logit", BINS, which=which)
     assert view.drawn["temperature"] == best and best > 10  # past the default grid: only the widening found it
     button = view.go_ece if which == "ece" else view.go_nll
-    assert view.box["value"] == page._show(best) and button["value"].endswith(f"(T = {best:.3g})")
+    assert view.box["value"] == temperature_slider.box_text(best) and button["value"].endswith(f"(T = {best:.3g})")
     at_best = sweep.table.loc[sweep.table["temperature"] == best].iloc[0]
     assert _ece_shown(view.text) == pytest.approx(100 * at_best["ece"], abs=0.005)
     assert f"NLL {at_best['nll']:.4f}" in view.text

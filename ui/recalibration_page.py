@@ -23,6 +23,7 @@ import pandas as pd
 from lab.calibration import calibrators, confidence
 from lab.core.layout import CALIBRATORS_DIR
 from lab.results import analysis, predictions, runs
+from lab.results.reports import pct
 from ui.components import run_picker, signal_choices
 from ui.context import LabContext
 from ui.messages import error, note, ok
@@ -50,7 +51,7 @@ def method_choices() -> list[tuple[str, str]]:
 
 def _with_interval(report: dict[str, Any]) -> str:
     low, high = report.get("ece_ci_low"), report.get("ece_ci_high")
-    interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None and high is not None else ""
+    interval = f" [{pct(low)}, {pct(high)}]" if low is not None and high is not None else ""
     return f"{100 * report['ece']:.2f}{interval}"
 
 

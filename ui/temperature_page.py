@@ -23,8 +23,6 @@ the unscaled model's, as the logit form's is, whatever temperature the run was e
 from __future__ import annotations
 
 import functools
-import html
-import math
 from typing import Any, NamedTuple, Optional
 
 import gradio as gr
@@ -39,6 +37,9 @@ from ui.context import LabContext
 from ui.messages import error, note, ok
 from ui.plots.curves import sweep_figure
 from ui.plots.reliability import reliability_figure
+from ui.temperature_slider import (BOX_DIGITS, FIELD, SHOWN_DIGITS, SYMBOL, box_text, parse_position,
+                                   parse_temperature, positive, slider_settings, slider_span, slider_update, thumb)
+from ui.temperature_text import FORMULA, metrics_text
 
 INTRO = ("Move the temperature: the reliability diagram, ECE, NLL and accuracy are recomputed from the "
          "stored probabilities, no model call. `logit`: softmax(log p / T), where T = 1 is the run unscaled; "
@@ -46,21 +47,12 @@ INTRO = ("Move the temperature: the reliability diagram, ECE, NLL and accuracy a
          "A token run (clm, facts) is rescaled over the whole vocabulary, softmax(z / T), from the log-partition "
          "each target kept at the temperatures of its grid; the paper form needs every probability, which it "
          "does not keep.")
-SYMBOL = {"logit": "T", "paper": "c"}  # what each form calls its parameter
-FIELD = {"logit": "Temperature T", "paper": "Scale c"}  # ... and the box that takes it
-FORMULA = {"logit": "softmax(log p / T)", "paper": "FIRST's softmax(p / c)"}
-TOKEN_FORMULA = "softmax(z / T) over the whole vocabulary"  # a token run's logit form
-BASELINE = {"logit": "at T = 1, unscaled", "paper": "unscaled"}  # the run's own probabilities, in each form's words
-STEPS_PER_DECADE = 1000  # the slider's step in log10 T: a factor 1.0023, finer than the 4 digits a move shows
-SHOWN_DIGITS = 4  # significant digits of a T read off the slider: the step cannot tell finer ones apart
-BOX_DIGITS = 6  # ... and of the T the box shows (an optimum is dialled exactly: the state keeps every digit)
 FORM_INFO = "logit: softmax(log p / T); paper: FIRST's softmax(p / c)"
 # A token run keeps its top tokens and the log-partition, not every probability of the vocabulary
 # that FIRST's softmax(p / c) divides: the radio offers it the logit form only, and says why.
 PAPER_NOT_FOR_TOKENS = ("The paper form, FIRST's softmax(p / c), does not apply to a token run (clm, facts): it "
                         "divides every probability of the vocabulary, and a token run keeps only its top tokens. "
                         "Drawn in the logit form, softmax(z / T) over the whole vocabulary.")
-LIMITS = (1e-6, 1e6)  # a typed T outside is refused: rows are one-hot or uniform long before, and floats overflow
 START = (0.1, 10.0)  # the slider's range before a run is drawn: the logit sweep's default grid
 GO_TO = {"ece": "Go to lowest ECE", "nll": "Go to lowest NLL"}
 # Where each form starts on a run it has not drawn: the logit form at the run's saved temperature, else
@@ -70,18 +62,9 @@ PAPER_START = 1.0
 # at T = 1 it is the interval the run reported; these, the evaluation's defaults, where the run has none.
 # 1000 replicates take ≈ 30 ms for 500 questions, per move.
 BOOT, BOOT_SEED = 1000, 0
-# A bootstrap percentile interval of ECE may leave out the point: said beside it, never hidden.
-OUTSIDE_INTERVAL = ("ECE {side} its interval, a bootstrap percentile interval: ECE is biased upward under resampling, "
-                    "so the point may lie below it (each replicate adds resampling noise, which |confidence − "
-                    "accuracy| turns into error), the more so at a temperature fitted on these same questions. Read "
-                    "the interval as the estimate's sampling noise, not as bounds on the true calibration error.")
 # The diagram has half the row (≈ 650 px at 1440 px): at 15 px a title line of more than ≈ 60
 # characters runs past its edge, so the title leads with T and wraps the run's label narrower.
 TITLE_CHARS = 52
-NOTE_STYLE = "background:#fff8e1;border-radius:6px;padding:4px 8px;margin-top:4px"
-# The sweep picks its optima on the questions it then scores them on: say so where they are shown.
-SAME_QUESTIONS = ("fitted on these same questions — optimistic; for an honest figure, fit on a validation run in "
-                  "the Recalibration workbench and apply it to this run")
 
 
 class PageView(NamedTuple):
@@ -100,147 +83,7 @@ class PageView(NamedTuple):
     form: Any = gr.skip()  # the form radio: a token run offers the logit form only
 
 
-# ---------------------------------------------------------------- numbers in, numbers shown
-def to_slider(t: float) -> float:
-    """The slider's position for T: log10 T, so that every decade gets the same length of track."""
-    return math.log10(t)
-
-
-def from_slider(position: float) -> float:
-    """T at a slider position, to :data:`SHOWN_DIGITS` significant digits ("2.512", not 2.51188643)."""
-    return float(f"{10 ** position:.{SHOWN_DIGITS}g}")
-
-
-def _on_grid(position: float, rounding: Any = round) -> float:
-    """A slider position on the slider's step grid (``math.floor``/``ceil`` to take a bound outward)."""
-    return rounding(round(position * STEPS_PER_DECADE, 6)) / STEPS_PER_DECADE
-
-
-def _show(t: float) -> str:
-    return f"{t:.{BOX_DIGITS}g}"
-
-
-def _number(value: Any) -> Optional[float]:
-    """A finite float from a number or its text, else None (True is no temperature)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _positive(value: Any) -> Optional[float]:
-    number = _number(value)
-    return number if number is not None and number > 0 else None
-
-
-def parse_temperature(value: Any, form: str) -> float:
-    """A typed T (or c): a finite number inside :data:`LIMITS`; a ValueError naming the box otherwise."""
-    t = _positive(value)
-    if t is None:
-        raise ValueError(f"{FIELD[form]}: expected a positive number such as 1.5, but got {value!r}")
-    if not LIMITS[0] <= t <= LIMITS[1]:
-        raise ValueError(f"{FIELD[form]}: expected a value from {LIMITS[0]:g} to {LIMITS[1]:g}, but got {value!r}")
-    return t
-
-
-def parse_position(value: Any, form: str) -> float:
-    """T at a slider position the browser sent (it may be typed, out of the slider's range: that is
-    taken, the range follows); a ValueError naming the slider for a position past :data:`LIMITS`."""
-    position, low, high = _number(value), to_slider(LIMITS[0]), to_slider(LIMITS[1])
-    if position is None or not low <= position <= high:
-        raise ValueError(f"{FIELD[form]} slider: expected log₁₀ {SYMBOL[form]} from {low:g} to {high:g}, "
-                         f"but got {value!r}")
-    return from_slider(position)
-
-
 # ---------------------------------------------------------------- what one view shows
-def slider_span(sweep: analysis.Sweep, t: float) -> tuple[float, float]:
-    """The temperatures the slider spans: the sweep's after any widening, so that every optimum it
-    reports can be dialled, stretched to hold ``t``."""
-    temperatures = sweep.table["temperature"]
-    return min(float(temperatures.min()), t), max(float(temperatures.max()), t)
-
-
-def slider_settings(low: float, high: float, t: float, form: str) -> dict[str, Any]:
-    """The log slider over at least [low, high] (bounds taken outward onto its step grid), the thumb
-    at T, the label saying it is log-scaled and showing T: keyword arguments of ``gr.Slider``."""
-    symbol = SYMBOL[form]
-    bottom, top = _on_grid(to_slider(low), math.floor), _on_grid(to_slider(high), math.ceil)
-    label = (f"{FIELD[form]} on a log scale (the track is log₁₀ {symbol}): {symbol} = {t:.{SHOWN_DIGITS}g}, "
-             f"from {10 ** bottom:.3g} to {10 ** top:.3g}")
-    return {"minimum": bottom, "maximum": top, "step": 1 / STEPS_PER_DECADE, "label": label,
-            "value": _on_grid(to_slider(t))}
-
-
-def slider_update(low: float, high: float, t: float, form: str, move: bool = True) -> dict[str, Any]:
-    """:func:`slider_settings` as an update; ``move=False`` leaves the thumb alone: while the user
-    drags it, an answer to an earlier position would pull it back."""
-    settings = slider_settings(low, high, t, form)
-    if not move:
-        del settings["value"]
-    return gr.update(**settings)
-
-
-def _baseline(run: EvalRun, form: str) -> str:
-    """What the unscaled numbers are called: the run "as evaluated" only where it applied no temperature."""
-    if run.temperature in (None, 1.0):
-        return f"{BASELINE[form]} (as evaluated)"
-    return f"{BASELINE[form]}; the run itself was evaluated at T = {run.temperature:.3g}"
-
-
-def _optima_text(sweep: analysis.Sweep, form: str) -> str:
-    """The sweep's optima, labelled as fitted on the questions they are scored on (their ECE and NLL
-    flatter the temperature), and right below them, the note that the sweep widened to find them."""
-    symbol = SYMBOL[form]
-    # lab.results.analysis words its note with T for both forms: the paper form's parameter is c
-    note = sweep.widened.replace("T = ", f"{symbol} = ")
-    widened = f"<div id='sweep-widened' style='{NOTE_STYLE}'>↔ {html.escape(note)}</div>" if note else ""
-    return (f"<div id='temperature-optima'>lowest ECE at {symbol} = {sweep.best_ece:.3g}, "
-            f"lowest NLL at {symbol} = {sweep.best_nll:.3g}"
-            f"<div id='optima-same-questions' style='{NOTE_STYLE}'>⚠ {SAME_QUESTIONS}</div>{widened}</div>")
-
-
-def _interval(summary: dict) -> str:
-    """`` [95% CI 4.1–9.8%]`` after an ECE that has its bootstrap interval (equal-width bins), else ""."""
-    low, high = summary.get("ece_ci_low"), summary.get("ece_ci_high")
-    if low is None or high is None:
-        return ""
-    return f" <span id='ece-interval'>[95% CI {100 * low:.1f}–{100 * high:.1f}%]</span>"
-
-
-def _outside_interval(summary: dict) -> str:
-    """The note under the metrics when the ECE lies outside its own interval (:data:`OUTSIDE_INTERVAL`), else ""."""
-    low, high, ece = summary.get("ece_ci_low"), summary.get("ece_ci_high"), summary["ece"]
-    if low is None or high is None or low <= ece <= high:
-        return ""
-    said = OUTSIDE_INTERVAL.format(side="below" if ece < low else "above")
-    return f"<div id='ece-outside-interval' style='{NOTE_STYLE}'>⚠ {html.escape(said)}</div>"
-
-
-def _metrics_text(run: EvalRun, t: float, form: str, summary: dict, base: dict, sweep: analysis.Sweep,
-                  token: bool = False) -> str:
-    baseline = _baseline(run, form)
-    binned = f"{summary['n_bins']} equal-{'mass' if summary['strategy'] == 'mass' else 'width'} bins"
-    return (f"<div id='temperature-metrics'>{SYMBOL[form]} = <b>{t:.{SHOWN_DIGITS}g}</b> "
-            f"({form} form, {TOKEN_FORMULA if token else FORMULA[form]}) · "
-            f"ECE <b id='ece-value'>{100 * summary['ece']:.2f}%</b>{_interval(summary)} "
-            f"({baseline}: {100 * base['ece']:.2f}%) · "
-            f"NLL {summary['nll']:.4f} ({BASELINE[form]}: {base['nll']:.4f}) · "
-            f"accuracy {100 * summary['accuracy']:.1f}% · n = {summary['n']} · {binned}, "
-            f"bins {summary['bin_edges']}-closed</div>{_outside_interval(summary)}{_small_sample(summary['n'], token)}"
-            f"{_optima_text(sweep, form)}")
-
-
-def _small_sample(n: int, token: bool) -> str:
-    """The note the Reliability page and the workbench give a run under :data:`lab.results.analysis.SMALL_N`
-    questions (a token run's: targets)."""
-    said = analysis.small_sample_warning(n, token)
-    return f"<div id='temperature-small-sample' style='{NOTE_STYLE}'>⚠ {html.escape(said)}</div>" if said else ""
-
-
 def _sweep_plot(sweep: analysis.Sweep, t: float, form: str) -> go.Figure:
     """The sweep figure with the current T marked, its parameter named as the form names it."""
     fig = sweep_figure(sweep.table, sweep.best_ece, sweep.best_nll, current_T=t)
@@ -307,8 +150,8 @@ def _blank(message: str) -> PageView:
 def _refused(drawn: Optional[dict], message: str) -> PageView:
     """An entry turned down: the box and the slider back at the T drawn, the drawing left as it is."""
     t = drawn["temperature"] if drawn else None
-    slider = gr.skip() if t is None else gr.update(value=_on_grid(to_slider(t)))
-    return PageView(gr.skip(), slider, "" if t is None else _show(t), message, *[gr.skip()] * 5)
+    slider = gr.skip() if t is None else gr.update(value=thumb(t))
+    return PageView(gr.skip(), slider, "" if t is None else box_text(t), message, *[gr.skip()] * 5)
 
 
 def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins: Optional[str],
@@ -319,7 +162,7 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
     run = runs.evaluation(ctx.runs, name)
     if run is None:
         return _blank("Pick an evaluation run.")
-    t = _positive(temperature)
+    t = positive(temperature)
     if t is None:
         return PageView(*[gr.skip()] * 3, error(f"The temperature must be a positive number, got {temperature!r}"),
                         *[gr.skip()] * 5)
@@ -339,10 +182,10 @@ def draw(ctx: LabContext, name: Optional[str], temperature: Any, form: str, bins
     return PageView(
         drawn={"name": name, "temperature": t, "form": form, "bins": bins, "edges": edges},
         slider=slider_update(*slider_span(sweep, t), t, form, move or not inside or bool(clamped)),
-        box=gr.update(value=_show(t), label=f"{FIELD[form]} (type a value, then Enter)"),
+        box=gr.update(value=box_text(t), label=f"{FIELD[form]} (type a value, then Enter)"),
         message=(note(PAPER_NOT_FOR_TOKENS) if form != asked else "") + clamped,
         reliability=reliability_figure(summary, f"{symbol} = {t:.{SHOWN_DIGITS}g} · {run.label}", TITLE_CHARS),
-        text=_metrics_text(run, t, form, summary, base, sweep, predictions.is_token_run(pred)),
+        text=metrics_text(run, t, form, summary, base, sweep, predictions.is_token_run(pred)),
         sweep=_sweep_plot(sweep, t, form),
         go_ece=gr.update(value=f"{GO_TO['ece']} ({symbol} = {sweep.best_ece:.3g})"),
         go_nll=gr.update(value=f"{GO_TO['nll']} ({symbol} = {sweep.best_nll:.3g})"),
@@ -385,8 +228,9 @@ def slider_moved(ctx: LabContext, name: Optional[str], position: Any, drawn: Opt
 def typed_temperature(ctx: LabContext, name: Optional[str], value: Any, drawn: Optional[dict], form: str,
                       bins: Optional[str], edges: Optional[str] = AS_EVALUATED) -> PageView:
     """T typed into the box (Enter, or leaving it): drawn there, the slider's range stretched to hold
-    it; anything but a number inside :data:`LIMITS` is refused and the box shows the drawn T again."""
-    if drawn and str(value).strip() == _show(drawn["temperature"]):
+    it; anything but a number inside :data:`ui.temperature_slider.LIMITS` is refused and the box shows
+    the drawn T again."""
+    if drawn and str(value).strip() == box_text(drawn["temperature"]):
         return PageView(*[gr.skip()] * len(PageView._fields))  # the drawn T, every digit of it kept
     try:
         t = parse_temperature(value, form)
@@ -432,7 +276,7 @@ def save_chosen_temperature(ctx: LabContext, name: Optional[str], temperature: A
         return error("Pick an evaluation run first.")
     if form != "logit":
         return error("A saved temperature is applied as softmax(log p / T) (the logit form): switch to it to save.")
-    t = _positive(temperature)
+    t = positive(temperature)
     if t is None:
         return error(f"Cannot save: the temperature must be a positive number, got {temperature!r}")
     n_bins, strategy = binning(bins)
@@ -473,7 +317,7 @@ def build_temperature(ctx: LabContext) -> gr.Dropdown:
         # No reset button: it moves the thumb without an input event, so nothing would be redrawn.
         slider = gr.Slider(**slider_settings(*START, 1.0, "logit"), buttons=[], elem_id="temperature-log-slider",
                            scale=4)
-        box = gr.Textbox(_show(1.0), label=f"{FIELD['logit']} (type a value, then Enter)", max_lines=1,
+        box = gr.Textbox(box_text(1.0), label=f"{FIELD['logit']} (type a value, then Enter)", max_lines=1,
                          elem_id="temperature-value", scale=1)
     with gr.Row():
         form = gr.Radio(list(FORMS), value="logit", label="Form", info=FORM_INFO, scale=1)

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from lab.results.reports import pct
 from ui.plots.common import (DIAGONAL, ECE_COLOUR, NO_DATA, OVER, UNDER, message_figure, never_raises, plain,
                              wrap_label)
 
@@ -142,9 +143,10 @@ def robustness_figure(runs: Sequence[tuple[str, pd.DataFrame, float]]) -> go.Fig
         fig.add_trace(go.Scatter(x=bins, y=df["mass"], mode="lines", line={"color": colour, "dash": "dash"},
                                  name="equal-mass bins", hovertemplate="%{x} equal-mass bins: ECE %{y:.1%}"
                                  f"<extra>{plain(label)}</extra>", **group))
+        smooth_ece = pct(smooth, percent_sign=True)
         fig.add_trace(go.Scatter(x=[bins[0], bins[-1]], y=[smooth, smooth], mode="lines",
-                                 line={"color": colour, "dash": "dot"}, name=f"smooth ECE {100 * smooth:.1f}%",
-                                 hovertemplate=f"smooth ECE (no bins) {100 * smooth:.1f}%<extra>{plain(label)}</extra>",
+                                 line={"color": colour, "dash": "dot"}, name=f"smooth ECE {smooth_ece}",
+                                 hovertemplate=f"smooth ECE (no bins) {smooth_ece}<extra>{plain(label)}</extra>",
                                  **group))
     fig.update_layout(xaxis_title="number of bins", yaxis_title="ECE", yaxis_tickformat=".0%", yaxis_rangemode="tozero",
                       height=470, legend_tracegroupgap=14)

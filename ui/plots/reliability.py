@@ -68,7 +68,7 @@ def _stats_text(summary: dict, bins: Sequence[dict], cols: int = 1) -> str:
     narrow bars' counts would run into each other."""
     sep = "<br>" if cols >= 4 else " · "
     low, high = summary.get("ece_ci_low"), summary.get("ece_ci_high")
-    interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None and high is not None else ""
+    interval = f" [{pct(low)}, {pct(high)}]" if low is not None and high is not None else ""
     ece = summary.get("ece")
     # A percentile bootstrap of the upward-biased ECE can leave out the point: say whose interval it is.
     if interval and ece is not None and not low <= ece <= high:
