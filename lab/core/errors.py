@@ -1,14 +1,24 @@
 """The errors a user can cause, in one light module (no torch), so every entry point can catch
-them without importing the model stack first."""
+them without importing the model stack first; and :class:`RowProblem`, a bad row of the user's data,
+which a :class:`DataError` carries and every loader reports."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from lab.core.config import ConfigError
 from lab.core.registry import UnknownNameError
 
-if TYPE_CHECKING:
-    from lab.data.record import RowProblem
+
+@dataclass(frozen=True)
+class RowProblem:
+    """A row that could not be turned into a record: where it is and why."""
+
+    file: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
 
 
 class DataError(ValueError):

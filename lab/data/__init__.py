@@ -12,8 +12,9 @@ from lab.core.errors import DataError
 
 from . import builtin, custom, harness, instructions, synthetic, texts  # noqa: F401  (they register themselves)
 from .instructions import SFT_TASK, InstructionLoad, InstructionRecord, load_instructions
-from .loaders import DATASETS, DatasetSpec, LoadResult, dataset_names, load_records, with_sample
-from .record import MCQRecord, RowProblem
+from .loaders import DATASETS, LoadResult, dataset_names, load_records, with_sample
+from .record import MCQRecord
+from .spec import DatasetSpec
 from .split import carve
 from .texts import TEXT_TASKS, TextLoad, TextRecord, load_texts, text_dataset_names
 
@@ -21,5 +22,5 @@ DATASETS.add_family(harness.PREFIX, "<task>", "evaluate, series tasks, sft and d
                     "CFT's out-of-domain sets (lm-evaluation-harness tasks)")
 
 __all__ = ["DATASETS", "DataError", "DatasetSpec", "InstructionLoad", "InstructionRecord", "LoadResult", "MCQRecord",
-           "RowProblem", "SFT_TASK", "TEXT_TASKS", "TextLoad", "TextRecord", "carve", "dataset_names",
+           "SFT_TASK", "TEXT_TASKS", "TextLoad", "TextRecord", "carve", "dataset_names",
            "load_instructions", "load_records", "load_texts", "text_dataset_names", "with_sample"]

@@ -25,10 +25,11 @@ from typing import Any, Iterable, Iterator, Sequence
 from lab.core.errors import DataError
 
 from . import templates  # the module, read at call time: see the same import in .builtin
-from .loaders import DatasetSpec, register
+from .loaders import register
 from .record import MCQRecord
 from .rows import (NO_ANSWER, TOO_DEEP, BadRow, Row, as_object, convert_rows, csv_rows, json_type, lone_surrogate,
                    read_json, row_id, text_field)
+from .spec import DatasetSpec
 
 EXPECTED = ("question; choices (a JSON list) or one column per option A, B, C, ...; answer (a letter, "
             "a 0-based index or the text of the right choice); optionally id and passage (or context)")

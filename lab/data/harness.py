@@ -32,11 +32,11 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import yaml
 
-from lab.core.errors import DataError
+from lab.core.errors import DataError, RowProblem
 
 from . import samples
 from .loaders import hub_unavailable
-from .record import MCQRecord, RowProblem
+from .record import MCQRecord
 from .task_folders import LOCAL_BUILDERS, local_data, names_local, yaml_loader
 from .templates import Prompt
 

@@ -34,13 +34,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, NamedTuple, Optional, Sequence, Union
 
-from lab.core.errors import DataError
+from lab.core.errors import DataError, RowProblem
 from lab.core.limits import MAX_ROWS, MAX_TOKENS
 
-from .loaders import (DATASETS, DatasetSpec, check_loaded, check_options, collect_rows, dataset_names, describe_files,
+from .loaders import (DATASETS, check_loaded, check_options, collect_rows, dataset_names, describe_files,
                       files_for, local_way, part_and_limit, register)
-from .record import RowProblem
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, present, read_json, row_id, text_field
+from .spec import DatasetSpec
 from .split import parse_split
 from .templates import alpaca_prompt
 

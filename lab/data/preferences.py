@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
-from lab.core.errors import DataError
+from lab.core.errors import DataError, RowProblem
 from lab.core.hub import hub_offline_mode, hub_reachable
 from lab.core.reads import open_text
 
 from . import samples
-from .record import RowProblem
 from .rows import BadRow, as_object, convert_rows, json_array_rows, json_type, jsonl_rows, not_utf8, row_id, text_field
 
 HUB_ID = "argilla/ultrafeedback-binarized-preferences"

@@ -1,4 +1,4 @@
-"""The one record type every dataset is normalised to, and the errors bad rows produce."""
+"""The one record type every dataset is normalised to (a row that cannot be one: :class:`lab.core.errors.RowProblem`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -45,15 +45,3 @@ class MCQRecord:
             raise ValueError(f"record {self.id!r}: {len(self.requests)} requests for {len(self.choices)} choices")
         if self.labels and len(self.labels) != len(self.choices):
             raise ValueError(f"record {self.id!r}: {len(self.labels)} labels for {len(self.choices)} choices")
-
-
-@dataclass(frozen=True)
-class RowProblem:
-    """A row that could not be turned into a record: where it is and why."""
-
-    file: str
-    line: int
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.reason}"

@@ -19,10 +19,10 @@ from dataclasses import is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
-from lab.core.errors import DataError
+from lab.core.errors import DataError, RowProblem
 from lab.core.reads import open_text, read_text
 
-from .record import MCQRecord, RowProblem
+from .record import MCQRecord
 
 Row = Union[MCQRecord, RowProblem]
 Convert = Callable[[Any, str], MCQRecord]  # (parsed row, default id) -> record; raises BadRow

@@ -12,19 +12,18 @@ written (:mod:`lab.jobkit.paths` checks it); the loaders expand it here, at the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from lab.core.errors import DataError
 
-if TYPE_CHECKING:
-    from .loaders import DatasetSpec
+from .spec import DatasetSpec
 
 BUNDLED = "bundled"
 ROOT = Path(__file__).resolve().parent / "bundled"  # the samples: an allowed, read-only root (lab.jobkit.paths)
 PREFERENCES = ROOT / "preferences" / "openbookqa_dev_pairs.jsonl"  # right vs wrong answers (SOURCES.md)
 
 
-def entries(spec: "DatasetSpec") -> list[str]:
+def entries(spec: DatasetSpec) -> list[str]:
     """``SPLIT=/absolute/path`` for every file or folder of ``spec``'s sample, in registration order."""
     return [f"{split}={ROOT / rel}" for split, rel in spec.bundled]
 
@@ -42,13 +41,13 @@ def misplaced(entry: str) -> DataError:
                      "write data_files: [bundled] and pick the split with the split field.")
 
 
-def require(spec: "DatasetSpec", with_sample: Iterable[str]) -> None:
+def require(spec: DatasetSpec, with_sample: Iterable[str]) -> None:
     """Refuse ``bundled`` for a dataset without a sample; ``with_sample``: those that have one."""
     if not spec.bundled:
         raise no_sample(spec.name, with_sample)
 
 
-def expand(spec: "DatasetSpec", given: Iterable[str], with_sample: Iterable[str]) -> list[str]:
+def expand(spec: DatasetSpec, given: Iterable[str], with_sample: Iterable[str]) -> list[str]:
     """``given`` with each whole entry ``bundled`` replaced by the sample's ``SPLIT=PATH`` entries."""
     out: list[str] = []
     for entry in given:

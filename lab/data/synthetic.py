@@ -37,10 +37,13 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
+from lab.core.errors import RowProblem
+
 from .custom import custom_row
-from .loaders import DatasetSpec, register
-from .record import MCQRecord, RowProblem
+from .loaders import register
+from .record import MCQRecord
 from .rows import BadRow, read_json
+from .spec import DatasetSpec
 from .texts import TextRecord, TextRow
 
 COLOURS = ("red", "green", "blue", "gold", "grey", "pink")

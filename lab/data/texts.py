@@ -31,13 +31,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
-from lab.core.errors import DataError
+from lab.core.errors import DataError, RowProblem
 from lab.core.reads import open_text
 
-from .loaders import (DATASETS, DatasetSpec, check_loaded, check_options, collect_rows, describe_files, files_for,
+from .loaders import (DATASETS, check_loaded, check_options, collect_rows, describe_files, files_for,
                       local_way, not_for_task, part_and_limit, register)
-from .record import RowProblem
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, read_json, row_id, text_field
+from .spec import DatasetSpec
 from .split import parse_split
 
 TEXT_TASKS = ("clm", "facts")

@@ -22,7 +22,7 @@ import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from lab.core.config import ConfigError
 from lab.core.files import write_atomic
@@ -30,10 +30,8 @@ from lab.core.layout import CONFIG_FILE, MODEL_DIR
 from lab.core.registry import Registry
 from lab.core.yamlio import dump_yaml, load_yaml
 from lab.jobkit.chain import Runs
+from lab.jobkit.context import RunContext
 from lab.jobkit.paths import checked_config
-
-if TYPE_CHECKING:
-    from lab.jobkit.worker import JobContext
 
 # The packages that define the kinds, in the order a user meets them (the Launch page's tabs); each
 # one's ``config`` module registers its kind. Named, not imported: the kinds sit above this layer.
@@ -48,7 +46,7 @@ class JobKind:
     name: str
     description: str
     config: type  # a ConfigMixin dataclass
-    runner: str  # "package.module:function", called with (config, JobContext) in the worker only
+    runner: str  # "package.module:function", called with (config, RunContext) in the worker only
     outputs: tuple[str, ...]  # what the run directory holds (lab.core.layout names), for the docs
     key_fields: tuple[str, ...] = ()  # the fields a user changes most: shown first on the form
     # Its work splits across the ranks of a multi-process launch (training, extraction); a kind
@@ -61,7 +59,7 @@ class JobKind:
         stage may start from (``run:<id>``, :mod:`lab.jobkit.chain`)."""
         return f"{MODEL_DIR}/" in self.outputs
 
-    def run(self, cfg: Any, ctx: "JobContext") -> dict[str, Any]:
+    def run(self, cfg: Any, ctx: RunContext) -> dict[str, Any]:
         """Import the runner (torch, transformers: seconds) and run ``cfg``; its result is the job's summary."""
         module, _, function = self.runner.partition(":")
         return getattr(importlib.import_module(module), function)(cfg, ctx)

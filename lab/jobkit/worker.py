@@ -107,7 +107,8 @@ class Counter:
 
 
 class JobContext:
-    """What a running job may use: its directory, its event stream, the stop flag."""
+    """What a running job may use: its directory, its event stream, the stop flag (a
+    :class:`lab.jobkit.context.RunContext`, the type the kinds registry names)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
