@@ -15,7 +15,8 @@ from lab.data.record import MCQRecord
 from lab.data.templates import get_template
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import evaluate
-from lab.models.scoring import encode_prompts, letter_score, nonfinite_cause
+from lab.models.batching import encode_prompts
+from lab.models.scoring import letter_score, nonfinite_cause
 
 INF, NAN = math.inf, math.nan
 TOKENIZER = SimpleNamespace(decode=lambda ids: f"t{ids[0]}")  # all letter_score asks of a tokenizer

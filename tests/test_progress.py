@@ -12,7 +12,8 @@ from lab.core.errors import Stopped
 from lab.core.events import EventWriter, read_events
 from lab.data.templates import default_template, get_template
 from lab.jobkit import worker
-from lab.models.scoring import encode_prompts, layer_progress, plan_batches, score_cloze, score_letter, scored_length
+from lab.models.batching import encode_prompts, layer_progress, plan_batches, scored_length
+from lab.models.scoring import score_cloze, score_letter
 from ui.progress import eta_seconds, progress
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,8 +8,9 @@ import torch
 from lab.core.errors import ScoringError
 from lab.data.record import MCQRecord
 from lab.data.templates import Prompt, get_template
-from lab.models.scoring import (MIN_SHARED, encode_prompts, plan_shared, score_cloze, score_letter, shared_prefixes,
-                                split_pairs)
+from lab.models.batching import encode_prompts, split_pairs
+from lab.models.scoring import score_cloze, score_letter
+from lab.models.shared_opening import MIN_SHARED, plan_shared, shared_prefixes
 
 
 def _naive_logprobs(model, ids: list[int]) -> torch.Tensor:
@@ -102,7 +103,7 @@ def tiny(tiny_model_dir):
 def test_context_limit_takes_the_smaller_sane_bound():
     from types import SimpleNamespace
 
-    from lab.models.scoring import context_limit
+    from lab.models.batching import context_limit
 
     model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=512))
     assert context_limit(model, SimpleNamespace(model_max_length=int(1e30))) == (

@@ -35,7 +35,7 @@ import torch
 
 from lab.core.errors import DataError, ScoringError
 from lab.models.loading import input_device
-from lab.models.scoring import batch_tokens, context_limit, index_device, plan_batches, right_padded
+from lab.models.batching import batch_tokens, context_limit, index_device, plan_batches, right_padded
 from lab.models.token_targets import TokenDoc
 
 Progress = Optional[Callable[[int], None]]

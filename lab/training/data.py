@@ -18,7 +18,7 @@ import torch
 
 from lab.data.record import MCQRecord
 from lab.data.templates import Prompt, get_template
-from lab.models.scoring import right_padded, split_pairs
+from lab.models.batching import right_padded, split_pairs
 
 IGNORE = -100  # transformers' label for "no loss here"
 

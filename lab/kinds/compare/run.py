@@ -75,7 +75,8 @@ def _ask(loaded, cfg: CompareConfig, label: str, log: Callable[[str], None]) -> 
 
     With options, the model generates from exactly the tokens letter scoring reads, so one forward
     pass over the prompt gives both the option probabilities and the answer's first token."""
-    from lab.models.scoring import check_context, encode_prompts, letter_option_ids, letter_score
+    from lab.models.batching import check_context, encode_prompts
+    from lab.models.scoring import letter_option_ids, letter_score
 
     tokenizer, template, items = loaded.tokenizer, get_template(cfg.template), cfg.items()
     prompts = {i: template.render(MCQRecord(f"q{i}", q.strip(), tuple(o), 0, "user"), tokenizer)

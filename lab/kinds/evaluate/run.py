@@ -82,8 +82,9 @@ def score_records(cfg: EvalConfig, loaded, records: list[MCQRecord], progress: O
     one question past it would otherwise hold the whole job at 0 done for minutes, then mean nothing.
     ``progress(n)`` after each batch of n questions; a job's counter is told more (:func:`_reporting`).
     """
-    from lab.models.scoring import (batch_tokens, check_context, encode_prompts, plan_shared, regroup_cloze,
-                                    score_cloze, score_letter, scored_length)
+    from lab.models.batching import batch_tokens, check_context, encode_prompts, scored_length
+    from lab.models.scoring import regroup_cloze, score_cloze, score_letter
+    from lab.models.shared_opening import plan_shared
 
     prompts, owners, named = _prompts(cfg, records, loaded.tokenizer, shots)
     encoded = encode_prompts(loaded.tokenizer, prompts, cfg.scoring)
@@ -148,7 +149,7 @@ def _reporting(progress: Any, model, batches: list[tuple[int, int]]) -> ContextM
     block: so it has news every second or two, and an ETA that holds although the longest come first.
     A plain ``progress(n)`` (a progress bar, a list) is only advanced after each batch.
     """
-    from lab.models.scoring import layer_progress
+    from lab.models.batching import layer_progress
 
     if not (hasattr(progress, "weigh") and hasattr(progress, "within")):
         return contextlib.nullcontext()

@@ -190,7 +190,7 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
     data = load_texts(cfg.dataset, cfg.task, cfg.data_files or None, split=cfg.split, on_bad_rows=cfg.on_bad_rows,
                       limit=cfg.limit, seed=cfg.seed)
     log_skipped(data.problems, log)
-    from lab.models.scoring import context_limit
+    from lab.models.batching import context_limit
     from lab.models.token_scoring import score_documents
 
     if loaded is None:

@@ -43,7 +43,7 @@ from lab.core.files import write_atomic
 from lab.core.layout import MANIFEST_FILE as MANIFEST
 from lab.core.layout import TOPK_SHARD_SIZE
 from lab.models import distributed
-from lab.models.scoring import _device, _order, index_device, right_padded
+from lab.models.batching import _device, _order, index_device, right_padded
 
 FORMAT = "calibration-lab/topk-store/v1"
 ALIGNMENT = ("row j of sequence i is the teacher's distribution over token j+1 of sequence i, given "

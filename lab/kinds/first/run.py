@@ -38,7 +38,7 @@ from lab.kinds.first.config import ORACLE, FirstConfig
 from lab.kinds.first.oracle import missing_truth, write_oracle_store
 from lab.kinds.first.report import sweep_summary, write_report
 from lab.models.loading import load_model, resolve_model_path
-from lab.models.scoring import split_pairs
+from lab.models.batching import split_pairs
 from lab.models.tokenizers import load_tokenizer
 from lab.training.data import build_examples, pad_batch
 from lab.training.distill import DistillTrainer
