@@ -9,9 +9,9 @@ printed) keeps each row's own mass, as the paper's ±δ does.
 - :func:`label_smooth`: FIRST Eq. 3 on the raw top-k, generalised to any k (or renormalised first).
 - :func:`direct`: the "direct distillation" normalisation, i.e. no re-calibration.
 
-FIRST's temperature (Eq. 4, and the usual logit form) and its grid search on a validation split
-(§5.5) live with every other temperature, in :mod:`lab.calibration.temperature`; the checks of a
-top-k in :mod:`lab.calibration.checks`. See ``shared/REFERENCE.md`` §2.3 and
+FIRST's temperature (Eq. 4, and the usual logit form) lives with every other temperature, in
+:mod:`lab.calibration.temperature`, and its grid search on a validation split (§5.5) in
+:mod:`lab.calibration.first_sweep`; the checks of a top-k in :mod:`lab.calibration.checks`. See ``shared/REFERENCE.md`` §2.3 and
 ``shared/seeds/first_paper.txt`` §4.2 and §5.5.
 """
 from __future__ import annotations
