@@ -140,11 +140,12 @@ def _cpu_model() -> str:
 
 
 def machine() -> str:
-    """The CPU model and cores, the GPU where torch is in use with one, and the torch and transformers versions."""
+    """The CPU model and cores, the GPU where torch is in use with one, and the torch and transformers versions
+    (torch's own where it is imported: the installed metadata leaves out a build tag such as ``+cu130``)."""
     torch = sys.modules.get("torch")
     gpu = f", {torch.cuda.get_device_name()}" if torch is not None and torch.cuda.is_available() else ""
-    return (f"{_cpu_model()}, {os.cpu_count()} cores{gpu}; torch {_version('torch')}, "
-            f"transformers {_version('transformers')}")
+    version = torch.__version__ if torch is not None else _version("torch")
+    return f"{_cpu_model()}, {os.cpu_count()} cores{gpu}; torch {version}, transformers {_version('transformers')}"
 
 
 def write_result(path: Path, lines: Sequence[str], kept: str = "") -> None:
