@@ -60,7 +60,7 @@ from lab.core.events import read_events
 from lab.core.layout import EVENTS_FILE, METRICS_FILE, MODEL_DIR, SERIES_FILE
 from lab.data.synthetic import Task, write_splits
 from lab.data.templates import CFT_SYSTEM, get_template, option_letters
-from lab.kinds.sft.config import CALIBRATION_DIR
+from lab.kinds.alignment.section import CALIBRATION_DIR
 from lab.results.reports import pct
 from lab.training.snapshots import final_weights
 

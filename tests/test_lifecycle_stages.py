@@ -20,7 +20,8 @@ from lab.jobkit import pipeline
 from lab.jobkit.kinds import write_config
 from lab.kinds.dpo.config import DpoConfig
 from lab.kinds.evaluate.config import EvalConfig
-from lab.kinds.sft.config import CALIBRATION_DIR, SftConfig
+from lab.kinds.alignment.section import CALIBRATION_DIR
+from lab.kinds.sft.config import SftConfig
 from lab.results import runs, series, stages
 from lab.results.reports import csv_text
 from tests.helpers import row, write_eval

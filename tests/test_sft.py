@@ -14,7 +14,7 @@ from lab.core.layout import DONE_FILE, METRICS_FILE
 from lab.data.instructions import load_instructions
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.worker import JobContext
-from lab.kinds.sft.config import CALIBRATION_DIR
+from lab.kinds.alignment.section import CALIBRATION_DIR
 from lab.kinds.sft.run import run_job
 
 CALIBRATION = [{"task": "mcq", "dataset": "synthetic", "data_files": ["bundled"], "split": "test", "limit": 12,

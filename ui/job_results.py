@@ -27,7 +27,7 @@ from lab.kinds.compare.run import COLUMNS as COMPARE_COLUMNS
 from lab.kinds.compare.run import read_result
 from lab.kinds.compare.run import rows as compare_rows
 from lab.kinds.dpo.run import REWARDS_EVENT
-from lab.kinds.sft.config import CALIBRATION_DIR
+from lab.kinds.alignment.section import CALIBRATION_DIR
 from lab.results import runs, series
 from lab.results.reports import pct
 from lab.training.snapshots import STEP

@@ -7,7 +7,7 @@ Each pair becomes TRL's conversational preference form (the prompt as the user's
 as the assistant's) so that the chat template renders it as the model will be used. The reference is
 the model as the job starts: with LoRA the adapter-disabled base (no second copy), with full training a
 second copy TRL loads from the model's folder, or — ``precompute_ref_log_probs`` — none, each pair scored
-once before the first step. Calibration is measured by the sft kind's :func:`calibration_check`, before
+once before the first step. Calibration is measured by :func:`lab.kinds.alignment.calibration.calibration_check`, before
 training and after each epoch, into ``train_eval`` events; the reward figures TRL logs at each step
 (``rewards/chosen``, ``rewards/rejected``, ``rewards/margins``, ``rewards/accuracies``) go into
 :data:`REWARDS_EVENT` events, which the job's page tabulates per epoch.
@@ -24,7 +24,7 @@ from lab.data.preferences import PreferencePair, load_pairs
 from lab.data.templates import alpaca_prompt, has_chat_template
 from lab.jobkit.worker import JobContext
 from lab.kinds.dpo.config import DpoConfig
-from lab.kinds.sft.run import calibration_check
+from lab.kinds.alignment.calibration import calibration_check
 
 STAGE = "train"
 SHOWN = 5  # bad pairs named one by one in the log; the rest counted
