@@ -37,7 +37,7 @@ from typing import Optional
 
 from bench._harness import REPO, RESULTS, Timer, Transcript, parser, seed, timed, write_result
 from jobs.lane import Lane
-from lab.kinds.compare.run import history_dir
+from lab.kinds.compare.result import history_dir
 
 OPTIONS = ["Oslo", "Helsinki", "Stockholm", "Copenhagen"]
 QUESTIONS = ["What is the capital of Norway?", "What is the capital of Sweden?", "What is the capital of Denmark?",

@@ -8,7 +8,9 @@ from lab.calibration.temperature import scale
 from lab.data.record import MCQRecord
 from lab.data.templates import get_template
 from lab.kinds.compare.config import CompareConfig
-from lab.kinds.compare.run import compare, format_questions, history_dir, parse_questions, read_result, rows
+from lab.kinds.compare.questions import format_questions, parse_questions
+from lab.kinds.compare.result import history_dir, read_result, rows
+from lab.kinds.compare.run import compare
 from lab.models.scoring import score_letter
 
 

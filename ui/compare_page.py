@@ -31,7 +31,8 @@ from lab.core.errors import USER_ERRORS
 from lab.core.layout import TEMPERATURE_FILE
 from lab.jobkit.kinds import parse_config
 from lab.kinds.compare.config import MAX_MODELS
-from lab.kinds.compare.run import format_questions, history_dir, parse_questions, read_result
+from lab.kinds.compare.questions import format_questions, parse_questions
+from lab.kinds.compare.result import history_dir, read_result
 from lab.models.weights import NAMED_MODELS, size_text
 from lab.results import runs
 from lab.results.reports import csv_text

@@ -23,9 +23,9 @@ from lab.core.events import read_events
 from lab.core.layout import EVENTS_FILE, MANIFEST_FILE, REPORT_MD, TOPK_DIR
 from lab.data.harness import PREFIX as LM_EVAL_PREFIX
 from lab.data.templates import option_letter
-from lab.kinds.compare.run import COLUMNS as COMPARE_COLUMNS
-from lab.kinds.compare.run import read_result
-from lab.kinds.compare.run import rows as compare_rows
+from lab.kinds.compare.result import COLUMNS as COMPARE_COLUMNS
+from lab.kinds.compare.result import read_result
+from lab.kinds.compare.result import rows as compare_rows
 from lab.kinds.dpo.run import REWARDS_EVENT
 from lab.kinds.alignment.section import CALIBRATION_DIR
 from lab.results import runs, series

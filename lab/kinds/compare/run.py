@@ -8,15 +8,13 @@ probabilities (``sequence_prob``) and the probability of its first token (``firs
 
 The same function serves the ``compare`` job and the inference lane (:mod:`lab.kinds.compare.lane`): both hand it
 a :class:`lab.models.cache.ModelCache`, so each model is loaded once, every question of it is asked
-while it is loaded, and adapters of one base share its weights. ``compare.json`` holds
-``questions`` (each ``{question, options}``), and per model in ``results`` its ``label``, ``model``,
-``adapter``, ``temperature`` and ``answers`` (one per question, in order).
+while it is loaded, and adapters of one base share its weights. What it writes, ``compare.json``, and
+how it is read back: :mod:`lab.kinds.compare.result`.
 """
 from __future__ import annotations
 
 import contextlib
 import json
-import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
@@ -25,15 +23,13 @@ import numpy as np
 
 from lab.calibration.temperature import scale
 from lab.calibration.temperature_files import load_temperature
-from lab.core import stored
 from lab.core.config import ConfigError
 from lab.core.files import write_atomic
-from lab.core.layout import COMPARE_FILE, COMPARISONS_DIR
+from lab.core.layout import COMPARE_FILE
 from lab.data.record import MCQRecord
-from lab.data.templates import get_template, option_letter, user_turn
+from lab.data.templates import get_template, user_turn
 from lab.jobkit.worker import JobContext
 from lab.kinds.compare.config import CompareConfig
-from lab.models.weights import SCRATCH
 
 if TYPE_CHECKING:  # the web server imports this module for its config, and never torch
     from lab.models.cache import ModelCache
@@ -175,124 +171,6 @@ class _Placed:
         with placed(self.out, self.cfg) as placing:
             yield load_model(model, adapter=adapter, device=self.cfg.device, dtype=self.cfg.dtype, announce=announce,
                              **placing)
-
-
-def upgrade(report: dict[str, Any]) -> dict[str, Any]:
-    """A ``compare.json`` of one question written before lists existed, in today's shape."""
-    if "questions" in report or "question" not in report:
-        return report
-    keys = ("probs", "raw_probs", "prediction", "option_mass", "generation")
-    results = [{"label": r.get("label"), "model": r.get("model"), "adapter": r.get("adapter"),
-                "temperature": r.get("temperature"),
-                "answers": [{**{k: r[k] for k in keys if k in r},
-                             **({"confidence": max(r["probs"])} if r.get("probs") else {})}]}
-               for r in report.get("results", [])]
-    return {"questions": [{"question": report["question"], "options": report.get("options") or []}], "results": results}
-
-
-def shown_answer(generation: dict[str, Any], model: Optional[str]) -> Optional[str]:
-    """The generated answer as a table shows it: a blank one says what was generated instead of
-    leaving an empty cell (the untrained ``scratch`` model answers with newlines only)."""
-    text = generation.get("text")
-    if text or not generation.get("tokens"):
-        return text
-    why = (f"; {SCRATCH} has random weights until it is trained (the finetune-controlled preset)"
-           if model == SCRATCH else "")
-    return f"(blank: its {generation['tokens']} generated tokens are only whitespace or special tokens{why})"
-
-
-# The answers table's columns, in order: the answer and its confidence first, the question last (it is the
-# same for every model and the page shows it above the table, so first it only pushed the answers off-screen).
-COLUMNS = ("#", "model", "prediction", "confidence", "correct", "answer", "option probabilities", "answer prob.",
-           "1st-token prob.", "T", "question")
-
-
-def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per question and model, keys in :data:`COLUMNS` order: what a table (and its CSV)
-    shows. A free-text question has no prediction, confidence or option probabilities."""
-    table = []
-    for q, item in enumerate(report["questions"]):
-        for result in report["results"]:
-            answer = result["answers"][q]
-            generation = answer.get("generation") or {}
-            row: dict[str, Any] = {"#": q + 1, "model": result["label"]}
-            if item["options"]:
-                p = answer["prediction"]
-                row["prediction"] = f"{option_letter(p)}. {item['options'][p]}"
-                row["confidence"] = answer["confidence"]
-                if item.get("answer") is not None:
-                    row["correct"] = p == item["answer"]
-            row["answer"] = shown_answer(generation, result.get("model"))
-            if item["options"]:
-                row["option probabilities"] = " ".join(f"{option_letter(i)} {v:.3f}"
-                                                       for i, v in enumerate(answer["probs"]))
-            row.update({"answer prob.": generation.get("sequence_prob"),
-                        "1st-token prob.": generation.get("first_token_prob"), "T": result.get("temperature"),
-                        "question": item["question"]})
-            table.append(row)
-    return table
-
-
-LETTERED = re.compile(r"^\(?([A-Za-z])[.):]\s+(.+)$")  # "A. Oslo", "A) Oslo", "(A) Oslo", "a: Oslo"
-
-
-def parse_questions(text: str) -> list[dict[str, Any]]:
-    """The compare page's question box as ``questions`` entries.
-
-    Questions are separated by blank lines; a question's first line is the question and each
-    further line an option. A ``*`` before an option marks it as the right one; letters the user
-    pasted with the options (``A.``, ``B)``, ``(C)``, in order) are dropped, as the prompt letters
-    them again. Raises ValueError naming the question."""
-    questions = []
-    for n, block in enumerate(re.split(r"\n[ \t]*\n", (text or "").strip()), 1):
-        lines = [line.strip() for line in block.splitlines() if line.strip()]
-        if not lines:
-            continue
-        question, options, answer = lines[0], [], None
-        for i, option in enumerate(lines[1:]):
-            if option.startswith("*"):
-                if answer is not None:
-                    raise ValueError(f"question {n}: two options are marked with *; mark only the right one")
-                answer, option = i, option[1:].strip()
-            options.append(option)
-        matches = [LETTERED.match(o) for o in options]
-        if options and all(m and m.group(1).upper() == option_letter(i) for i, m in enumerate(matches)):
-            options = [m.group(2) for m in matches]
-        questions.append({"question": question, "options": options, **({"answer": answer} if answer is not None else {})})
-    if not questions:
-        raise ValueError("Type a question, and its options one per line below it if it has any.")
-    return questions
-
-
-def format_questions(questions: list[dict[str, Any]]) -> str:
-    """The inverse of :func:`parse_questions`: what the question box shows for ``questions``."""
-    return "\n\n".join("\n".join([q["question"], *(("* " if i == q.get("answer") else "") + o
-                                                   for i, o in enumerate(q.get("options") or []))])
-                       for q in questions)
-
-
-def history_dir(root: Path, questions: list[dict[str, Any]]) -> Path:
-    """A new folder for one comparison of the compare page: ``<root>/comparisons/<time>-<first words>``."""
-    words = re.sub(r"[^a-z0-9]+", "-", questions[0]["question"].lower()).strip("-")[:40].strip("-") or "question"
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for n in range(1, 1000):
-        path = Path(root) / COMPARISONS_DIR / f"{stamp}-{words}{'' if n == 1 else f'-{n}'}"
-        try:
-            path.mkdir(parents=True)
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{path}: a thousand comparisons this second")
-
-
-def read_result(run_dir: Optional[str | Path]) -> Optional[dict[str, Any]]:
-    """A comparison's ``compare.json`` in today's shape; None when absent or damaged."""
-    path = Path(run_dir or "") / COMPARE_FILE
-    try:
-        report = upgrade(stored.read_object(path))  # bounded: the page reopens any compare.json under runs/
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return report if isinstance(report.get("questions"), list) and isinstance(report.get("results"), list) else None
 
 
 def run_job(cfg: CompareConfig, ctx: JobContext) -> dict[str, Any]:
