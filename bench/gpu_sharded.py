@@ -93,7 +93,8 @@ def _gib(value: Optional[float]) -> str:
 
 
 def _tokens_per_s(events: list[dict[str, Any]], tokens_a_step: int) -> Optional[float]:
-    stamps = [e["time"] for e in events if e["stage"] == "train" and "loss" in e][1:]  # the first step warms up
+    resumed = max((i for i, e in enumerate(events) if e["stage"] == "resumed"), default=-1)  # this run's steps only
+    stamps = [e["time"] for e in events[resumed + 1:] if e["stage"] == "train" and "loss" in e][1:]  # 1st warms up
     return tokens_a_step * (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 2 else None
 
 

@@ -218,6 +218,10 @@ def test_a_model_sharded_by_fsdp2_validates_in_lockstep_and_consolidates_into_on
         got = json.loads((tmp_path / f"probs{rank}.json").read_text())
         assert len(got) == len(records)
         assert max(abs(a - b) for p, q in zip(got, expected) for a, b in zip(p, q)) <= 1e-5
+    from lab.models.weights import count_parameters
+
+    # a tied output layer is stored once, as save_pretrained stores it unsharded
+    assert count_parameters(tmp_path / "consolidated") == count_parameters(tiny_model_dir)
     consolidated = load_model(str(tmp_path / "consolidated"), device="cpu").model.state_dict()
     for name, weight in plain.model.state_dict().items():
         assert torch.equal(consolidated[name], weight), name

@@ -217,7 +217,7 @@ def _dir(field: str, value: str, holder: dict[str, Any], owner: type, policy: Po
 
 def _tasks(field: str, value: str, holder: dict[str, Any], owner: type, policy: Policy) -> str:
     """An lm-eval include folder: allowed, trusted with code where roots apply (a browser's config), every YAML
-    in it well-formed and its ``!function``\ s and includes inside it, and the data its YAMLs name allowed."""
+    in it well-formed, its ``!function`` modules and includes inside it, and the data its YAMLs name allowed."""
     real = Path(_folder(field, value, policy, "a folder"))
     if policy.roots is not None and not inside(real, harness.trusted_folders()):
         raise ConfigError(f"{field}: {value!r} is not a folder this server trusts with code. An lm-eval include "

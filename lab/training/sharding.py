@@ -62,6 +62,13 @@ def save_consolidated(model: Any, target: Path, tokenizer: Any, lora: bool) -> N
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # Gathered one by one, a tied output layer comes back as a copy of the embedding, which save_pretrained would
+    # store twice (it drops a tied key only when both share storage): keep the first name of each parameter.
+    first: dict[int, str] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        first.setdefault(id(parameter), name)
+    tied = {name for name, parameter in model.named_parameters(remove_duplicate=False) if first[id(parameter)] != name}
+    state = {name: tensor for name, tensor in state.items() if name not in tied}
     if distributed.is_main():
         model.save_pretrained(target, state_dict=state)
         if not lora:
