@@ -20,8 +20,8 @@ import torch
 from bench._harness import REPO, RESULTS, Transcript, parser, timed, write_result
 from lab.data import load_records
 from lab.kinds.extract.store import extract_topk
+from lab.models.batching import plan_batches
 from lab.models.loading import load_model
-from lab.models.batching import _order
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "commonsenseqa" / "train.jsonl"
 K = 5
@@ -37,7 +37,7 @@ def first_prompt(record) -> str:
 def bare_forward(model, seqs: list[list[int]], batch_size: int, pad_id: int) -> None:
     """The baseline: the same longest-first, right-padded batches, logits at every position, nothing else."""
     device = next(model.parameters()).device
-    for batch in _order([len(s) for s in seqs], batch_size):
+    for batch in plan_batches([len(s) for s in seqs], batch_size):
         width = max(len(seqs[i]) for i in batch)
         ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)

@@ -153,9 +153,6 @@ def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens: Optional[i
     return batches
 
 
-_order = plan_batches  # the name lab.kinds.extract.store and bench/topk_store.py import
-
-
 def batch_tokens(device: torch.device) -> Optional[int]:
     """The padded-token budget of one forward pass on ``device`` (:data:`BATCH_TOKENS`); None: no budget."""
     return BATCH_TOKENS.get(torch.device(device).type)

@@ -43,7 +43,7 @@ from lab.core.files import write_atomic
 from lab.core.layout import MANIFEST_FILE as MANIFEST
 from lab.core.layout import TOPK_SHARD_SIZE
 from lab.models import distributed
-from lab.models.batching import _device, _order, index_device, right_padded
+from lab.models.batching import _device, index_device, plan_batches, right_padded
 
 FORMAT = "calibration-lab/topk-store/v1"
 ALIGNMENT = ("row j of sequence i is the teacher's distribution over token j+1 of sequence i, given "
@@ -209,7 +209,7 @@ def _extract_shard(model: torch.nn.Module, seqs: list[list[int]], *, k: int, top
     ids = np.empty((offsets[-1], k), id_dtype)  # (R, k)
     logprobs = np.empty((offsets[-1], k), lp_dtype)  # (R, k)
     coverage = _Coverage(n_cov)
-    for batch in _order(lengths, batch_size):  # longest first: little padding; rows placed back by offset
+    for batch in plan_batches(lengths, batch_size):  # longest first: little padding; rows placed back by offset
         if should_stop is not None and should_stop():
             return None
         top_ids, top_lp, cov = _topk_batch(model, [seqs[i] for i in batch], pad_id, top, n_cov, vocab_size)
