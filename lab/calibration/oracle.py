@@ -41,6 +41,13 @@ def expected_oracle(true_probs: Any, n_bins: int = 10, edges: str = "right") -> 
     return {"accuracy": float(conf.mean()), "ece": expected_ece / conf.size, "population_ece": 0.0}
 
 
+def oracle_report(true_probs: Any, labels: Any, n_bins: int, edges: str) -> dict[str, Any]:
+    """The oracle block of an evaluation's ``metrics.json``, one home for the multiple-choice and the token
+    runs: the Bayes predictor's figures on the sample (:func:`oracle`) and, under ``expected``, their closed
+    form over the label noise (:func:`expected_oracle`)."""
+    return {**oracle(true_probs, labels, n_bins, edges), "expected": expected_oracle(true_probs, n_bins, edges)}
+
+
 def _poisson_binomial(q: Sequence[float]) -> np.ndarray:
     """P(S = s), s = 0..n, for S a sum of independent Bernoulli(q_i): one convolution per trial."""
     pmf = np.array([1.0])

@@ -42,8 +42,7 @@ def oracle_metrics(rows: list[dict[str, Any]], n_bins: int, edges: str) -> Optio
     truths = synthetic.true_distributions(rows)
     if truths is None:
         return None
-    labels = [r["answer"] for r in rows]
-    return {**oracle.oracle(truths, labels, n_bins, edges), "expected": oracle.expected_oracle(truths, n_bins, edges)}
+    return oracle.oracle_report(truths, [r["answer"] for r in rows], n_bins, edges)
 
 
 CW_ECE_UNDEFINED = ("class-wise ECE is not reported for token tasks: over a vocabulary of tens of thousands of "

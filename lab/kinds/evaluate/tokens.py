@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
-from lab.calibration import oracle
+from lab.calibration.oracle import oracle_report
 from lab.calibration.summary import token_metrics
 from lab.calibration.temperature_files import load_temperature
 from lab.calibration.token_temperature import TOKEN_GRID
@@ -161,8 +161,7 @@ def oracle_block(records: list[TextRecord], rows: list[dict[str, Any]], n_bins: 
     found = [synthetic.statement_truth(records[r["doc"]]) for r in rows]
     if not rows or any(f is None for f in found):
         return None
-    truths, labels = [f[0] for f in found], [f[1] for f in found]
-    return {**oracle.oracle(truths, labels, n_bins, edges), "expected": oracle.expected_oracle(truths, n_bins, edges)}
+    return oracle_report([f[0] for f in found], [f[1] for f in found], n_bins, edges)
 
 
 def load_placed(cfg: EvalConfig, out: Path, announce: Callable[[str], None],
