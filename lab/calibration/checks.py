@@ -1,6 +1,7 @@
 """Argument and input checks of :mod:`lab.calibration.metrics`, in the torchmetrics order: every metric checks
-its arguments (``n_bins``, ``strategy``, ``edges``, ``n_boot``), then its inputs, then computes; and,
-last, the checks of a teacher's top-k that the temperature forms and FIRST's transforms share.
+its arguments (``n_bins``, ``strategy``, ``edges``, ``n_boot``), then its inputs, then computes (``summarize``
+checks one evaluation's arrays once for all its metrics); and, last, the checks of a teacher's top-k that the
+temperature forms and FIRST's transforms share.
 
 Input checks return the inputs as the metrics compute on them (float64, probabilities clipped
 into [0, 1], padding zeroed), so no metric converts twice. Errors follow torchmetrics' wording:

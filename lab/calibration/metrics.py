@@ -11,8 +11,10 @@ Inputs, everywhere in this module:
   option and whether it was right (see :func:`predictions`).
 
 Every public function follows the torchmetrics order: argument checks, input checks (both in
-:mod:`lab.calibration.checks`), compute. All binned metrics share one core, :func:`_bin_sums`, so ECE,
-MCE, the reliability table, the bootstrap and cw-ECE cannot drift apart. References: Guo et al.
+:mod:`lab.calibration.checks`), compute. The compute is a private core (:func:`_ece`, :func:`_mce` …)
+that takes inputs already checked, so :func:`summarize` checks one evaluation's arrays once and calls
+the cores, rather than each metric checking the same arrays again. All binned metrics share one core,
+:func:`_bin_sums`, so ECE, MCE, the reliability table, the bootstrap and cw-ECE cannot drift apart. References: Guo et al.
 2017 (ECE), Kull et al. 2019 (cw-ECE), Brier 1950, Błasiok & Nakkiran 2023 (smECE); see
 ``shared/REFERENCE.md`` §1.
 """
@@ -28,6 +30,7 @@ from lab.calibration.checks import (BinEdges, Strategy, check_conf, check_conf_c
 
 CI_LEVEL = 0.95  # level of the bootstrap interval reported by summarize
 _BOOT_CHUNK = 2**22  # indices drawn per bootstrap chunk: bounds memory at ~100 MB for any n
+NLL_EPS = 1e-12  # the floor of p_y in nll: one question with p_y = 0 adds −log(eps) ≈ 27.6 nats, not infinity
 
 
 # ---------------------------------------------------------------------- the core
@@ -80,6 +83,88 @@ def _predict(probs: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def _l1_gap(sum_conf: np.ndarray, sum_target: np.ndarray, n: np.ndarray | int) -> np.ndarray:
     """``Σ_m |B_m|/n · |acc_m − conf_m|`` as ``Σ_m |Σ target − Σ conf| / n``: empty bins add 0."""
     return np.abs(sum_target - sum_conf).sum(axis=-1) / n
+
+
+# ------------------------------------------------------- the cores, on checked inputs
+# Each takes what lab.calibration.checks returns (float64 ``conf`` in [0, 1], float64 0/1 ``correct``,
+# ``probs`` with padding zeroed, int64 ``labels``) and arguments already checked; its public function
+# checks first, and summarize once for all of them.
+def _reliability_table(conf: np.ndarray, correct: np.ndarray, n_bins: int, strategy: str,
+                       edges: str) -> dict[str, np.ndarray]:
+    bins = _assign_bins(conf, n_bins, strategy, edges)
+    count, sum_conf, sum_acc = _bin_sums(bins, conf, correct, n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_conf, acc = sum_conf / count, sum_acc / count
+    if strategy == "width":
+        lo, hi = _width_edges(n_bins)[:-1], _width_edges(n_bins)[1:]
+    else:
+        lo, hi = np.full(n_bins, np.nan), np.full(n_bins, np.nan)
+        np.fmin.at(lo, bins, conf)  # fmin/fmax ignore the NaN start value
+        np.fmax.at(hi, bins, conf)
+    gap = mean_conf - acc
+    return {"lo": lo, "hi": hi, "count": count, "conf": mean_conf, "acc": acc, "gap": gap}
+
+
+def _reliability_rows(conf: np.ndarray, correct: np.ndarray, n_bins: int, strategy: str,
+                      edges: str) -> list[dict[str, Any]]:
+    table = _reliability_table(conf, correct, n_bins, strategy, edges)
+    return [{key: int(col[m]) if key == "count" else finite_or_none(col[m]) for key, col in table.items()}
+            for m in range(n_bins)]
+
+
+def _ece(conf: np.ndarray, correct: np.ndarray, n_bins: int, strategy: str, edges: str) -> float:
+    _, sum_conf, sum_acc = _bin_sums(_assign_bins(conf, n_bins, strategy, edges), conf, correct, n_bins)
+    return float(_l1_gap(sum_conf, sum_acc, conf.shape[0]))
+
+
+def _mce(conf: np.ndarray, correct: np.ndarray, n_bins: int, edges: str) -> float:
+    count, sum_conf, sum_acc = _bin_sums(_assign_bins(conf, n_bins, "width", edges), conf, correct, n_bins)
+    full = count > 0
+    return float(np.max(np.abs(sum_acc[full] - sum_conf[full]) / count[full]))
+
+
+def _classwise_ece(probs: np.ndarray, labels: np.ndarray, n_bins: int, mask: np.ndarray, edges: str) -> float:
+    k = probs.shape[1]
+    p = probs.T  # (K, n)
+    target = (np.arange(k)[:, None] == labels[None, :]).astype(np.float64)  # (K, n)
+    # absent options go to an extra bin n_bins, dropped below: one vectorised pass for all classes
+    bins = np.where(mask.T, _assign_bins(p.ravel(), n_bins, "width", edges).reshape(p.shape), n_bins)
+    count, sum_p, sum_y = (a[:, :n_bins] for a in _bin_sums(bins, p, target, n_bins + 1))
+    n_c = count.sum(axis=1)
+    offered = n_c > 0
+    return float(np.mean(_l1_gap(sum_p[offered], sum_y[offered], n_c[offered])))
+
+
+def _brier(probs: np.ndarray, labels: np.ndarray) -> float:
+    onehot = np.arange(probs.shape[1])[None, :] == labels[:, None]  # (n, K)
+    # padding is zeroed by check_probs and never the label, so it adds nothing to the sum
+    return float(np.mean(np.sum((probs - onehot) ** 2, axis=1)))
+
+
+def _nll(probs: np.ndarray, labels: np.ndarray, eps: float) -> float:
+    p_y = probs[np.arange(probs.shape[0]), labels]
+    return float(np.mean(-np.log(np.maximum(p_y, eps))))
+
+
+def _smooth_ece(conf: np.ndarray, correct: np.ndarray) -> float:
+    import relplot  # lazy: relplot imports matplotlib and seaborn, seconds of start-up
+
+    return float(relplot.smECE(conf, correct))
+
+
+def _ece_bootstrap(conf: np.ndarray, correct: np.ndarray, n_bins: int, n_boot: int, level: float,
+                   seed: int | None, edges: str) -> tuple[float, float]:
+    n = conf.shape[0]
+    bins = _assign_bins(conf, n_bins, "width", edges)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _BOOT_CHUNK // n)
+    replicates = []
+    for start in range(0, n_boot, chunk):
+        idx = rng.integers(0, n, size=(min(chunk, n_boot - start), n))  # (B, n)
+        _, sum_conf, sum_acc = _bin_sums(bins[idx], conf[idx], correct[idx], n_bins)
+        replicates.append(_l1_gap(sum_conf, sum_acc, n))  # (B,)
+    low, high = np.quantile(np.concatenate(replicates), [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
 
 
 # ----------------------------------------------------------------- public metrics
@@ -147,18 +232,7 @@ def reliability_table(
     check_strategy(strategy)
     check_edges(edges)
     conf, correct = check_conf_correct(conf, correct)
-    bins = _assign_bins(conf, n_bins, strategy, edges)
-    count, sum_conf, sum_acc = _bin_sums(bins, conf, correct, n_bins)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_conf, acc = sum_conf / count, sum_acc / count
-    if strategy == "width":
-        lo, hi = _width_edges(n_bins)[:-1], _width_edges(n_bins)[1:]
-    else:
-        lo, hi = np.full(n_bins, np.nan), np.full(n_bins, np.nan)
-        np.fmin.at(lo, bins, conf)  # fmin/fmax ignore the NaN start value
-        np.fmax.at(hi, bins, conf)
-    gap = mean_conf - acc
-    return {"lo": lo, "hi": hi, "count": count, "conf": mean_conf, "acc": acc, "gap": gap}
+    return _reliability_table(conf, correct, n_bins, strategy, edges)
 
 
 def ece(conf: Any, correct: Any, n_bins: int = 10, strategy: Strategy = "width", edges: BinEdges = "right") -> float:
@@ -180,8 +254,7 @@ def ece(conf: Any, correct: Any, n_bins: int = 10, strategy: Strategy = "width",
     check_strategy(strategy)
     check_edges(edges)
     conf, correct = check_conf_correct(conf, correct)
-    _, sum_conf, sum_acc = _bin_sums(_assign_bins(conf, n_bins, strategy, edges), conf, correct, n_bins)
-    return float(_l1_gap(sum_conf, sum_acc, conf.shape[0]))
+    return _ece(conf, correct, n_bins, strategy, edges)
 
 
 def mce(conf: Any, correct: Any, n_bins: int = 10, edges: BinEdges = "right") -> float:
@@ -192,9 +265,7 @@ def mce(conf: Any, correct: Any, n_bins: int = 10, edges: BinEdges = "right") ->
     check_n_bins(n_bins)
     check_edges(edges)
     conf, correct = check_conf_correct(conf, correct)
-    count, sum_conf, sum_acc = _bin_sums(_assign_bins(conf, n_bins, "width", edges), conf, correct, n_bins)
-    full = count > 0
-    return float(np.max(np.abs(sum_acc[full] - sum_conf[full]) / count[full]))
+    return _mce(conf, correct, n_bins, edges)
 
 
 def classwise_ece(probs: Any, labels: Any, n_bins: int = 10, mask: Any | None = None,
@@ -214,15 +285,7 @@ def classwise_ece(probs: Any, labels: Any, n_bins: int = 10, mask: Any | None = 
     check_edges(edges)
     probs, mask = check_probs(probs, mask)
     labels = check_labels(labels, mask)
-    k = probs.shape[1]
-    p = probs.T  # (K, n)
-    target = (np.arange(k)[:, None] == labels[None, :]).astype(np.float64)  # (K, n)
-    # absent options go to an extra bin n_bins, dropped below: one vectorised pass for all classes
-    bins = np.where(mask.T, _assign_bins(p.ravel(), n_bins, "width", edges).reshape(p.shape), n_bins)
-    count, sum_p, sum_y = (a[:, :n_bins] for a in _bin_sums(bins, p, target, n_bins + 1))
-    n_c = count.sum(axis=1)
-    offered = n_c > 0
-    return float(np.mean(_l1_gap(sum_p[offered], sum_y[offered], n_c[offered])))
+    return _classwise_ece(probs, labels, n_bins, mask, edges)
 
 
 def brier(probs: Any, labels: Any, mask: Any | None = None) -> float:
@@ -233,13 +296,10 @@ def brier(probs: Any, labels: Any, mask: Any | None = None) -> float:
     ``brier_score_loss``, which scores only the positive class.
     """
     probs, mask = check_probs(probs, mask)
-    labels = check_labels(labels, mask)
-    onehot = np.arange(probs.shape[1])[None, :] == labels[:, None]  # (n, K)
-    # padding is zeroed by check_probs and never the label, so it adds nothing to the sum
-    return float(np.mean(np.sum((probs - onehot) ** 2, axis=1)))
+    return _brier(probs, check_labels(labels, mask))
 
 
-def nll(probs: Any, labels: Any, eps: float = 1e-12) -> float:
+def nll(probs: Any, labels: Any, eps: float = NLL_EPS) -> float:
     """Negative log-likelihood of the correct option: mean of ``−log(max(p_y, eps))``.
 
     The clip keeps one question with p_y = 0 (possible after quantisation, top-k truncation or
@@ -248,9 +308,7 @@ def nll(probs: Any, labels: Any, eps: float = 1e-12) -> float:
     if not (isinstance(eps, (int, float)) and 0 < eps < 1):
         raise ValueError(f"Expected `eps` to be a float in (0, 1), but got {eps!r}.")
     probs, mask = check_probs(probs, None)
-    labels = check_labels(labels, mask)
-    p_y = probs[np.arange(probs.shape[0]), labels]
-    return float(np.mean(-np.log(np.maximum(p_y, eps))))
+    return _nll(probs, check_labels(labels, mask), eps)
 
 
 def accuracy(probs: Any, labels: Any, mask: Any | None = None) -> float:
@@ -274,9 +332,7 @@ def smooth_ece(conf: Any, correct: Any) -> float:
     automatically (the fixed point σ = smECE_σ).
     """
     conf, correct = check_conf_correct(conf, correct)
-    import relplot  # lazy: relplot imports matplotlib and seaborn, seconds of start-up
-
-    return float(relplot.smECE(conf, correct))
+    return _smooth_ece(conf, correct)
 
 
 def ece_bootstrap(
@@ -304,17 +360,7 @@ def ece_bootstrap(
     if not (isinstance(level, (int, float)) and 0 < level < 1):
         raise ValueError(f"Expected `level` to be a float in (0, 1), but got {level!r}.")
     conf, correct = check_conf_correct(conf, correct)
-    n = conf.shape[0]
-    bins = _assign_bins(conf, n_bins, "width", edges)
-    rng = np.random.default_rng(seed)
-    chunk = max(1, _BOOT_CHUNK // n)
-    replicates = []
-    for start in range(0, n_boot, chunk):
-        idx = rng.integers(0, n, size=(min(chunk, n_boot - start), n))  # (B, n)
-        _, sum_conf, sum_acc = _bin_sums(bins[idx], conf[idx], correct[idx], n_bins)
-        replicates.append(_l1_gap(sum_conf, sum_acc, n))  # (B,)
-    low, high = np.quantile(np.concatenate(replicates), [(1 - level) / 2, (1 + level) / 2])
-    return float(low), float(high)
+    return _ece_bootstrap(conf, correct, n_bins, n_boot, level, seed, edges)
 
 
 def finite_or_none(x: Any) -> float | None:
@@ -333,9 +379,11 @@ def reliability_rows(conf: Any, correct: Any, n_bins: int = 10, strategy: Strate
                      edges: BinEdges = "right") -> list[dict[str, Any]]:
     """:func:`reliability_table` as JSON-ready rows, one dict per bin (NaN → None): the shape
     ``metrics.json`` stores and every reliability figure draws."""
-    table = reliability_table(conf, correct, n_bins, strategy, edges)
-    return [{key: int(col[m]) if key == "count" else finite_or_none(col[m]) for key, col in table.items()}
-            for m in range(n_bins)]
+    check_n_bins(n_bins)
+    check_strategy(strategy)
+    check_edges(edges)
+    conf, correct = check_conf_correct(conf, correct)
+    return _reliability_rows(conf, correct, n_bins, strategy, edges)
 
 
 def summarize(
@@ -352,35 +400,38 @@ def summarize(
     Keys: ``n, accuracy, ece, ece_equal_mass, mce, cw_ece, brier, nll, trust, smece, ece_ci_low,
     ece_ci_high, ece_ci_level, n_bins, bin_edges, reliability`` (one dict per equal-width bin). With
     ``n_boot=0`` the bootstrap is skipped and the three ``ece_ci_*`` values are None. ``edges``
-    (:func:`bin_indices`) applies to every binned metric and is reported as ``bin_edges``.
+    (:func:`bin_indices`) applies to every binned metric and is reported as ``bin_edges``. The arrays are
+    checked here once; every metric is then its unchecked core.
     """
     check_n_bins(n_bins)
     check_edges(edges)
     check_n_boot(n_boot, 0)
     probs, mask = check_probs(probs, mask)
     labels = check_labels(labels, mask)
-    pred, conf = predictions(probs, mask)
+    pred = _predict(probs, mask)
+    conf = probs[np.arange(probs.shape[0]), pred]  # in [0, 1]: check_probs clipped it
     correct = pred == labels
-    acc, err = float(np.mean(correct)), ece(conf, correct, n_bins, edges=edges)
+    hits = correct.astype(np.float64)  # as check_conf_correct hands ``correct`` to the metrics
+    acc, err = float(np.mean(correct)), _ece(conf, hits, n_bins, "width", edges)
     low, high, level = None, None, None
     if n_boot > 0:
-        low, high = ece_bootstrap(conf, correct, n_bins, n_boot, CI_LEVEL, seed, edges)
+        low, high = _ece_bootstrap(conf, hits, n_bins, n_boot, CI_LEVEL, seed, edges)
         level = CI_LEVEL
     return {
         "n": int(conf.shape[0]),
         "accuracy": acc,
         "ece": err,
-        "ece_equal_mass": ece(conf, correct, n_bins, "mass"),
-        "mce": mce(conf, correct, n_bins, edges),
-        "cw_ece": classwise_ece(probs, labels, n_bins, mask, edges),
-        "brier": brier(probs, labels, mask),
-        "nll": nll(probs, labels),
+        "ece_equal_mass": _ece(conf, hits, n_bins, "mass", "right"),
+        "mce": _mce(conf, hits, n_bins, edges),
+        "cw_ece": _classwise_ece(probs, labels, n_bins, mask, edges),
+        "brier": _brier(probs, labels),
+        "nll": _nll(probs, labels, NLL_EPS),
         "trust": trust(acc, err),
-        "smece": smooth_ece(conf, correct),
+        "smece": _smooth_ece(conf, hits),
         "ece_ci_low": low,
         "ece_ci_high": high,
         "ece_ci_level": level,
         "n_bins": int(n_bins),
         "bin_edges": edges,
-        "reliability": reliability_rows(conf, correct, n_bins, edges=edges),
+        "reliability": _reliability_rows(conf, hits, n_bins, "width", edges),
     }
