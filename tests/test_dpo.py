@@ -12,7 +12,7 @@ from lab.core.config import ConfigError
 from lab.core.events import read_events
 from lab.data import samples
 from lab.data.preferences import PreferencePair, load_pairs
-from lab.data.templates import ALPACA_HEADER
+from lab.data.chat_templates import ALPACA_HEADER
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.worker import JobContext
 from lab.kinds.dpo.run import preference_examples, run_job

@@ -8,8 +8,9 @@ import pytest
 from lab.core.config import ConfigError
 from lab.core.errors import DataError
 from lab.data import load_records
+from lab.data.fewshot_prompts import with_shots
 from lab.data.record import MCQRecord
-from lab.data.templates import Prompt, get_template, template_names, with_shots
+from lab.data.templates import Prompt, get_template, template_names
 from lab.jobkit.kinds import parse_config
 from lab.kinds.evaluate import fewshot
 from lab.kinds.evaluate.config import EvalConfig

@@ -42,7 +42,7 @@ from .loaders import (DATASETS, check_loaded, check_options, collect_rows, datas
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, present, read_json, row_id, text_field
 from .spec import DatasetSpec
 from .split import parse_split
-from .templates import alpaca_prompt
+from .chat_templates import alpaca_prompt
 
 SFT_TASK = "sft"
 ROLES = ("system", "user", "assistant")
@@ -89,7 +89,7 @@ class InstructionRecord:
     def plain_example(self) -> dict[str, str]:
         """TRL's plain prompt–completion example, for a model without a chat template (a base model, as
         the alignment-calibration paper tunes): the prompt in Stanford Alpaca's form
-        (:func:`lab.data.templates.alpaca_prompt`); SFTTrainer appends the end-of-text token."""
+        (:func:`lab.data.chat_templates.alpaca_prompt`); SFTTrainer appends the end-of-text token."""
         return {"prompt": alpaca_prompt(self.prompt), "completion": self.completion}
 
 

@@ -1,5 +1,5 @@
 """A model's tokenizer, loaded as every scorer and trainer needs it: with a pad token, and a chat template
-that renders the lab's conversations (:func:`lab.data.templates.chat_template_problem`), checked in the
+that renders the lab's conversations (:func:`lab.data.chat_templates.chat_template_problem`), checked in the
 model's folder at submit (:func:`check_folder_template`) and on the loaded tokenizer at run time."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from lab.core.errors import ModelLoadError
 from lab.core.hub import hub_reachable
-from lab.data.templates import check_chat_template, has_chat_template
+from lab.data.chat_templates import check_chat_template, has_chat_template
 from lab.models.weights import MAX_CONFIG, ModelFolderError, parse_json
 
 TEMPLATE_FILE = "chat_template.jinja"  # where transformers 5 saves a chat template; it wins over the JSON's

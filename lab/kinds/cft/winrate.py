@@ -17,7 +17,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from lab.data.preferences import PreferencePair
-from lab.data.templates import Prompt, user_turn
+from lab.data.chat_templates import user_turn
+from lab.data.templates import Prompt
 
 
 def win_rate(chosen: Any, rejected: Any) -> dict[str, float]:

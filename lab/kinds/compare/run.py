@@ -27,7 +27,8 @@ from lab.core.config import ConfigError
 from lab.core.files import write_atomic
 from lab.core.layout import COMPARE_FILE
 from lab.data.record import MCQRecord
-from lab.data.templates import get_template, user_turn
+from lab.data.chat_templates import user_turn
+from lab.data.templates import get_template
 from lab.jobkit.worker import JobContext
 from lab.kinds.compare.config import CompareConfig
 

@@ -21,7 +21,7 @@ from lab.core.errors import DataError
 from lab.core.events import EventWriter
 from lab.data.loaders import log_skipped
 from lab.data.preferences import PreferencePair, load_pairs
-from lab.data.templates import alpaca_prompt, has_chat_template
+from lab.data.chat_templates import alpaca_prompt, has_chat_template
 from lab.jobkit.worker import JobContext
 from lab.kinds.dpo.config import DpoConfig
 from lab.kinds.alignment.calibration import calibration_check
@@ -57,7 +57,7 @@ def preference_examples(pairs: Sequence[PreferencePair]) -> tuple[list[dict[str,
 
 def plain_preference(example: dict[str, Any]) -> dict[str, str]:
     """A conversational preference row as TRL's plain one, for a model without a chat template: the
-    prompt in Stanford Alpaca's form (:func:`lab.data.templates.alpaca_prompt`, as the sft kind renders
+    prompt in Stanford Alpaca's form (:func:`lab.data.chat_templates.alpaca_prompt`, as the sft kind renders
     it for such a model), the responses as text (DPOTrainer appends the end-of-text token)."""
     return {"prompt": alpaca_prompt(example["prompt"]), "chosen": example["chosen"][0]["content"],
             "rejected": example["rejected"][0]["content"]}

@@ -41,7 +41,8 @@ from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
 from lab.data import harness, load_records
 from lab.data.loaders import log_skipped
 from lab.data.record import MCQRecord
-from lab.data.templates import get_template, with_shots
+from lab.data.fewshot_prompts import with_shots
+from lab.data.templates import get_template
 from lab.jobkit.kinds import write_config
 from lab.kinds.evaluate.calibrated import apply_calibrator
 from lab.kinds.evaluate import fewshot

@@ -17,7 +17,7 @@ from typing import Any
 
 from lab.data.instructions import load_instructions
 from lab.data.loaders import log_skipped
-from lab.data.templates import has_chat_template
+from lab.data.chat_templates import has_chat_template
 from lab.jobkit.worker import JobContext
 from lab.kinds.alignment.calibration import calibration_check
 from lab.kinds.sft.config import SftConfig
