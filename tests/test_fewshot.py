@@ -221,7 +221,8 @@ def test_a_lab_datasets_shots_are_named_and_tell_tasks_apart():
 def test_results_name_a_lab_dataset_run_by_its_shots(tmp_path):
     """Results, Life cycle and the job page read a run's label through runs.py: a 3-shot run of a lab dataset
     says so, as an lm-eval run does, and a zero-shot one says nothing more."""
-    from lab.results.runs import EvalRun, shots_of
+    from lab.results.run_metrics import shots_of
+    from lab.results.runs import EvalRun
 
     assert shots_of({"fewshot": {"num_fewshot": 3, "split": "train"}}) == ("3", None)
     assert shots_of({"dataset": "obqa"}) == (None, None)

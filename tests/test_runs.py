@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from lab.results.runs import (MAX_DEPTH, EvalRun, TrainedModel, adapter_base, evaluation, find_evaluations,
-                              job_evaluations, resolve, saved_temperature, scan, store_names, topk_store)
+from lab.results.run_configs import adapter_base
+from lab.results.runs import (EvalRun, TrainedModel, evaluation, find_evaluations, job_evaluations, resolve,
+                              saved_temperature, scan, store_names, topk_store)
+from lab.results.walk import MAX_DEPTH
 from tests.helpers import row as _row
 from tests.helpers import write_eval
 

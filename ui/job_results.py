@@ -28,7 +28,7 @@ from lab.kinds.compare.result import read_result
 from lab.kinds.compare.result import rows as compare_rows
 from lab.kinds.dpo.run import REWARDS_EVENT
 from lab.kinds.alignment.section import CALIBRATION_DIR
-from lab.results import runs, series
+from lab.results import run_metrics, runs, series
 from lab.results.reports import pct
 from lab.training.snapshots import STEP
 from ui.plots.common import plain
@@ -109,7 +109,7 @@ def _evaluation(ctx_runs: Path, run_dir: str) -> JobResults:
     if not found:
         return NOTHING
     run = found[0]
-    metrics = runs.read_metrics(run.path) or {}
+    metrics = run_metrics.read_metrics(run.path) or {}
     more = "" if len(found) == 1 else f"\n\n{len(found)} evaluations: the Results page lists them all."
     harness = [lm_eval_summary(metrics), subtask_table(metrics, str(run.dataset or "").removeprefix(LM_EVAL_PREFIX))]
     text = "\n\n".join([evaluation_summary(run), *(part for part in harness if part)]) + more
@@ -294,7 +294,7 @@ def _alignment(ctx_runs: Path, kind: str, run_dir: str) -> JobResults:
     if not cells:
         return JobResults(text, None, None, None)
     shown = [c for c in cells if c.key == cells[0].key][-1]
-    metrics = runs.read_metrics(shown.run.path) or {}
+    metrics = run_metrics.read_metrics(shown.run.path) or {}
     when = "before training" if shown.step == 0 else f"at step {shown.step}"
     return JobResults(text + f"\n\nRun drawn: **{html.escape(shown.run.label)}** (`{shown.run.name}`)",
                       reliability_figure(metrics, shown.run.label), None, shown.run.name,

@@ -20,7 +20,7 @@ from jobs.scheduler import cancel
 from jobs.store import HEARTBEAT_STALE_S, RESUMABLE, Job, JobStore
 from lab.core.config import ConfigError
 from lab.core.layout import LOG_FILE
-from lab.results import predictions, runs
+from lab.results import predictions, run_metrics, runs
 from lab.training.estimates import MEMORY_EVENT
 from ui.context import LabContext
 from ui.job_results import NOTHING, job_results
@@ -193,7 +193,7 @@ def temperature_link(ctx: LabContext, name: Any) -> Any:
     """"Open in the Temperature lab" only for a run the lab can rescale: not a token-level run (task
     clm or facts) evaluated before it kept the log-partition over the vocabulary (``temperature_grid``)."""
     run = runs.evaluation(ctx.runs, name)
-    metrics = (runs.read_metrics(run.path) or {}) if run else {}
+    metrics = (run_metrics.read_metrics(run.path) or {}) if run else {}
     return gr.update(visible=metrics.get("task") not in predictions.TOKEN_TASKS or "temperature_grid" in metrics)
 
 

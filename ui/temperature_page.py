@@ -30,7 +30,7 @@ import plotly.graph_objects as go
 
 from lab.calibration.temperature import FORMS, LAB_SWEEP_BOUNDS, TemperatureFit
 from lab.calibration.temperature_files import save_temperature
-from lab.results import analysis, predictions, runs
+from lab.results import analysis, predictions, run_configs, runs
 from lab.results.runs import EvalRun
 from ui.components import AS_EVALUATED, bin_edges, binning, binning_radio, edges_radio, run_picker
 from ui.context import LabContext
@@ -135,7 +135,7 @@ def bootstrap_settings(run: EvalRun) -> tuple[int, int]:
     ``bootstrap`` and ``seed``), so that the page's interval at T = 1 is the one the run reported and at
     any other T the same resampling; :data:`BOOT` and :data:`BOOT_SEED` where the run has none (no
     config.yaml, or ``bootstrap: 0``: the page still shows an interval)."""
-    config = runs.read_config(run.path) or {}
+    config = run_configs.read_config(run.path) or {}
     n_boot, seed = config.get("bootstrap"), config.get("seed")
     n_boot = n_boot if isinstance(n_boot, int) and not isinstance(n_boot, bool) and n_boot > 0 else BOOT
     seed = seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else BOOT_SEED

@@ -21,7 +21,7 @@ from lab.calibration.token_temperature import TokenLogits
 from lab.core import stored
 from lab.core.layout import PREDICTIONS_FILE
 from lab.data.synthetic import true_distributions
-from lab.results.runs import read_metrics
+from lab.results.run_metrics import read_metrics
 
 LEGACY_BIN_EDGES = "left"  # what a metrics.json without "bin_edges" was binned with (before the choice existed)
 MCQ = "mcq"  # Predictions.task of a multiple-choice run; a token-level run's is its task, clm or facts

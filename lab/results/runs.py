@@ -3,9 +3,10 @@
 Every job writes into ``runs/<job>/``; pipelines nest their parts one or two levels deeper
 (``eval/<row>-<set>/``, ``models/<row>/``, ``topk/train/``, ``ts/``; see :mod:`lab.core.layout`). The
 catalogue names each thing by the directory that holds it, relative to the runs directory
-(``"12/eval/cft-in_domain"``), and lists it when that directory is at most :data:`MAX_DEPTH`
-levels down; hidden folders and training checkpoints are never entered, and neither are links to
-folders (what they lead to is not the runs directory's). What it finds:
+(``"12/eval/cft-in_domain"``), and lists it when that directory is at most
+:data:`~lab.results.walk.MAX_DEPTH` levels down; hidden folders and training checkpoints are never
+entered, and neither are links to folders (what they lead to is not the runs directory's): one walk,
+:mod:`lab.results.walk`. What it finds:
 
     evaluations   a directory with metrics.json and predictions.jsonl (:class:`EvalRun`)
     stores        a top-k store: manifest.json in topk/ or below it
@@ -28,23 +29,22 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from lab.calibration import calibrators
 from lab.calibration.metrics import finite_or_none
 from lab.calibration.temperature_files import load_temperature
 from lab.core import stored
-from lab.core.layout import (ADAPTER_DIR, CALIBRATOR_FILE, CHECKPOINTS_DIR, COMPARE_FILE, CONFIG_FILE, EVAL_DIR,
-                             FITTED_TEMPERATURE_DIR, LABEL_FILE, MANIFEST_FILE, METRICS_FILE, MODEL_DIR,
-                             PREDICTIONS_FILE, REPORT_JSON, SERIES_FILE, SNAPSHOTS_DIR, TEMPERATURE_FILE, TOPK_DIR)
-from lab.core.trained import ADAPTER_CONFIG, HF_CONFIG, started_from
-from lab.core.yamlio import load_yaml
+from lab.core.layout import (ADAPTER_DIR, CALIBRATOR_FILE, COMPARE_FILE, EVAL_DIR, FITTED_TEMPERATURE_DIR, LABEL_FILE,
+                             MANIFEST_FILE, METRICS_FILE, MODEL_DIR, PREDICTIONS_FILE, REPORT_JSON, SERIES_FILE,
+                             TEMPERATURE_FILE, TOPK_DIR)
+from lab.core.reads import inside
+from lab.core.trained import ADAPTER_CONFIG, HF_CONFIG
 from lab.results import series as series_table
+from lab.results.run_configs import adapter_base
+from lab.results.run_metrics import metrics_problem, read_metrics, shots_of
+from lab.results.walk import MAX_DEPTH, entered, walk
 
-# runs/<job>/models/<row>/ and runs/<job>/eval/<row>-<set>/ are depth 3, an sft run's calibration/step-<n>/<task>/
-# depth 4, and 5 in a pipeline run here (lab run pipeline.yaml --out runs/<name>); checkpoints are never entered
-MAX_DEPTH = 5
-BASE_MODEL_KEYS = ("model", "student", "teacher")  # where a job's config names the model it trained
 MAX_LABEL = 120  # characters of a user-given run name
 JOB_NUMBER = re.compile(r"(\d+)-")  # a job's run folder: 00003-evaluate
 
@@ -118,59 +118,6 @@ class Catalogue:
     unreadable: dict[str, str] = field(default_factory=dict)  # evaluations left out: name → why (names the file)
 
 
-# ---------------------------------------------------------------- the walk
-def _entered(name: str) -> bool:
-    """Folders the walk goes into: not hidden, not a trainer's checkpoints or snapshots (never offered as a model)."""
-    return not name.startswith(".") and name not in (CHECKPOINTS_DIR, SNAPSHOTS_DIR) and not name.startswith("checkpoint-")
-
-
-def _walk(directory: Path, depth: int) -> Iterator[tuple[Path, set[str], set[str]]]:
-    """(folder, its file names, its sub-folder names) for ``directory`` and ``depth`` levels below it."""
-    try:
-        with os.scandir(directory) as listing:
-            entries = list(listing)
-    except OSError:  # removed or unreadable while we looked: a job may be cleaning up
-        return
-    kinds = [(e.name, _kind(e)) for e in entries]
-    files = {name for name, kind in kinds if kind == "file"}
-    folders = {name for name, kind in kinds if kind == "folder" and _entered(name)}
-    yield directory, files, folders
-    if depth > 0:
-        for name in sorted(folders):
-            yield from _walk(directory / name, depth - 1)
-
-
-def _kind(entry: os.DirEntry) -> str:
-    """What an entry is: ``"folder"`` (a real one, not a link to one), ``"file"``, or ``""`` (anything
-    else, or gone meanwhile)."""
-    try:
-        if entry.is_dir(follow_symlinks=False):
-            return "folder"
-        return "file" if entry.is_file() else ""
-    except OSError:
-        return ""
-
-
-def read_metrics(directory: Path) -> Optional[dict[str, Any]]:
-    """``metrics.json`` of ``directory`` as a dict, or None when missing, half-written, too large or deep,
-    or not an object (:mod:`lab.core.stored`; :func:`metrics_problem` says which)."""
-    try:
-        return stored.read_object(Path(directory) / METRICS_FILE)
-    except (OSError, ValueError):
-        return None
-
-
-def metrics_problem(directory: Path, name: str) -> Optional[str]:
-    """Why ``metrics.json`` of the run called ``name`` cannot be read (one sentence naming it), or None."""
-    try:
-        stored.read_object(Path(directory) / METRICS_FILE, f"{name}/{METRICS_FILE}")
-    except OSError as e:
-        return f"{name}/{METRICS_FILE}: cannot be read ({e.strerror or type(e).__name__})"
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 def _text(value: Any) -> Optional[str]:
     return None if value is None else str(value)
 
@@ -227,21 +174,6 @@ def write_label(directory: Path, label: str) -> Optional[str]:
     return text
 
 
-def shots_of(data: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
-    """A few-shot run's (shots, split) from its ``metrics.json``: an lm-eval run's tasks' few-shot count ("5",
-    or "0–5" where a group's tasks differ) and their split where they share one; a lab dataset's ``fewshot``
-    count (its split is the config's); (None, None) for a zero-shot run of a lab dataset."""
-    tasks = data.get("lm_eval", {}).get("tasks") if isinstance(data.get("lm_eval"), dict) else None
-    about = [t for t in tasks.values() if isinstance(t, dict)] if isinstance(tasks, dict) else []
-    own = data.get("fewshot") if isinstance(data.get("fewshot"), dict) else {}  # a lab dataset's shots
-    if not about and isinstance(own.get("num_fewshot"), int) and not isinstance(own["num_fewshot"], bool):
-        about = [{"shots": own["num_fewshot"]}]
-    shots = sorted({t["shots"] for t in about if isinstance(t.get("shots"), int) and not isinstance(t["shots"], bool)})
-    splits = {t["split"] for t in about if isinstance(t.get("split"), str)}
-    said = None if not shots else str(shots[0]) if len(shots) == 1 else f"{shots[0]}–{shots[-1]}"
-    return said, splits.pop() if len(splits) == 1 else None
-
-
 def _eval_run(directory: Path, name: str) -> Optional[tuple[float, EvalRun]]:
     """The run and its metrics file's modification time, or None when the metrics are unreadable."""
     data = read_metrics(directory)
@@ -279,7 +211,7 @@ def _scan(root: Path, start: Path, depth: int) -> Catalogue:
     """The catalogue of ``start`` (``root`` or a folder below it), walked ``depth`` levels down."""
     evaluations, stores, models, temperatures, reports, unreadable = [], {}, [], {}, {}, {}
     comparisons, calibrators, series = [], [], []
-    for directory, files, folders in _walk(start, depth):
+    for directory, files, folders in walk(start, depth):
         name = directory.relative_to(root).as_posix()
         if METRICS_FILE in files and PREDICTIONS_FILE in files:
             found = _eval_run(directory, name)
@@ -370,48 +302,7 @@ def trained_models(root: Path) -> list[TrainedModel]:
     return scan(root).models
 
 
-def read_config(directory: Path) -> Optional[dict[str, Any]]:
-    """A run folder's ``config.yaml`` as a mapping (shared between callers: read it, never change it); None
-    when absent, unreadable or no mapping."""
-    path = Path(directory) / CONFIG_FILE
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return _parsed_config(path, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed_config(path: Path, mtime_ns: int, size: int) -> Optional[dict[str, Any]]:
-    """A config.yaml parsed once per version: the pickers walk the runs folder every few seconds, and
-    YAML took 14 ms a file on a loaded 2-core CPU (80 adapters: 1.1 s of every walk)."""
-    try:
-        data = load_yaml(path.read_bytes(), str(path))
-    except (OSError, ValueError):  # gone meanwhile, unreadable, or not YAML (ConfigError is a ValueError)
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def adapter_base(root: Path, adapter: Path) -> str:
-    """The base model an adapter was trained on, as the config of the job that made it names it
-    (the nearest ``config.yaml`` above the adapter, within ``root``; a ``run:<id>`` there, as it
-    resolved when the job started); ``"bundled"`` when none does."""
-    base = Path(os.path.realpath(root))
-    for parent in Path(adapter).parents:
-        if not _inside(base, Path(os.path.realpath(parent))):
-            break
-        data = read_config(parent)
-        for key in BASE_MODEL_KEYS:
-            if isinstance(data, dict) and isinstance(data.get(key), str):
-                return started_from(parent, key) or data[key]  # a run:<id> means what it named at the start
-    return "bundled"
-
-
 # ---------------------------------------------------------------- names back to paths
-def _inside(base: Path, path: Path) -> bool:
-    return path == base or base in path.parents
-
-
 def resolve(root: Path, name: Any) -> Optional[Path]:
     """The directory called ``name`` under ``root`` as the catalogue could list it, or None.
 
@@ -426,10 +317,10 @@ def resolve(root: Path, name: Any) -> Optional[Path]:
         target = Path(os.path.realpath(base / name))
     except (OSError, ValueError):  # a NUL byte, a link loop
         return None
-    if not _inside(base, target):
+    if not inside(target, (base,)):
         return None
     parts = target.relative_to(base).parts
-    if len(parts) > MAX_DEPTH or not all(_entered(part) for part in parts):
+    if len(parts) > MAX_DEPTH or not all(entered(part) for part in parts):
         return None
     return target
 
@@ -461,7 +352,7 @@ def job_evaluations(root: Path, run_dir: Any) -> list[EvalRun]:
     root = Path(root)
     base = Path(os.path.realpath(root))
     directory = Path(os.path.realpath(run_dir))
-    if not _inside(base, directory):
+    if not inside(directory, (base,)):
         return []
     depth = len(directory.relative_to(base).parts)
     if depth > MAX_DEPTH:
@@ -477,7 +368,7 @@ def saved_temperature(root: Path, run: EvalRun) -> Optional[float]:
         places.append(run.path.parent.parent / FITTED_TEMPERATURE_DIR)
     base = Path(os.path.realpath(root))
     for directory in places:
-        if not _inside(base, Path(os.path.realpath(directory))):
+        if not inside(Path(os.path.realpath(directory)), (base,)):
             continue
         try:
             return load_temperature(directory)

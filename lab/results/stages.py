@@ -39,7 +39,7 @@ import numpy as np
 from lab.calibration.spread import accuracy_bootstrap
 from lab.core.layout import ADAPTER_DIR, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE
 from lab.core.stored import read_object
-from lab.results import runs, series
+from lab.results import run_configs, runs, series
 
 CHAIN = "chain:"  # a chain's name (what a picker sends back): its last training run's, so prefixed
 TRAINERS = ("finetune", "sft", "dpo")  # the kinds whose weights run:<id> names (lab.jobkit.chain)
@@ -83,7 +83,7 @@ class Measured:
 # ---------------------------------------------------------------- files read
 def _config(directory: Path) -> dict[str, Any]:
     """``config.yaml`` of ``directory``; empty when absent or unreadable."""
-    return runs.read_config(directory) or {}
+    return run_configs.read_config(directory) or {}
 
 
 def _json(path: Path) -> dict[str, Any]:
