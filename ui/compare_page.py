@@ -56,7 +56,7 @@ QUESTIONS_HELP = ("One question per block, blocks separated by a blank line: the
 NOT_RUNNING = "Inference lane: not running (the next compare starts it)."
 LANE_POLL_S = 2.0  # how soon the lane's line says that its warm-up is over, while the page is shown
 CALIBRATED = "calibrated confidence"  # the answers table's column when a calibrator is picked
-# Each column of the answers table (lab.kinds.compare.run.COLUMNS, and the calibrated confidence) its width: at 1440 px
+# Each column of the answers table (lab.kinds.compare.result.COLUMNS, and the calibrated confidence) its width: at 1440 px
 # the answer and its probabilities are in view, and no header breaks mid-word.
 ANSWER_WIDTHS = {"#": "48px", "model": "140px", "prediction": "160px", "confidence": "116px", CALIBRATED: "126px",
                  "correct": "90px", "answer": "320px", "option probabilities": "220px", "answer prob.": "116px",
@@ -124,7 +124,7 @@ def shown(ctx: LabContext, result: dict[str, Any], name: str) -> tuple[Any, ...]
 
 def calibrated_confidences(result: dict[str, Any], cal: calibrators.Calibrator) -> list[Optional[float]]:
     """The calibrated confidence of every row of the answers table, in its order (question by
-    question, each model: :func:`lab.kinds.compare.run.rows`), None for a free-text question. Each row's
+    question, each model: :func:`lab.kinds.compare.result.rows`), None for a free-text question. Each row's
     own question and options go with its probabilities, so a calibrator whose signal a comparison
     cannot give (full-vocabulary) raises ValueError, as it would on a cloze run."""
     cells: list[Optional[int]] = []

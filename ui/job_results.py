@@ -129,7 +129,7 @@ def _report(run_dir: str) -> JobResults:
 
 def compare_answers(result: dict[str, Any]) -> pd.DataFrame:
     """One row per question and model: the option it picks with its confidence, and its generated
-    answer, in :data:`lab.kinds.compare.run.COLUMNS` order (free-text questions first still leave it so)."""
+    answer, in :data:`lab.kinds.compare.result.COLUMNS` order (free-text questions first still leave it so)."""
     table = pd.DataFrame(compare_rows(result))
     return table[[c for c in COMPARE_COLUMNS if c in table]].round(4)
 

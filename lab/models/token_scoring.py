@@ -19,7 +19,7 @@ A temperature rescales the whole vocabulary, which a row cannot keep, so each ta
 log-partition ``log Z(T) = logsumexp(z / T)`` over the vocabulary at every temperature of a grid
 (:data:`GRID`), from the same kept rows (:func:`log_partition`): with the raw logits of the top tokens
 and of the target, that gives any temperature's confidence and target probability later, without the
-model (:mod:`lab.calibration.temperature`). One exact logsumexp per grid temperature would read the
+model (:mod:`lab.calibration.token_temperature`). One exact logsumexp per grid temperature would read the
 rows 121 times: 30 s per 1,000 targets of a 49 k vocabulary on two CPU cores, twice the bundled
 model's forward pass. The binned expansion reads them a fixed dozen times, whatever the grid: 0.5 s
 there, and bench/token_tasks.py's ratio of a bare forward to the scorer drops by 2 to 5 % (on an
@@ -40,7 +40,7 @@ from lab.models.token_targets import TokenDoc
 
 Progress = Optional[Callable[[int], None]]
 TOP_K = 5
-# The temperatures each target's log-partition is kept at: lab.calibration.temperature.TOKEN_GRID, which
+# The temperatures each target's log-partition is kept at: lab.calibration.token_temperature.TOKEN_GRID, which
 # says why these (this layer cannot import it; the evaluation passes it, and a test checks they agree).
 GRID = np.geomspace(0.01, 100.0, 121)
 
@@ -205,7 +205,7 @@ def score_documents(model: torch.nn.Module, docs: Sequence[TokenDoc], pad_id: in
     are the unscaled model's: any other temperature's probabilities follow from them.
 
     One forward pass per batch of at most ``batch_size`` documents (and, on a CPU, the padded-token
-    budget of :data:`lab.models.scoring.BATCH_TOKENS`), each document fed up to its last target only.
+    budget of :data:`lab.models.batching.BATCH_TOKENS`), each document fed up to its last target only.
     A document whose last target lies past the model's context is refused (:class:`DataError`, naming
     it) before any pass; a document with no positions gets [] without one. ``progress(n)`` after each
     batch, n the targets it scored (a document's positions; one per document for clm's default).

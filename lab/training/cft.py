@@ -34,7 +34,7 @@ def _answer_logits(logits: torch.Tensor, inputs: dict[str, torch.Tensor]) -> tor
 
 class _PartsLogging:
     """Averages a trainer's loss components (and other per-batch figures) between two logging
-    steps, under the keys given, which :class:`lab.training.trainer.LabCallback` passes on in its
+    steps, under the keys given, which :class:`lab.training.callbacks.LabCallback` passes on in its
     events."""
 
     def _record(self, **parts: torch.Tensor) -> None:

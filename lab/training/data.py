@@ -1,7 +1,7 @@
 """Records → token sequences for training: prompt + target, labels masked where not supervised.
 
 The prompt and target are split into tokens exactly as the scorer splits them
-(``lab.models.scoring.split_pairs``), so a model is trained on the same token boundary it is evaluated
+(``lab.models.batching.split_pairs``), so a model is trained on the same token boundary it is evaluated
 at. ``completion_only`` supervises only the target (CFT, and FIRST's answer); otherwise the
 whole sequence (RCFT's prompt + answer).
 

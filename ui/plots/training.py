@@ -1,5 +1,5 @@
 """Training curves: loss per step and validation ECE and accuracy per epoch, from a job's events
-(:class:`lab.training.trainer.LabCallback`)."""
+(:class:`lab.training.callbacks.LabCallback`)."""
 from __future__ import annotations
 
 from typing import Sequence
