@@ -58,7 +58,9 @@ def test_a_7b_full_finetune_planned_from_its_config_json_on_8_gpus(tmp_path, cap
     assert ddp["n_params"] == 6_738_415_616 and not ddp["fits"] and ddp["advice"]
     assert ddp["per_gpu_gib"] / 8 < fsdp["per_gpu_gib"] < 0.35 * ddp["per_gpu_gib"]
     assert fsdp["replicated_per_gpu_gib"] == ddp["per_gpu_gib"] and fsdp["fits"]
-    assert off["per_gpu_gib"] < fsdp["per_gpu_gib"] and off["cpu_gib"] == pytest.approx(16 * 6.738e9 / GIB, rel=1e-3)
+    # host memory: the 8 ranks' fp32 copies while loading (32 B/param), more than the offloaded states' 16
+    assert off["per_gpu_gib"] < fsdp["per_gpu_gib"] and off["cpu_gib"] == pytest.approx(8 * 4 * 6.738e9 / GIB, rel=1e-3)
+    assert fsdp["cpu_gib"] == off["cpu_gib"]
     assert ddp["accelerate_estimate_memory_gib"]["float32"] == pytest.approx(16 * 6_738_415_616 / GIB, abs=0.01)
     assert JobStore(tmp_path / "runs").list() == []
 
