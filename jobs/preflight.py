@@ -52,8 +52,8 @@ from lab.models.weights import (BYTES, ModelShape, count_parameters, local_model
                                 size_text, unknown_targets)
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig
 from lab.training.disk import free_bytes
-from lab.training.estimates import (FP32, GPU, NF4_BYTES, TrainingMemory, checkpoint_bytes, describe, disk_peak,
-                                    memory_advice, run_checkpoint_bytes, training_memory)
+from lab.training.estimates import (FP32, GPU, NF4_BYTES, TrainingMemory, checkpoint_bytes, describe, describe_parts,
+                                    disk_peak, memory_advice, run_checkpoint_bytes, training_memory)
 from lab.training.sharded_memory import Placement, sharded_training, spread_inference
 
 # Kinds whose models train under TRL's SFTTrainer or DPOTrainer (lab.kinds.sft, lab.kinds.dpo), the trainer
@@ -117,7 +117,12 @@ def _training_section(kind: str) -> Optional[str]:
         (f.name for f in dataclasses.fields(kinds.get(kind).config) if spec_of(f).entries is TrainConfig), None)
 
 
-def _setting_path(kind: str, name: str) -> str:
+def trains(kind: str) -> bool:
+    """Whether ``kind`` trains a model: with its own training fields, or in a pipeline's training section."""
+    return _is_training_run(kind) or _training_section(kind) is not None
+
+
+def setting_path(kind: str, name: str) -> str:
     """Where a refusal of training setting ``name`` points: ``training.name`` in a pipeline, else ``name``."""
     section = _training_section(kind)
     return f"{section}.{name}" if section else name
@@ -207,8 +212,7 @@ def _training_plan(path: str, model: str, method: str, model_dir: Path, n_params
     placed = _placed(estimate, shape, method, settings, gpus)
     checkpoint, final = run_checkpoint_bytes(shape, method, r, settings["save_optimizer"], settings["lora_targets"])
     batches = f"{batch} pairs ({2 * batch} sequences)" if terms["trainer"] == "dpo" else f"{batch}"
-    terms_text = (", ".join(f"{k} {size_text(v)}" for k, v in sorted(placed.parts.items(), key=lambda kv: -kv[1]) if v)
-                  if placed.parts else describe(estimate))
+    terms_text = describe_parts(placed.parts) if placed.parts else describe(estimate)
     sharded = (f"fsdp over {max(gpus, 1)} GPU(s){', offloaded to host memory' if settings['fsdp_offload'] else ''}, "
                if settings["sharding"] == "fsdp" else "")
     how = f"{method}, {sharded}batches of {batches} × {length} tokens (max_length): {terms_text}"
@@ -316,7 +320,7 @@ def check_lora_targets(kind: str, config: Mapping[str, Any]) -> None:
     """Refuse a LoRA target that a model this job trains lacks, when the model is on this machine: the
     worker would refuse it only after the job waited its turn in the queue and loaded the model."""
     targets = training_settings(kind, config)["lora_targets"]
-    field = _setting_path(kind, "lora_targets")
+    field = setting_path(kind, "lora_targets")
     for path, model, method in models(kind, dict(config)):
         shape = local_model_shape(model) if method in ("lora", "qlora") else None
         problem = shape and unknown_targets(shape.linear_names, targets)
@@ -339,7 +343,7 @@ def check_disk(kind: str, config: Mapping[str, Any], root: Path) -> None:
     need, free = disk_need(plans), free_bytes(root)
     if need <= free:
         return
-    field = _setting_path(kind, "save_optimizer")
+    field = setting_path(kind, "save_optimizer")
     smaller = (f"; save_optimizer: false (weights only) needs {size_text(disk_need(plans, weights_only=True))}"
                if training_settings(kind, config)["save_optimizer"] else "")
     raise ConfigError(f"{field}: the checkpoints need {size_text(need)} of disk at once ({KEPT_CHECKPOINTS} kept, "

@@ -14,29 +14,10 @@ the field, rather than found by the worker after the queue and the model load:
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping
 
-from jobs.preflight import training_settings
-from lab.core.config import ConfigError, spec_of
-from lab.jobkit import kinds
-from lab.training.config import TrainConfig
-
-
-def trains(kind: str) -> bool:
-    """Whether ``kind`` trains a model (its config takes the training fields, at its top or in a section)."""
-    cls = kinds.get(kind).config
-    return "sharding" in cls.__dataclass_fields__ or any(
-        spec_of(f).entries is TrainConfig for f in dataclasses.fields(cls))
-
-
-def _path(kind: str, name: str) -> str:
-    """Where a training field is written: at the config's top (finetune, sft, dpo) or in its training section."""
-    cls = kinds.get(kind).config
-    if name in cls.__dataclass_fields__:
-        return name
-    section = next(f.name for f in dataclasses.fields(cls) if spec_of(f).entries is TrainConfig)
-    return f"{section}.{name}"
+from jobs.preflight import setting_path, training_settings, trains
+from lab.core.config import ConfigError
 
 
 def fsdp_of(kind: str, config: Mapping[str, Any]) -> tuple[bool, bool]:
@@ -55,10 +36,10 @@ def check_sharding(kind: str, config: Mapping[str, Any], gpus: int) -> None:
     settings = training_settings(kind, config)
     if settings["sharding"] != "fsdp":
         if settings["fsdp_offload"]:
-            raise ConfigError(f"{_path(kind, 'fsdp_offload')}: an option of sharding: fsdp, which this job does not "
-                              "use; set sharding: fsdp, or fsdp_offload: false")
+            raise ConfigError(f"{setting_path(kind, 'fsdp_offload')}: an option of sharding: fsdp, which this job "
+                              "does not use; set sharding: fsdp, or fsdp_offload: false")
         return
-    field = _path(kind, "sharding")
+    field = setting_path(kind, "sharding")
     if not gpus:
         raise ConfigError(f"{field}: fsdp splits the model across GPUs and this job asks for none: ask for GPUs "
                           "(one shard each), or set sharding: none to train on the CPU")
@@ -66,8 +47,9 @@ def check_sharding(kind: str, config: Mapping[str, Any], gpus: int) -> None:
         raise ConfigError(f"{field}: fsdp cannot shard QLoRA's 4-bit weights (each GPU would hold them whole); a "
                           "7B QLoRA fits one GPU: set sharding: none, or train with method: lora")
     if not settings["save_optimizer"]:
-        raise ConfigError(f"{_path(kind, 'save_optimizer')}: fsdp's checkpoints are sharded, optimizer included "
-                          "(transformers cannot save the weights alone from a sharded run); set save_optimizer: true")
+        raise ConfigError(f"{setting_path(kind, 'save_optimizer')}: fsdp's checkpoints are sharded, optimizer "
+                          "included (transformers cannot save the weights alone from a sharded run); set "
+                          "save_optimizer: true")
     if settings["snapshots"]:
-        raise ConfigError(f"{_path(kind, 'snapshots')}: not with sharding: fsdp (each GPU holds only a shard of the "
-                          "weights a snapshot keeps); set snapshots: false, or sharding: none")
+        raise ConfigError(f"{setting_path(kind, 'snapshots')}: not with sharding: fsdp (each GPU holds only a shard "
+                          "of the weights a snapshot keeps); set snapshots: false, or sharding: none")

@@ -147,8 +147,14 @@ class TrainingMemory:
 
 def describe(memory: TrainingMemory) -> str:
     """The terms of its peak as a line, largest first and zeros left out: "optimizer 9.2 GiB, weights 4.6 GiB, …"."""
-    parts = sorted(((v, k) for k, v in memory.peak_parts().items() if v), reverse=True)
-    return ", ".join(f"{name} {size_text(value)}" for value, name in parts)
+    return describe_parts(memory.peak_parts())
+
+
+def describe_parts(parts: Mapping[str, float]) -> str:
+    """Bytes by what holds them as a line, largest first and zeros left out (any estimate's terms: one GPU's,
+    or a sharded one's, :mod:`lab.training.sharded_memory`)."""
+    return ", ".join(f"{name} {size_text(value)}" for value, name in sorted(((v, k) for k, v in parts.items() if v),
+                                                                             reverse=True))
 
 
 # Which input a Llama layer's linears share: q, k and v take the attention norm's output, gate and up the

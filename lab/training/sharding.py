@@ -23,7 +23,7 @@ from typing import Any
 
 from lab.models import distributed
 from lab.models.weights import ModelShape, size_text
-from lab.training.estimates import TrainingMemory
+from lab.training.estimates import TrainingMemory, describe_parts
 from lab.training.sharded_memory import sharded_training
 
 FSDP_ENV = "ACCELERATE_USE_FSDP"  # set by ``accelerate launch --use_fsdp`` for every rank
@@ -46,12 +46,11 @@ def fsdp_memory_event(memory: TrainingMemory, shape: ModelShape, cfg: Any, stage
     launch's ranks (:func:`lab.training.sharded_memory.sharded_training`), with host memory where the run offloads."""
     offload = os.environ.get("FSDP_OFFLOAD_PARAMS", "false").lower() == "true"
     placed = sharded_training(memory, shape, cfg.method, distributed.world_size(), offload=offload)
-    terms = ", ".join(f"{name} {size_text(v)}" for name, v in sorted(placed.parts.items(), key=lambda p: -p[1]) if v)
     return {"peak": placed.per_gpu, "host": placed.cpu, **{k.replace(" ", "_"): v for k, v in placed.parts.items()},
             "message": f"{stage}: about {size_text(placed.per_gpu)} per GPU at the peak over "
                        f"{distributed.world_size()} FSDP rank(s){', states offloaded' if offload else ''} "
                        f"({size_text(placed.cpu)} of host memory), batches of {cfg.batch_size} × {longest} tokens "
-                       f"(the longest example): {terms}"}
+                       f"(the longest example): {describe_parts(placed.parts)}"}
 
 
 def save_consolidated(model: Any, target: Path, tokenizer: Any, lora: bool) -> None:
@@ -65,9 +64,8 @@ def save_consolidated(model: Any, target: Path, tokenizer: Any, lora: bool) -> N
     # Gathered one by one, a tied output layer comes back as a copy of the embedding, which save_pretrained would
     # store twice (it drops a tied key only when both share storage): keep the first name of each parameter.
     first: dict[int, str] = {}
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        first.setdefault(id(parameter), name)
-    tied = {name for name, parameter in model.named_parameters(remove_duplicate=False) if first[id(parameter)] != name}
+    tied = {name for name, parameter in model.named_parameters(remove_duplicate=False)
+            if first.setdefault(id(parameter), name) != name}
     state = {name: tensor for name, tensor in state.items() if name not in tied}
     if distributed.is_main():
         model.save_pretrained(target, state_dict=state)

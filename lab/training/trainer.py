@@ -31,18 +31,16 @@ from lab.data import load_records
 from lab.data.record import MCQRecord
 from lab.models import distributed
 from lab.models.loading import load_model, select_device, select_dtype
-from lab.models.weights import local_model_shape, size_text
 from lab.training.callbacks import CheckpointCallback, LabCallback, SnapshotCallback
 from lab.training.cft import LabelSmoothingTrainer, RCFTTrainer
 from lab.training.checkpoints import STATE_FILE, has_optimizer, last_checkpoint
 from lab.training.config import KEPT_CHECKPOINTS, TrainConfig, trackers_online
 from lab.training.data import build_examples, pad_batch, pad_option_batch
 from lab.training.disk import ensure_room
-from lab.training.estimates import MEMORY_EVENT, checkpoint_bytes, describe
+from lab.training.estimates import MEMORY_EVENT, checkpoint_bytes
 from lab.training.lora import with_lora
-from lab.training.run_memory import memory_estimate, out_of_memory_advice
-from lab.training.sharding import (MEASURED_EVENT, fsdp_launched, fsdp_memory_event, load_device, measured_peaks,
-                                   save_consolidated)
+from lab.training.run_memory import memory_event, out_of_memory_advice
+from lab.training.sharding import MEASURED_EVENT, fsdp_launched, load_device, measured_peaks, save_consolidated
 from lab.training.validation import letter_probs, validation_metrics
 
 
@@ -154,7 +152,7 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
     itself (``prompt``/``completion`` messages) with ``collator`` None. ``validate(model, step)``: what
     to measure after each epoch (else the letter metrics on ``val_records``, when there are any), and
     with ``validate_at_start`` before the first step too (not when resuming). ``memory_terms``: the
-    trainer's own terms of the ``memory`` event's estimate (:func:`memory_estimate`).
+    trainer's own terms of the ``memory`` event's estimate (:func:`lab.training.run_memory.memory_event`).
     Returns where the trained weights are (``model`` and ``adapter``, as ``load_model`` takes them)
     and the per-epoch validation history.
     """
@@ -188,14 +186,9 @@ def run_training(trainer_cls: type[Trainer], cfg: TrainConfig, out_dir: Path, ex
                                    "tokens)")
     # DPO's collator cuts a pair's sequences to max_length (the other trainers drop or cut longer examples before)
     longest = min(max((_sequence_length(e) for e in tokenised), default=0), cfg.max_length)
-    memory = memory_estimate(cfg, model, longest, args, device, **(memory_terms or {}))
-    if memory is not None and fsdp_launched():
-        events.emit(MEMORY_EVENT, **fsdp_memory_event(memory, local_model_shape(cfg.model), cfg, stage, longest))
-    elif memory is not None:
-        where = "per GPU" if device.type == "cuda" else "of RAM"
-        events.emit(MEMORY_EVENT, peak=memory.peak, **{k.replace(" ", "_"): v for k, v in memory.parts().items()},
-                    message=f"{stage}: about {size_text(memory.peak)} {where} at the peak, batches of {cfg.batch_size}"
-                            f" × {longest} tokens (the longest example): {describe(memory)}")
+    memory = memory_event(cfg, model, longest, args, device, stage, **(memory_terms or {}))
+    if memory is not None:
+        events.emit(MEMORY_EVENT, **memory)
     resume = last_checkpoint(checkpoints)
     if resume:
         step = TrainerState.load_from_json(str(resume / STATE_FILE)).global_step
