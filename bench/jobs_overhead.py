@@ -22,7 +22,8 @@ from pathlib import Path
 from bench._harness import RESULTS, Timer, Transcript, parser, timed, write_result
 from jobs.scheduler import Scheduler
 from jobs.store import JobStore
-from lab.core.events import EVENTS_FILE, EventWriter, read_events
+from lab.core.events import EventWriter, read_events
+from lab.core.layout import EVENTS_FILE
 
 CONFIG = {"kind": "evaluate", "model": "bundled", "dataset": "arc_challenge", "limit": 1}
 REPEATS = 5

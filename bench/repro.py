@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from bench._harness import REPO, RESULTS, Timer, parser, write_result
-from lab.core.events import EVENTS_FILE, read_events
+from lab.core.events import read_events
+from lab.core.layout import EVENTS_FILE
 from lab.jobkit.kinds import load_config
 from lab.jobkit.worker import run
 

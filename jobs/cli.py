@@ -25,7 +25,8 @@ from jobs.sharding import check_sharding
 from jobs.store import JobStore, StoreError
 from jobs.submit_checks import check_processes
 from lab.core.config import ConfigError
-from lab.core.events import EVENTS_FILE, read_events_checked
+from lab.core.events import read_events_checked
+from lab.core.layout import EVENTS_FILE
 from lab.core.yamlio import load_yaml
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.pipeline import is_pipeline, parse_pipeline

@@ -45,8 +45,8 @@ from jobs.launch import Launch, build_command, job_env, visible_gpus
 from jobs.sharding import fsdp_of
 from jobs.process import job_process, reap, terminate_tree
 from jobs.store import Job, JobStore, end_in
-from lab.core.events import EVENTS_FILE, EventWriter
-from lab.core.layout import CONFIG_FILE, RESULT_FILE, STOP_FILE
+from lab.core.events import EventWriter
+from lab.core.layout import CONFIG_FILE, EVENTS_FILE, RESULT_FILE, STOP_FILE
 from lab.jobkit.chain import ENDINGS, ended_as
 from lab.jobkit.worker import ROOTS_ENV
 from lab.training.disk import free_bytes

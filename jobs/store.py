@@ -35,9 +35,9 @@ from typing import Any, Iterable, Iterator, Optional
 from jobs.rebuild import DB_FILE, create, rebuild
 from jobs.submit_checks import Queued, checked
 from lab.core.config import ConfigError
-from lab.core.events import EVENTS_FILE, QUEUED, EventWriter
+from lab.core.events import QUEUED, EventWriter
 from lab.core.files import write_atomic
-from lab.core.layout import JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE, run_dir_name
+from lab.core.layout import EVENTS_FILE, JOB_FILE, RESULT_FILE, RUN_DIR_NAME, STOP_FILE, run_dir_name
 from lab.core.yamlio import load_yaml
 from lab.jobkit.chain import ENDINGS, write_result
 from lab.jobkit.kinds import JobKind, parse_config, write_config

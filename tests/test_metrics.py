@@ -532,3 +532,18 @@ def test_summarize_without_bootstrap_and_with_mask():
     assert summary["accuracy"] == pytest.approx(1 / 3)
     assert summary["cw_ece"] == M.classwise_ece(probs, labels, 10, mask)
     json.dumps(summary, allow_nan=False)
+
+
+def test_summarize_confidence_is_summarize_without_the_option_metrics():
+    """A token run's summary (confidence and correctness only) holds exactly what ``summarize`` computes
+    from the same predictions, each key equal to the public metric on the same arrays."""
+    probs, labels = dirichlet(120, 5, seed=4)
+    conf, correct = conf_correct(probs, labels)
+    full = M.summarize(probs, labels, n_bins=12, n_boot=150, seed=3, edges="left")
+    part = M.summarize_confidence(conf, correct, n_bins=12, n_boot=150, seed=3, edges="left")
+    assert set(part) == KEYS - {"cw_ece", "brier", "nll"}
+    assert part == {key: full[key] for key in part}
+    assert part["mce"] == M.mce(conf, correct, 12, edges="left")
+    assert (part["ece_ci_low"], part["ece_ci_high"]) == M.ece_bootstrap(conf, correct, 12, 150, 0.95, 3, "left")
+    with pytest.raises(ValueError, match="`correct`"):
+        M.summarize_confidence(conf, correct[:-1])

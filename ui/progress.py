@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lab.calibration.metrics import finite_or_none
-from lab.core.events import EVENTS_FILE, STAGE, START, read_events
+from lab.core.events import STAGE, START, read_events
+from lab.core.layout import EVENTS_FILE
 
 PROGRESS_KEYS = ("step", "total")
 # Fields the pages do arithmetic on or draw (counts, the ETA, the training curves): an event holding one

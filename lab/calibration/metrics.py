@@ -410,9 +410,33 @@ def summarize(
     labels = check_labels(labels, mask)
     pred = _predict(probs, mask)
     conf = probs[np.arange(probs.shape[0]), pred]  # in [0, 1]: check_probs clipped it
-    correct = pred == labels
-    hits = correct.astype(np.float64)  # as check_conf_correct hands ``correct`` to the metrics
-    acc, err = float(np.mean(correct)), _ece(conf, hits, n_bins, "width", edges)
+    hits = (pred == labels).astype(np.float64)  # as check_conf_correct hands ``correct`` to the metrics
+    return _confidence_summary(conf, hits, n_bins, n_boot, seed, edges, {
+        "cw_ece": _classwise_ece(probs, labels, n_bins, mask, edges),
+        "brier": _brier(probs, labels),
+        "nll": _nll(probs, labels, NLL_EPS),
+    })
+
+
+def summarize_confidence(conf: Any, correct: Any, n_bins: int = 10, n_boot: int = 1000, seed: int = 0,
+                         edges: BinEdges = "right", scores: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The metrics of :func:`summarize` that need only each prediction's confidence and correctness — all
+    but cw-ECE, Brier and NLL — for scores without option vectors (a token task's vocabulary-wide top
+    probability). Checked here once, as :func:`summarize` checks its arrays. ``scores``: the caller's own
+    figures for the rest (a token task's Brier and NLL over the vocabulary), placed where :func:`summarize`
+    places its own, so that both kinds of ``metrics.json`` read in one order."""
+    check_n_bins(n_bins)
+    check_edges(edges)
+    check_n_boot(n_boot, 0)
+    conf, hits = check_conf_correct(conf, correct)
+    return _confidence_summary(conf, hits, n_bins, n_boot, seed, edges, dict(scores or {}))
+
+
+def _confidence_summary(conf: np.ndarray, hits: np.ndarray, n_bins: int, n_boot: int, seed: int, edges: str,
+                        scores: dict[str, Any]) -> dict[str, Any]:
+    """The summary's dict from checked ``conf`` and 0/1 ``hits``; ``scores`` (the option-vector metrics)
+    go after MCE, where :func:`summarize` has always put them."""
+    acc, err = float(np.mean(hits)), _ece(conf, hits, n_bins, "width", edges)
     low, high, level = None, None, None
     if n_boot > 0:
         low, high = _ece_bootstrap(conf, hits, n_bins, n_boot, CI_LEVEL, seed, edges)
@@ -423,9 +447,7 @@ def summarize(
         "ece": err,
         "ece_equal_mass": _ece(conf, hits, n_bins, "mass", "right"),
         "mce": _mce(conf, hits, n_bins, edges),
-        "cw_ece": _classwise_ece(probs, labels, n_bins, mask, edges),
-        "brier": _brier(probs, labels),
-        "nll": _nll(probs, labels, NLL_EPS),
+        **scores,
         "trust": trust(acc, err),
         "smece": _smooth_ece(conf, hits),
         "ece_ci_low": low,

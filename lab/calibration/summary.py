@@ -107,18 +107,10 @@ def token_metrics(rows: list[dict[str, Any]], n_bins: int, n_boot: int, seed: in
     and each row's ``sum_sq``, :func:`token_scores`); class-wise ECE is undefined here (:data:`CW_ECE_UNDEFINED`)."""
     conf = np.array([r["confidence"] for r in rows], dtype=np.float64)
     correct = np.array([bool(r["correct"]) for r in rows])
-    acc, err = float(correct.mean()), metrics.ece(conf, correct, n_bins, edges=edges)
-    low = high = level = None
-    if n_boot > 0:
-        low, high = metrics.ece_bootstrap(conf, correct, n_bins, n_boot, metrics.CI_LEVEL, seed, edges)
-        level = metrics.CI_LEVEL
     return {
-        "n": int(conf.size), "accuracy": acc, "ece": err, "ece_equal_mass": metrics.ece(conf, correct, n_bins, "mass"),
-        "mce": metrics.mce(conf, correct, n_bins, edges), "cw_ece": None, "cw_ece_note": CW_ECE_UNDEFINED,
-        **token_scores([r["target_prob"] for r in rows], row_sum_sq(rows)), "brier_over": "the whole vocabulary",
-        "trust": metrics.trust(acc, err), "smece": metrics.smooth_ece(conf, correct),
-        "ece_ci_low": low, "ece_ci_high": high, "ece_ci_level": level, "n_bins": int(n_bins), "bin_edges": edges,
-        "reliability": metrics.reliability_rows(conf, correct, n_bins, edges=edges),
+        **metrics.summarize_confidence(conf, correct, n_bins, n_boot, seed, edges, scores={
+            "cw_ece": None, "cw_ece_note": CW_ECE_UNDEFINED,
+            **token_scores([r["target_prob"] for r in rows], row_sum_sq(rows)), "brier_over": "the whole vocabulary"}),
         **selective.summary(conf, correct, n_boot=min(n_boot, SELECTIVE_BOOT), seed=seed),
         "signals": {confidence.DEFAULT: selective.summary(conf, correct)},
     }

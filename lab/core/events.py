@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from lab.core.layout import EVENTS_FILE
 from lab.core.stored import depth
 
 START = "start"  # the worker is alive (its first event, before any heavy import)

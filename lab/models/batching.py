@@ -190,7 +190,7 @@ def layer_progress(model: torch.nn.Module, report: Callable[[float], None]) -> I
             handle.remove()
 
 
-def _left_padded(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def left_padded(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, T) ids, mask and position ids, padded on the left so every row ends at column T-1."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
@@ -215,12 +215,9 @@ def right_padded(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tens
     return ids, mask
 
 
-def _pad_id(tokenizer) -> int:
+def pad_id(tokenizer) -> int:
+    """The id a batch is padded with: the tokenizer's pad token, else its end of sequence (SmolLM2, Llama)."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-
-def _device(model: torch.nn.Module) -> torch.device:
-    return input_device(model)  # a dispatched model's first parameter may be on the meta device (offloaded)
 
 
 def index_device(model: torch.nn.Module) -> torch.device:

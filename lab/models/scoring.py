@@ -32,7 +32,8 @@ import torch
 
 from lab.core.errors import ScoringError
 from lab.data.templates import Prompt, option_letter
-from lab.models.batching import Encoded, Progress, _device, _pad_id, encode_prompts, plan_batches, scored_length
+from lab.models.batching import Encoded, Progress, encode_prompts, pad_id, plan_batches, scored_length
+from lab.models.loading import input_device
 from lab.models.shared_opening import Opening, context_pass, continuation_logprobs, output_cache
 
 TOP_K = 5
@@ -133,13 +134,13 @@ def score_letter(
         encoded = encode_prompts(tokenizer, prompts, "letter")
     option_ids = letter_option_ids(prompts, encoded)
     results: list[Optional[LetterScore]] = [None] * len(prompts)
-    device = _device(model)
+    device = input_device(model)
     if batches is None:
         batches = plan_batches([scored_length(e, "letter") for e in encoded], batch_size)
     opening = Opening(model, device)
     for batch in batches:
         length = (shared or {}).get(batch[0], 0)
-        logits = context_pass(model, [encoded[i][0] for i in batch], length, opening, _pad_id(tokenizer),
+        logits = context_pass(model, [encoded[i][0] for i in batch], length, opening, pad_id(tokenizer),
                                keep_cache=False)[0].logits
         for row, i in enumerate(batch):
             results[i] = letter_score(logits[row, -1, :], option_ids[i], tokenizer)  # (V,)
@@ -165,8 +166,8 @@ def score_cloze(
     if encoded is None:
         encoded = encode_prompts(tokenizer, prompts, "cloze")
     results: list[Optional[ClozeScore]] = [None] * len(prompts)
-    device = _device(model)
-    pad = _pad_id(tokenizer)
+    device = input_device(model)
+    pad = pad_id(tokenizer)
     if batches is None:
         batches = plan_batches([scored_length(e, "cloze") for e in encoded], batch_size)
     opening = Opening(model, device)

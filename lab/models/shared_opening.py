@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from lab.models.batching import Encoded, _left_padded, index_device, plan_batches, scored_length
+from lab.models.batching import Encoded, index_device, left_padded, plan_batches, scored_length
 
 MIN_SHARED = 64  # tokens of context a group of questions must share for it to run once (plan_shared)
 
@@ -93,7 +93,7 @@ def context_pass(model: torch.nn.Module, contexts: list[list[int]], length: int,
     > 0) only their own parts after the opening they share, on its cache (:class:`Opening`). Returns the
     output (its cache, where kept, for the options' pass) and the attention mask over the whole contexts."""
     device = opening.device
-    ids, mask, pos = _left_padded([c[length:] for c in contexts], pad, device)
+    ids, mask, pos = left_padded([c[length:] for c in contexts], pad, device)
     extra = {}
     if length:  # padding then sits between the opening and each own part, masked out
         pos = pos + length

@@ -43,7 +43,8 @@ from lab.core.files import write_atomic
 from lab.core.layout import MANIFEST_FILE as MANIFEST
 from lab.core.layout import TOPK_SHARD_SIZE
 from lab.models import distributed
-from lab.models.batching import _device, index_device, plan_batches, right_padded
+from lab.models.batching import index_device, plan_batches, right_padded
+from lab.models.loading import input_device
 
 FORMAT = "calibration-lab/topk-store/v1"
 ALIGNMENT = ("row j of sequence i is the teacher's distribution over token j+1 of sequence i, given "
@@ -181,7 +182,7 @@ def _topk_batch(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, top:
                 vocab_size: int) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Top-``top`` ids and fp32 log-probs (R, top) at every real position, rows sequence by sequence,
     and the batch's coverage (sum, min, max) of the top-K mass for K = 1..n_cov."""
-    device, index = _device(model), index_device(model)
+    device, index = input_device(model), index_device(model)
     n_rows = sum(len(s) for s in seqs)
     ids, attention = right_padded(seqs, pad_id)  # (B, T)
     ids, mask = ids.to(device), attention.bool().to(device)
