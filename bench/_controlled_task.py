@@ -95,11 +95,11 @@ def base_model(out: Path, files: dict[str, str], seed: int = 0) -> Path:
     """The run of the *base*: the scratch model (initialised with ``seed``) trained 3 epochs on its
     own pretrain questions, in ``out``."""
     from lab.models.scratch import ScratchConfig, create
-    from lab.data import load_records
+    from lab.data import load
 
     scratch = out / "scratch"
     if not (scratch / "config.json").is_file():
-        create(scratch, load_records("synthetic", "train", [files["pretrain"]]).records, ScratchConfig(seed=seed))
+        create(scratch, load("synthetic", "train", [files["pretrain"]]).records, ScratchConfig(seed=seed))
     return job(out, "base", {**preset("finetune-controlled"), **common(seed), "model": str(scratch),
                              "data_files": [files["pretrain"]], "split": "train", "limit": None,
                              "val_data_files": [files["validation"]], "val_limit": None, "epochs": 3})

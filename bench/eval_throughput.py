@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from bench._harness import REPO, RESULTS, Transcript, parser, timed, write_result
-from lab.data import load_records
+from lab.data import load
 from lab.models.loading import load_model
 from lab.models.batching import right_padded, split_pairs
 from lab.models.scoring import score_cloze, score_letter
@@ -49,7 +49,7 @@ def main() -> None:
     report = Transcript()
 
     loaded = load_model("bundled", device=args.device)
-    records = load_records("arc_challenge", "test", [args.data_files], limit=args.n).records
+    records = load("arc_challenge", "test", [args.data_files], limit=args.n).records
     model, tok = loaded.model, loaded.tokenizer
     report.print(f"bundled model on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}), "
                  f"{len(records)} ARC-Challenge questions, {torch.get_num_threads()} CPU threads")

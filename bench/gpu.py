@@ -78,7 +78,7 @@ from lab.core.events import EventWriter, read_events
 from lab.core.layout import (CELLS_DIR, CHECKPOINTS_DIR, DONE_FILE, EVENTS_FILE, MODEL_DIR, PREDICTIONS_FILE,
                              RESULT_FILE, SERIES_FILE)
 from lab.core.yamlio import dump_yaml
-from lab.data import load_records
+from lab.data import load
 from lab.data.templates import default_template, get_template
 from lab.jobkit.worker import run as run_job
 from lab.kinds.evaluate.config import EvalConfig
@@ -241,7 +241,7 @@ def packed_examples(tokenizer, n: int, seq_len: int) -> list[dict[str, Any]]:
     """``n`` training examples of exactly ``seq_len`` tokens, every one supervised: ARC-Easy's
     questions and options (the bundled validation split) as one token stream, cut and repeated.
     No padding, so tokens/s counts only tokens the model learns from."""
-    records = load_records("arc_easy", "validation", ["bundled"]).records
+    records = load("arc_easy", "validation", ["bundled"]).records
     stream = tokenizer("\n\n".join(f"{r.question} {' '.join(r.choices)}" for r in records))["input_ids"]
     ids = (stream * (n * seq_len // len(stream) + 1))[:n * seq_len]
     return [{"input_ids": ids[i:i + seq_len], "labels": ids[i:i + seq_len]} for i in range(0, n * seq_len, seq_len)]
@@ -426,7 +426,7 @@ class Bench:
     def throughput(self) -> list[str]:
         loaded = load_model(str(self.big))  # auto: bf16 on a GPU, fp32 on a CPU, as an evaluation loads it
         model, tok = loaded.model, loaded.tokenizer
-        records = load_records("arc_easy", "validation", ["bundled"], limit=self.sizes.throughput_questions).records
+        records = load("arc_easy", "validation", ["bundled"], limit=self.sizes.throughput_questions).records
         rows = []
         for mode, scorer in (("letter", score_letter), ("cloze", score_cloze)):
             prompts = [get_template(default_template("arc_easy", mode)).render(r, tok) for r in records]

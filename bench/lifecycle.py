@@ -170,9 +170,9 @@ def data_files(out: Path) -> dict[str, Path]:
 def check_narrow(tokenizer: Any, files: dict[str, Path]) -> None:
     """The first phrasing, rendered by the chat template as the sft kind renders it, must be the
     evaluation's prompt, or SFT would not train the format the chain is measured in."""
-    from lab.data import load_records
+    from lab.data import load
 
-    record = load_records("synthetic", "test", [f"test={files['sft']}"]).records[0]
+    record = load("synthetic", "test", [f"test={files['sft']}"]).records[0]
     row = read_rows(files["narrow"])[0]
     rendered = tokenizer.apply_chat_template(row["messages"][:-1], tokenize=False, add_generation_prompt=True)
     if rendered != get_template(TEMPLATE).render(record, tokenizer).text:
@@ -194,14 +194,14 @@ def evaluation(files: dict[str, Path]) -> dict[str, Any]:
 
 def scratch_models(out: Path, files: dict[str, Path], seed: int) -> dict[str, Path]:
     """Each size's scratch model initialised with ``seed``, its tokenizer learnt on the pretrain questions."""
-    from lab.data import load_records
+    from lab.data import load
     from lab.models.scratch import create, sized
 
     made = {}
     for size in SCALE:
         folder = out / size
         if not (folder / "config.json").is_file():
-            create(folder, load_records("synthetic", "train", [loader(files, "pretrain")]).records,
+            create(folder, load("synthetic", "train", [loader(files, "pretrain")]).records,
                    replace(sized(size), seed=seed))
         made[size] = folder
     return made

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from bench._harness import REPO, RESULTS, Transcript, parser, timed, write_result
-from lab.data import load_records
+from lab.data import load
 from lab.kinds.extract.store import extract_topk
 from lab.models.batching import plan_batches
 from lab.models.loading import load_model
@@ -59,7 +59,7 @@ def main() -> None:
 
     loaded = load_model("bundled", device=args.device)
     model, tok = loaded.model, loaded.tokenizer
-    records = load_records("csqa", "train", [args.data_files], limit=args.n).records
+    records = load("csqa", "train", [args.data_files], limit=args.n).records
     seqs = tok([first_prompt(r) for r in records])["input_ids"]
     tokens = sum(len(s) for s in seqs)
     report.print(f"bundled model on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}), {len(seqs)} CSQA "

@@ -54,9 +54,9 @@ def bundled():
 
 @pytest.fixture
 def arc_records(shared_data):
-    from lab.data import load_records
+    from lab.data import load
 
-    return load_records("arc_challenge", "test", [str(shared_data / "arc_challenge" / "test.jsonl")], limit=6).records
+    return load("arc_challenge", "test", [str(shared_data / "arc_challenge" / "test.jsonl")], limit=6).records
 
 
 @pytest.fixture(scope="session")

@@ -127,10 +127,10 @@ def tiny_config(**dims):
 
 
 def tiny_records() -> list:
-    from lab.data import load_records
+    from lab.data import load
 
     return [record for dataset, split, limit in TINY_RECORDS
-            for record in load_records(dataset, split, ["bundled"], limit=limit).records]
+            for record in load(dataset, split, ["bundled"], limit=limit).records]
 
 
 def make_tiny_model(out: Path, **dims) -> Path:

@@ -13,10 +13,7 @@ import pytest
 from lab.core import hub
 from lab.core.config import ConfigError, walk
 from lab.core.yamlio import load_yaml
-from lab.data import DATASETS, DataError, load_records, loaders, samples, with_sample
-from lab.data.instructions import load_instructions
-from lab.data.preferences import load_pairs
-from lab.data.texts import load_texts
+from lab.data import DATASETS, DataError, load, loaders, samples, with_sample
 from lab.jobkit import kinds, pipeline
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import PathNotAllowed
@@ -74,28 +71,29 @@ def _loads(kind: str, cfg) -> dict[str, int]:
     values = cfg.to_dict()
     wanted = {"evaluate": ("split",), "finetune": ("split", "val_split"), "extract": ("split",),
               "first": ("train_split", "val_split", "test_split")}.get(kind, ())
-    loaded = {f"{kind}.{s}": len(load_records(values["dataset"], values[s], values["data_files"]).records)
+    loaded = {f"{kind}.{s}": len(load(values["dataset"], values[s], values["data_files"]).records)
               for s in wanted}
     for path, _, holder, key, _ in walk(kinds.get(kind).config, values):
         if key in ("in_domain", "ood"):
             for i, entry in enumerate(holder[key]):
-                data = load_records(entry["dataset"], entry.get("split", "test"), entry.get("data_files"))
+                data = load(entry["dataset"], entry.get("split", "test"), entry.get("data_files"))
                 loaded[f"{path}[{i}]"] = len(data.records)
     if values.get("preferences"):
-        loaded["preferences"] = len(load_pairs(values["preferences"], limit=values.get("preference_limit"))[0])
+        loaded["preferences"] = len(load("ultrafeedback", files=values["preferences"], task="preferences",
+                                         limit=values.get("preference_limit")).records)
     if kind == "sft":
-        loaded["sft.split"] = len(load_instructions(values["dataset"], values["split"], values["data_files"]).records)
+        loaded["sft.split"] = len(load(values["dataset"], values["split"], values["data_files"], task="sft").records)
     for key in ("tasks", "calibration"):  # evaluate configs of a series or a training stage
         for i in range(len(values.get(key) or [])):
             task = cfg.task_config(i, "bundled", None, *([cfg.seed] if kind == "series" else []))
-            data = (load_records(task.dataset, task.split, task.data_files) if task.task == "mcq" else
-                    load_texts(task.dataset, task.task, task.data_files, split=task.split))
+            data = (load(task.dataset, task.split, task.data_files) if task.task == "mcq" else
+                    load(task.dataset, task.split, task.data_files, task=task.task))
             loaded[f"{key}[{i}]"] = len(data.records)
     for i, entry in enumerate(values.get("models") or []):  # a series' train entries
         if entry.get("train"):
             train = entry["train"]
-            loaded[f"models[{i}].train"] = len(load_records(train["dataset"], train.get("split", "train"),
-                                                            train["data_files"]).records)
+            loaded[f"models[{i}].train"] = len(load(train["dataset"], train.get("split", "train"),
+                                                    train["data_files"]).records)
     return loaded
 
 
@@ -103,7 +101,7 @@ def _loads(kind: str, cfg) -> dict[str, int]:
 @pytest.mark.unit
 @pytest.mark.parametrize("name, split, n", SPLITS)
 def test_each_sample_loads_every_row_and_says_it_is_the_bundled_sample(name, split, n):
-    result = load_records(name, split, ["bundled"])
+    result = load(name, split, ["bundled"])
     assert len(result.records) == n and result.problems == []
     assert "from the bundled sample (" in result.source and f"({n} rows, 0 skipped)" in result.source
     assert {r.source for r in result.records} == {name} and len({r.id for r in result.records}) == n
@@ -115,9 +113,9 @@ def test_each_sample_loads_through_a_config_naming_bundled(name, split, n, tmp_p
     config = {"kind": "evaluate", "dataset": name, "data_files": ["bundled"], "split": split}
     _, cfg = parse_config(config, [tmp_path])  # as from a browser: the package's samples are always readable
     assert cfg.data_files == ["bundled"]  # kept as written, like `model: bundled`
-    assert len(load_records(cfg.dataset, cfg.split, cfg.data_files).records) == n
+    assert len(load(cfg.dataset, cfg.split, cfg.data_files).records) == n
     by_path = [f"{s}={samples.ROOT / rel}" for s, rel in DATASETS.get(name).bundled]  # its files, named by path
-    assert len(load_records(name, split, parse_config({**config, "data_files": by_path}, [tmp_path])[1].data_files)
+    assert len(load(name, split, parse_config({**config, "data_files": by_path}, [tmp_path])[1].data_files)
                .records) == n
 
 
@@ -148,8 +146,9 @@ def test_the_samples_are_small_and_each_file_is_accounted_for_in_sources_md():
 
 @pytest.mark.unit
 def test_the_bundled_preference_pairs_prefer_the_right_answer():
-    pairs, problems = load_pairs(["bundled"])
-    obqa = {r.id: r for r in load_records("obqa", "validation", ["bundled"]).records}
+    loaded = load("ultrafeedback", files=["bundled"], task="preferences")
+    pairs, problems = loaded.records, loaded.problems
+    obqa = {r.id: r for r in load("obqa", "validation", ["bundled"]).records}
     assert len(pairs) == 500 and problems == []
     for pair in pairs[:50]:
         record = obqa[pair.id]
@@ -280,15 +279,15 @@ def test_bundled_with_a_split_or_for_a_dataset_without_a_sample_is_refused_namin
     with pytest.raises(ConfigError, match=r"^ood\[0\].data_files\[0\]: custom has no bundled sample"):
         parse_config({"kind": "first", "ood": [{"dataset": "custom", "data_files": ["bundled"]}]}, [tmp_path])
     with pytest.raises(DataError, match="csqa has no bundled sample"):
-        load_records("csqa", "test", ["bundled"])
+        load("csqa", "test", ["bundled"])
 
 
 @pytest.mark.unit
 def test_a_split_the_sample_lacks_is_named_with_the_splits_it_has():
     with pytest.raises(DataError, match=r"bundled sample of boolq has no 'test' split; it has: validation\. .*"
                                         r"split 'validation:test'"):
-        load_records("boolq", "test", ["bundled"])
-    assert len(load_records("boolq", "validation:test", ["bundled"]).records) == 50
+        load("boolq", "test", ["bundled"])
+    assert len(load("boolq", "validation:test", ["bundled"]).records) == 50
 
 
 @pytest.mark.unit
@@ -296,7 +295,7 @@ def test_the_hub_message_names_the_field_and_the_sample(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(loaders, "hub_reachable", lambda: False)
     with pytest.raises(DataError) as err:
-        load_records("obqa", "test")
+        load("obqa", "test")
     assert "set data_files (--data-files on the command line)" in str(err.value).lower()
     assert "or to [bundled], the sample of obqa that ships with the lab" in str(err.value)
 

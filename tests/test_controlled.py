@@ -14,7 +14,7 @@ import pytest
 
 from lab.calibration.oracle import oracle
 from lab.cli import main
-from lab.data import load_records
+from lab.data import load
 from lab.data.synthetic import Task, write_splits
 from lab.models.scratch import create
 
@@ -40,12 +40,12 @@ def test_many_epochs_on_noisy_labels_raise_ece_against_the_oracle(tmp_path):
     write_splits(data, Task(), sizes={"pretrain": 600, "train": 100, "validation": 500})
     pretrain, train = f"train={data / 'pretrain.jsonl'}", f"train={data / 'train.jsonl'}"
     validation = f"validation={data / 'validation.jsonl'}"
-    scratch = create(tmp_path / "scratch", load_records("synthetic", "train", [pretrain]).records)
+    scratch = create(tmp_path / "scratch", load("synthetic", "train", [pretrain]).records)
     base = _finetune(scratch, pretrain, 600, validation, 3, tmp_path / "base", warmup=0.05)[-1]
     tuned = _finetune(tmp_path / "base" / "model", train, 100, validation, EPOCHS, tmp_path / "tuned", warmup=0.0)
     assert len(tuned) == EPOCHS
 
-    held_out = load_records("synthetic", "validation", [validation]).records
+    held_out = load("synthetic", "validation", [validation]).records
     bayes = oracle([r.meta["true_probs"] for r in held_out], [r.answer for r in held_out])
     # The base has learnt the rule and is nearly as calibrated as the Bayes predictor on these questions
     # (seeds 0-2 measured: accuracy 0.80 against the Bayes 0.78-0.80, ECE 0.05-0.09 against 0.02-0.05).

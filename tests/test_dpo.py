@@ -10,8 +10,8 @@ import torch
 
 from lab.core.config import ConfigError
 from lab.core.events import read_events
-from lab.data import samples
-from lab.data.preferences import PreferencePair, load_pairs
+from lab.data import load, samples
+from lab.data.preferences import PreferencePair
 from lab.data.chat_templates import ALPACA_HEADER
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.worker import JobContext
@@ -49,7 +49,7 @@ def test_the_loss_is_the_papers_formula_on_response_log_probs(tiny_model_dir, tm
     from lab.kinds.dpo.run import trainer_class
     from lab.models.loading import load_model
 
-    pairs, _ = load_pairs(["bundled"], limit=2)
+    pairs = load("ultrafeedback", files=["bundled"], task="preferences", limit=2).records
     rows, _ = preference_examples(pairs)
     policy = load_model(str(tiny_model_dir), device="cpu", dtype="float32").model
     with torch.no_grad():  # the policy moved away from the reference, so that the log-ratios are not zero
@@ -85,7 +85,7 @@ def test_the_reference_is_a_second_copy_for_full_training_and_the_base_under_lor
     from lab.kinds.dpo.run import trainer_class
     from lab.training.trainer import prepare_model
 
-    rows, _ = preference_examples(load_pairs(["bundled"], limit=2)[0])
+    rows, _ = preference_examples(load("ultrafeedback", files=["bundled"], task="preferences", limit=2).records)
     args = DPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False,
                      gradient_checkpointing=False)
     _, cfg = parse_config(_config(tiny_model_dir))
@@ -128,7 +128,7 @@ def test_lora_dpo_saves_an_adapter_and_uses_the_base_as_reference(tiny_model_dir
 def test_a_base_model_without_a_chat_template_is_aligned_on_alpaca_prompts(base_model_dir, tmp_path):
     from lab.kinds.dpo.run import plain_preference
 
-    (pair,) = load_pairs(["bundled"], 1)[0]
+    (pair,) = load("ultrafeedback", files=["bundled"], task="preferences", limit=1).records
     example = plain_preference(preference_examples([pair])[0][0])
     assert example == {"prompt": f"{ALPACA_HEADER}\n\n### Instruction:\n{pair.prompt.strip()}\n\n### Response:\n",
                        "chosen": pair.chosen, "rejected": pair.rejected}
@@ -147,7 +147,7 @@ def test_bad_pairs_are_skipped_and_named(tiny_model_dir, tmp_path):
     out = tmp_path / "runs" / "00003-dpo"
     summary = _run(_config(tiny_model_dir, preferences=[str(pairs_file)], calibration=[], batch_size=2), out)
     messages = [e.get("message", "") for e in read_events(out / "events.jsonl")[0]]
-    assert any(f"{pairs_file}:2" in m and "the same text" in m for m in messages)  # load_pairs': file:line
+    assert any(f"{pairs_file}:2" in m and "the same text" in m for m in messages)  # the loader's file:line
     assert any("skipped pair spaced: 'chosen' and 'rejected' differ only in whitespace" in m for m in messages)
     assert (summary["n_train"], summary["skipped"]) == (2, 2)
 

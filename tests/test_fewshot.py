@@ -7,7 +7,7 @@ import pytest
 
 from lab.core.config import ConfigError
 from lab.core.errors import DataError
-from lab.data import load_records
+from lab.data import load
 from lab.data.fewshot_prompts import with_shots
 from lab.data.record import MCQRecord
 from lab.data.templates import Prompt, get_template, template_names
@@ -83,7 +83,7 @@ def test_without_num_fewshot_the_prompts_are_each_templates_own(template):
     """num_fewshot None: the scorer gets exactly what the template renders, as before few-shot existed."""
     scoring = get_template(template).kind
     cfg = _config(dataset="obqa", split="test", scoring=scoring, template=template, limit=5)
-    records = load_records("obqa", "test", ["bundled"], limit=5).records
+    records = load("obqa", "test", ["bundled"], limit=5).records
     assert fewshot.draw(cfg, records) is None
     assert _prompts(cfg, records, None, None)[0] == [get_template(template).render(r, None) for r in records]
 
@@ -93,13 +93,13 @@ def test_without_num_fewshot_the_prompts_are_each_templates_own(template):
 
 @pytest.mark.unit
 def test_the_draw_is_seeded_the_same_for_every_question_and_stored():
-    scored = load_records("obqa", "test", ["bundled"], limit=6).records
+    scored = load("obqa", "test", ["bundled"], limit=6).records
     draws = {seed: fewshot.draw(_config(dataset="obqa", split="test", num_fewshot=3, seed=seed), scored, log=lambda m: None)
              for seed in (0, 1)}
     again = fewshot.draw(_config(dataset="obqa", split="test", num_fewshot=3, seed=0), scored, log=lambda m: None)
     assert again.info == draws[0].info and draws[0].info["ids"] != draws[1].info["ids"]
     assert {"num_fewshot": 3, "split": "train", "seed": 0}.items() <= draws[0].info.items()
-    train_ids = {r.id for r in load_records("obqa", "train", ["bundled"]).records}
+    train_ids = {r.id for r in load("obqa", "train", ["bundled"]).records}
     assert set(draws[0].info["ids"]) <= train_ids and len(set(draws[0].info["ids"])) == 3
     assert all([s.id for s in draws[0].of(r)] == draws[0].info["ids"] for r in scored)
 
@@ -113,7 +113,7 @@ def test_a_scored_question_is_never_an_example(tmp_path, seed):
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))  # r0..r3 are scored ones
     values = {"dataset": "custom", "split": "test", "seed": seed,
               "data_files": [f"test={tmp_path / 'test.jsonl'}", f"train={tmp_path / 'train.jsonl'}"]}
-    scored = load_records("custom", "test", values["data_files"]).records
+    scored = load("custom", "test", values["data_files"]).records
     drawn = fewshot.draw(_config(**values, num_fewshot=2), scored, log=lambda m: None)
     assert drawn.info["ids"] in (["r4", "r5"], ["r5", "r4"])
     with pytest.raises(DataError, match="num_fewshot: 3 examples asked for, but fewshot_split 'train' of custom holds 2"):
@@ -123,7 +123,7 @@ def test_a_scored_question_is_never_an_example(tmp_path, seed):
 @pytest.mark.unit
 def test_mmlu_draws_each_subjects_examples_from_its_own_dev_questions():
     cfg = _config(dataset="mmlu", split="validation", scoring="letter", num_fewshot=5)
-    scored = load_records("mmlu", "validation", ["bundled"]).records[::40]
+    scored = load("mmlu", "validation", ["bundled"]).records[::40]
     shots = fewshot.draw(cfg, scored, log=lambda m: None)
     assert cfg.fewshot_split == "dev" and "ids" not in shots.info
     by_subject = shots.info["ids_by_subject"]

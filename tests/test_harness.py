@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lab.core.config import ConfigError
-from lab.data import harness, loaders, samples
+from lab.data import harness, load, loaders, samples
 from lab.data.record import MCQRecord
 from lab.kinds.evaluate.config import EvalConfig
 from lab.jobkit.paths import checked_config
@@ -126,11 +126,11 @@ def _arc_rows(n: int | None) -> list[dict]:
 
 @pytest.mark.unit
 def test_a_shipped_task_gives_the_sample_s_rows_with_lm_eval_s_zero_shot_prompt():
-    load = harness.load_task("lm-eval:bundled_arc_easy", limit=5)
-    assert len(load.records) == 5 and load.problems == []
-    assert load.tasks == {"bundled_arc_easy": {"shots": 0, "split": "validation", "n": 5,
+    loaded = load("lm-eval:bundled_arc_easy", limit=5)
+    assert len(loaded.records) == 5 and loaded.problems == []
+    assert loaded.tasks == {"bundled_arc_easy": {"shots": 0, "split": "validation", "n": 5,
                                                "metrics": ["acc", "acc_norm"]}}
-    for doc_id, (record, row) in enumerate(zip(load.records, _arc_rows(5))):
+    for doc_id, (record, row) in enumerate(zip(loaded.records, _arc_rows(5))):
         options = row["question"]["choices"]
         assert record.choices == tuple(c["text"] for c in options)
         assert record.answer == [c["label"] for c in options].index(row["answerKey"])
@@ -145,10 +145,10 @@ def test_few_shot_contexts_hold_k_solved_examples_and_never_the_scored_document(
     rows = _arc_rows(None)
     answers = {r["question"]["stem"]: next(c["text"] for c in r["question"]["choices"] if c["label"] == r["answerKey"])
                for r in rows}
-    load = harness.load_task("lm-eval:bundled_arc_easy", num_fewshot=3, limit=8)
-    assert load.tasks["bundled_arc_easy"]["shots"] == 3
+    loaded = load("lm-eval:bundled_arc_easy", num_fewshot=3, limit=8)
+    assert loaded.tasks["bundled_arc_easy"]["shots"] == 3
     contexts = set()
-    for record, row in zip(load.records, rows):
+    for record, row in zip(loaded.records, rows):
         context = record.requests[0][0]
         blocks = context.split("\n\n")
         assert len(blocks) == 4 and blocks[-1] == f"Question: {row['question']['stem']}\nAnswer:"
@@ -157,36 +157,36 @@ def test_few_shot_contexts_hold_k_solved_examples_and_never_the_scored_document(
             assert stem != row["question"]["stem"] and answers[stem] == answer  # a solved example, not this one
         contexts.add("\n\n".join(blocks[:3]))
     assert len(contexts) > 1  # drawn per document, as lm-eval draws them
-    again = harness.load_task("lm-eval:bundled_arc_easy", num_fewshot=3, limit=8)
-    assert [r.requests for r in again.records] == [r.requests for r in load.records]  # seeded
+    again = load("lm-eval:bundled_arc_easy", num_fewshot=3, limit=8)
+    assert [r.requests for r in again.records] == [r.requests for r in loaded.records]  # seeded
 
 
 @pytest.mark.unit
 def test_num_fewshot_none_keeps_the_task_s_default_and_a_number_overrides_it(folder):
     data = folder / "mc.jsonl"
     (folder / "unseen_mc.yaml").write_text(_task_yaml("unseen_mc", data, num_fewshot="2"))
-    shots = {k: harness.load_task("lm-eval:unseen_mc", str(folder), k, limit=3) for k in (None, 0, 4)}
-    assert {k: load.tasks["unseen_mc"]["shots"] for k, load in shots.items()} == {None: 2, 0: 0, 4: 4}
-    for k, load in shots.items():
-        assert all(r.requests[0][0].count("Q: ") == (2 if k is None else k) + 1 for r in load.records)
+    shots = {k: load("lm-eval:unseen_mc", include=str(folder), num_fewshot=k, limit=3) for k in (None, 0, 4)}
+    assert {k: loaded.tasks["unseen_mc"]["shots"] for k, loaded in shots.items()} == {None: 2, 0: 0, 4: 4}
+    for k, loaded in shots.items():
+        assert all(r.requests[0][0].count("Q: ") == (2 if k is None else k) + 1 for r in loaded.records)
 
 
 @pytest.mark.unit
 def test_a_task_zero_shot_by_its_yaml_stays_zero_shot_whatever_num_fewshot_says(folder):
     """lm-eval's simple_evaluate never overrides a task's own ``num_fewshot: 0``; the lab asks for the same."""
-    load = harness.load_task("lm-eval:unseen_zero", str(folder), 3, limit=3)
-    assert load.tasks["unseen_zero"]["shots"] == 0
-    assert [r.requests[0][0] for r in load.records] == [f"Q: {q['q']}\nA:" for q in _questions(3, 0)]
+    loaded = load("lm-eval:unseen_zero", include=str(folder), num_fewshot=3, limit=3)
+    assert loaded.tasks["unseen_zero"]["shots"] == 0
+    assert [r.requests[0][0] for r in loaded.records] == [f"Q: {q['q']}\nA:" for q in _questions(3, 0)]
 
 
 @pytest.mark.unit
 def test_the_bundled_mmlu_group_gives_its_57_subjects_five_shot_from_their_dev_files():
-    load = harness.load_task("lm-eval:bundled_mmlu", num_fewshot=5, limit=1)
+    loaded = load("lm-eval:bundled_mmlu", num_fewshot=5, limit=1)
     subjects = sorted(p.name.removesuffix("_val.csv") for p in (samples.ROOT / "mmlu" / "val").glob("*_val.csv"))
-    assert len(subjects) == 57 and sorted(load.tasks) == [f"bundled_mmlu_{s}" for s in subjects]
-    assert load.groups == {"bundled_mmlu": [f"bundled_mmlu_{s}" for s in subjects]}
-    assert len(load.records) == 57 and len({r.id for r in load.records}) == 57
-    record = next(r for r in load.records if r.meta["task"] == "bundled_mmlu_anatomy")
+    assert len(subjects) == 57 and sorted(loaded.tasks) == [f"bundled_mmlu_{s}" for s in subjects]
+    assert loaded.groups == {"bundled_mmlu": [f"bundled_mmlu_{s}" for s in subjects]}
+    assert len(loaded.records) == 57 and len({r.id for r in loaded.records}) == 57
+    record = next(r for r in loaded.records if r.meta["task"] == "bundled_mmlu_anatomy")
     with open(samples.ROOT / "mmlu" / "dev" / "anatomy_dev.csv", encoding="utf-8", newline="") as f:
         dev = list(csv.reader(f))
     shots = [f"{q.strip()}\nA. {a}\nB. {b}\nC. {c}\nD. {d}\nAnswer: {key}" for q, a, b, c, d, key in dev[:5]]
@@ -210,8 +210,8 @@ def test_prompts_of_gives_one_prompt_per_context_and_where_each_option_lands():
 
 @pytest.mark.unit
 def test_a_multiple_input_task_s_records_carry_one_context_per_option(folder):
-    load = harness.load_task("lm-eval:unseen_wino", str(folder), limit=4)
-    for record, row in zip(load.records, _wino_rows(4)):
+    loaded = load("lm-eval:unseen_wino", include=str(folder), limit=4)
+    for record, row in zip(loaded.records, _wino_rows(4)):
         head, tail = row["sentence"].split("_")
         assert record.choices == (head + row["option1"], head + row["option2"])
         assert record.answer == int(row["answer"]) - 1
@@ -489,8 +489,8 @@ def test_a_task_over_a_data_folder_inside_the_include_folder_is_offline(server, 
     server.submit({"kind": "evaluate", "model": "bundled", "dataset": "lm-eval:unseen_local",
                    "lm_eval_include": str(folder)})
     assert len(server.store.list()) == 1
-    load = harness.load_task("lm-eval:unseen_local", str(folder))
-    assert [r.choices for r in load.records] == [tuple(q["options"]) for q in _questions(4, 3)]
+    loaded = load("lm-eval:unseen_local", include=str(folder))
+    assert [r.choices for r in loaded.records] == [tuple(q["options"]) for q in _questions(4, 3)]
 
 
 @pytest.mark.unit

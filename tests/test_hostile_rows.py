@@ -8,10 +8,8 @@ import pytest
 
 from lab.calibration.summary import oracle_metrics
 from lab.core.errors import DataError
-from lab.data import load_records
-from lab.data.instructions import load_instructions
-from lab.data.preferences import load_pairs
-from lab.data.texts import MAX_DOCUMENT_CHARS, TextRecord, load_texts
+from lab.data import load
+from lab.data.texts import MAX_DOCUMENT_CHARS, TextRecord
 from lab.jobkit.kinds import parse_config
 from lab.kinds.evaluate.run import evaluate
 from lab.kinds.evaluate.tokens import _predictions_text, oracle_block
@@ -39,7 +37,7 @@ def _run(tmp_path, model, **values):
 @pytest.mark.parametrize("task", ["clm", "facts"])
 def test_a_lone_surrogate_in_a_text_row_is_skipped_and_named(tmp_path, task):
     data = _lines(tmp_path / "texts.jsonl", json.dumps(GOOD), SURROGATE_LINE)
-    loaded = load_texts("trex", task, [str(data)], split="test")
+    loaded = load("trex", "test", [str(data)], task=task)
     assert [r.text for r in loaded.records] == [GOOD["text"]]
     assert str(loaded.problems[0]).startswith(f"{data}:2: 'text' holds a lone surrogate ('\\ud800'")
 
@@ -48,20 +46,21 @@ def test_a_lone_surrogate_in_a_text_row_is_skipped_and_named(tmp_path, task):
 def test_a_lone_surrogate_in_sft_dpo_and_question_rows_is_skipped_and_named(tmp_path):
     sft = _lines(tmp_path / "sft.jsonl", json.dumps({"instruction": "Say hi.", "output": "Hi."}),
                  '{"instruction": "Say \\udfff.", "output": "no"}')
-    loaded = load_instructions("instructions", "train", [f"train={sft}"])
+    loaded = load("instructions", "train", [f"train={sft}"], task="sft")
     assert len(loaded.records) == 1 and str(loaded.problems[0]).startswith(f"{sft}:2: 'instruction' holds a lone")
     dpo = _lines(tmp_path / "pairs.jsonl", json.dumps({"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go."}),
                  '{"prompt": "Hi?", "chosen": "Hello.", "rejected": "\\ud800"}')
-    pairs, problems = load_pairs([str(dpo)])
+    loaded = load("ultrafeedback", files=[str(dpo)], task="preferences")
+    pairs, problems = loaded.records, loaded.problems
     assert len(pairs) == 1 and str(problems[0]).startswith(f"{dpo}:2: 'rejected' holds a lone surrogate")
     mcq = _lines(tmp_path / "q.jsonl", json.dumps({"question": "Sky?", "choices": ["red", "blue"], "answer": 1}),
                  '{"question": "Sky?", "choices": ["red", "\\ud800"], "answer": 1}')
-    loaded = load_records("custom", "test", [str(mcq)])
+    loaded = load("custom", "test", [str(mcq)])
     assert len(loaded.records) == 1 and str(loaded.problems[0]).startswith(f"{mcq}:2: 'choices[1]' holds a lone")
     csv_file = tmp_path / "q.csv"  # choices as a JSON list in a cell: the escape decodes there
     csv_file.write_text('question,choices,answer\nSky?,"[""red"", ""blue""]",1\nSky?,"[""red"", ""\\ud800""]",1\n',
                         encoding="utf-8")
-    loaded = load_records("custom", "test", [str(csv_file)])
+    loaded = load("custom", "test", [str(csv_file)])
     assert len(loaded.records) == 1 and "'choices': '[1]' holds a lone surrogate" in str(loaded.problems[0])
 
 
@@ -119,7 +118,7 @@ def test_a_document_over_the_cap_is_skipped_before_tokenising_naming_file_line_a
     path = tmp_path / f"long{suffix}"
     body = long if suffix == ".txt" else json.dumps({"text": long})
     path.write_text(f"{'A short one.' if suffix == '.txt' else json.dumps({'text': 'A short one.'})}\n\n{body}\n")
-    loaded = load_texts("text", "clm", [str(path)], split="test")
+    loaded = load("text", "test", [str(path)], task="clm")
     assert [r.text for r in loaded.records] == ["A short one."]
     assert str(loaded.problems[0]).startswith(f"{path}:3: the document is {len(long):,} characters, over the "
                                               f"{MAX_DOCUMENT_CHARS:,}")

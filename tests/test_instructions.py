@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.data import (DataError, InstructionRecord, dataset_names, instructions, load_instructions, load_records,
-                      load_texts, samples, text_dataset_names, with_sample)
+from lab.data import DataError, InstructionRecord, dataset_names, instructions, load, loading, samples, with_sample
 
 REPO = Path(__file__).resolve().parents[1]
 ALPACA = {"instruction": "Name a colour.", "input": "", "output": "Blue."}
@@ -28,7 +27,7 @@ def _jsonl(path: Path, *rows) -> Path:
 
 
 def _load(path: Path, **kwargs):
-    return load_instructions("instructions", "train", [str(path)], **kwargs)
+    return load("instructions", "train", [str(path)], task="sft", **kwargs)
 
 
 def _user(text: str) -> tuple[dict, ...]:
@@ -43,14 +42,14 @@ def test_alpaca_rows_put_the_input_after_the_instruction_and_a_blank_line(tmp_pa
     path = _jsonl(tmp_path / "a.jsonl", {"id": "x", "instruction": "Translate.", "input": "Bonjour", "output": "Hello"},
                   ALPACA, {"instruction": "No input field.", "output": "Fine.", "source": "me"},
                   {"instruction": "Blank input.", "input": "  ", "output": "Kept out."})
-    load = _load(path)
-    assert load.problems == [] and load.source == f"instructions train from {path} (4 rows, 0 skipped)"
-    assert [(r.id, r.prompt, r.completion, r.meta, r.origin) for r in load.records] == [
+    loaded = _load(path)
+    assert loaded.problems == [] and loaded.source == f"instructions train from {path} (4 rows, 0 skipped)"
+    assert [(r.id, r.prompt, r.completion, r.meta, r.origin) for r in loaded.records] == [
         ("x", _user("Translate.\n\nBonjour"), "Hello", {}, (str(path), 1)),
         ("a-2", _user("Name a colour."), "Blue.", {}, (str(path), 2)),
         ("a-3", _user("No input field."), "Fine.", {"source": "me"}, (str(path), 3)),
         ("a-4", _user("Blank input."), "Kept out.", {}, (str(path), 4))]
-    assert all(isinstance(r, InstructionRecord) and r.source == "instructions" for r in load.records)
+    assert all(isinstance(r, InstructionRecord) and r.source == "instructions" for r in loaded.records)
 
 
 @pytest.mark.unit
@@ -91,9 +90,9 @@ def test_each_file_has_its_own_layout_and_a_mixed_file_keeps_its_first_good_rows
     first = _jsonl(tmp_path / "first.jsonl", CHAT, PLAIN)
     second = _jsonl(tmp_path / "second.jsonl", {"instruction": "x", "output": ""}, PLAIN, ALPACA,
                     {"instruction": "Only an instruction."})
-    load = load_instructions("instructions", "train", [str(first), str(second)])
-    assert [r.where for r in load.records] == [f"{first}:1", f"{second}:2"]
-    assert [str(p) for p in load.problems] == [
+    loaded = load("instructions", "train", [str(first), str(second)], task="sft")
+    assert [r.where for r in loaded.records] == [f"{first}:1", f"{second}:2"]
+    assert [str(p) for p in loaded.problems] == [
         f"{first}:2: a row of the prompt-completion layout in a file of chat rows (the layout of its first good row, "
         "line 1): one file holds one layout; split it in two",
         f"{second}:1: empty response: 'output' is blank, so there is nothing to learn",
@@ -155,11 +154,11 @@ GOOD = {"alpaca": ALPACA, "chat": CHAT, "plain": PLAIN, "dolly": DOLLY}
 @pytest.mark.parametrize("row, layout, reason", BAD_ROWS)
 def test_every_bad_row_is_named_by_file_and_line_skipped_and_counted_or_refused(tmp_path, row, layout, reason):
     path = _jsonl(tmp_path / "data.jsonl", GOOD[layout], "", row, GOOD[layout])
-    load = _load(path)
-    assert [r.where for r in load.records] == [f"{path}:1", f"{path}:4"]
-    [problem] = load.problems
+    loaded = _load(path)
+    assert [r.where for r in loaded.records] == [f"{path}:1", f"{path}:4"]
+    [problem] = loaded.problems
     assert (problem.file, problem.line) == (str(path), 3) and re.match(reason, problem.reason)
-    assert "(2 rows, 1 skipped)" in load.source
+    assert "(2 rows, 1 skipped)" in loaded.source
     with pytest.raises(DataError, match=rf"^1 bad rows in instructions train from {path} \(2 usable\):\n  "
                                         rf"{path}:3: {reason}") as refused:
         _load(path, on_bad_rows="error")
@@ -179,9 +178,9 @@ def test_refusing_names_the_first_five_and_counts_the_rest_and_all_bad_is_refuse
 @pytest.mark.unit
 def test_a_repeated_id_is_a_bad_row_the_first_kept(tmp_path):
     path = _jsonl(tmp_path / "d.jsonl", {"id": 7, **ALPACA}, {"id": "7", **ALPACA})
-    load = _load(path)
-    assert [r.id for r in load.records] == ["7"]
-    [problem] = load.problems
+    loaded = _load(path)
+    assert [r.id for r in loaded.records] == ["7"]
+    [problem] = loaded.problems
     assert problem.line == 2 and problem.reason.startswith(f"duplicate id '7': first seen at {path}:1")
 
 
@@ -211,7 +210,7 @@ def test_a_file_that_is_not_utf8_or_not_a_json_list_is_refused_by_name_and_line(
 
 @pytest.mark.unit
 def test_more_rows_than_the_limit_are_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(instructions, "MAX_ROWS", 3)
+    monkeypatch.setattr(loading, "MAX_ROWS", 3)
     path = _jsonl(tmp_path / "d.jsonl", ALPACA, ALPACA, "oops", ALPACA)
     with pytest.raises(DataError, match=r"^instructions train from .*d\.jsonl: more than 3 rows, the most one load"):
         _load(path)
@@ -235,11 +234,11 @@ def test_a_huge_row_is_refused_without_quoting_it(tmp_path, monkeypatch):
 def test_limit_the_carve_and_the_options_are_those_of_every_loader(tmp_path):
     path = _jsonl(tmp_path / "d.jsonl", *[{"instruction": f"Q{i}", "output": f"A{i}"} for i in range(20)])
     assert [r.completion for r in _load(path, limit=3).records] == ["A0", "A1", "A2"]
-    part = load_instructions("instructions", "train:validation", [str(path)], seed=1)
-    again = load_instructions("instructions", "train:validation", [str(path)], seed=1)
+    part = load("instructions", "train:validation", [str(path)], task="sft", seed=1)
+    again = load("instructions", "train:validation", [str(path)], task="sft", seed=1)
     assert len(part.records) == 2 and part.records == again.records
     assert part.source.endswith("(20 rows, 0 skipped), the validation part of a seed-1 0.8/0.1/0.1 carve: 2 rows")
-    named = load_instructions("instructions", "validation", [f"validation={path}"], limit=1)
+    named = load("instructions", "validation", [f"validation={path}"], task="sft", limit=1)
     assert len(named.records) == 1
     with pytest.raises(DataError, match="on_bad_rows to be 'skip' or 'error'"):
         _load(path, on_bad_rows="ignore")
@@ -253,28 +252,28 @@ def test_limit_the_carve_and_the_options_are_those_of_every_loader(tmp_path):
 @pytest.mark.unit
 def test_the_instruction_datasets_feed_sft_only_and_are_refused_elsewhere(tmp_path):
     assert dataset_names("sft") == ["alpaca", "dolly", "instructions"]
-    assert not {"alpaca", "dolly", "instructions"} & {*dataset_names(), *text_dataset_names("clm")}
+    assert not {"alpaca", "dolly", "instructions"} & {*dataset_names("mcq"), *dataset_names("clm")}
     with pytest.raises(DataError, match=r"^dataset 'obqa' holds questions, not instruction-response pairs; for sft "
                                         r"use one of: alpaca, dolly, instructions\.$"):
-        load_instructions("obqa", "train", ["bundled"])
+        load("obqa", "train", ["bundled"], task="sft")
     with pytest.raises(DataError, match="dataset 'text' holds texts, not instruction-response pairs"):
-        load_instructions("text", "test", ["bundled"])
+        load("text", "test", ["bundled"], task="sft")
     with pytest.raises(DataError, match="holds instruction-response pairs, not questions: use task sft"):
-        load_records("alpaca", "train", ["bundled"])
+        load("alpaca", "train", ["bundled"])
     with pytest.raises(DataError, match="holds instruction-response pairs, not texts: use task sft"):
-        load_texts("alpaca", "clm", ["bundled"])
+        load("alpaca", files=["bundled"], task="clm")
     with pytest.raises(DataError, match=r"^alpaca is read from files only: set data_files .* or to \[bundled\]"):
-        load_instructions("alpaca")
+        load("alpaca", task="sft")
     with pytest.raises(DataError, match="^instructions has no bundled sample; 'bundled' in data_files names one for: "
                                         "alpaca, arc_challenge, arc_easy, boolq, dolly"):
-        load_instructions("instructions", "train", ["bundled"])
+        load("instructions", "train", ["bundled"], task="sft")
     path = _jsonl(tmp_path / "mine.jsonl", DOLLY)
-    assert all(len(load_instructions(n, "train", [str(path)]).records) == 1 for n in ("alpaca", "dolly"))
+    assert all(len(load(n, "train", [str(path)], task="sft").records) == 1 for n in ("alpaca", "dolly"))
 
 
 @pytest.mark.unit
 def test_the_bundled_alpaca_sample_loads_with_its_advertised_counts_and_licence():
-    train, validation = (load_instructions("alpaca", split, ["bundled"]) for split in ("train", "validation"))
+    train, validation = (load("alpaca", split, ["bundled"], task="sft") for split in ("train", "validation"))
     assert (len(train.records), len(validation.records), train.problems, validation.problems) == (400, 100, [], [])
     assert train.source == "alpaca train from the bundled sample (alpaca/train.jsonl) (400 rows, 0 skipped)"
     ids = [r.id for r in train.records + validation.records]
@@ -296,10 +295,10 @@ def test_the_bundled_dolly_sample_loads_every_row_with_its_context_as_alpaca_s_i
     for split, n in (("train", 145), ("validation", 48)):
         path = samples.ROOT / "dolly" / f"{split}.jsonl"
         lines = path.read_text(encoding="ascii").splitlines()
-        load = load_instructions("dolly", split, ["bundled"])
-        assert (len(lines), len(load.records), load.problems) == (n, n, [])
-        assert load.source == f"dolly {split} from the bundled sample (dolly/{split}.jsonl) ({n} rows, 0 skipped)"
-        for line, record in zip(lines, load.records):
+        loaded = load("dolly", split, ["bundled"], task="sft")
+        assert (len(lines), len(loaded.records), loaded.problems) == (n, n, [])
+        assert loaded.source == f"dolly {split} from the bundled sample (dolly/{split}.jsonl) ({n} rows, 0 skipped)"
+        for line, record in zip(lines, loaded.records):
             row = json.loads(line)
             assert list(row) == ["id", "instruction", "context", "response", "category"]
             assert row["id"] == record.id and row["id"].startswith("dolly-offset-")
@@ -346,8 +345,8 @@ def test_the_script_draws_dolly_rows_byte_for_byte_from_a_file_of_its_shape(tmp_
     assert set(lines["train"] + lines["validation"]) <= set(rows) and not set(lines["train"]) & set(lines["validation"])
     assert lines["train"] == sorted(lines["train"], key=rows.index)
     (tmp_path / "train.jsonl").write_text(splits["train"], encoding="utf-8")
-    load = load_instructions("dolly", "train", [str(tmp_path / "train.jsonl")])
-    assert len(load.records) == 400 and {r.meta["category"] for r in load.records} == {"open_qa"}
+    loaded = load("dolly", "train", [str(tmp_path / "train.jsonl")], task="sft")
+    assert len(loaded.records) == 400 and {r.meta["category"] for r in loaded.records} == {"open_qa"}
     with pytest.raises(ValueError, match="not databricks-dolly-15k.jsonl: .* this file has 15,010 rows"):
         make.dolly_splits(("\n".join(rows[1:]) + "\n").encode())
 

@@ -74,11 +74,11 @@ def test_the_oracle_student_learns_from_the_true_distribution(scratch, tmp_path)
     store = TopKStore(tmp_path / "topk_oracle" / "train")
     manifest = json.loads((tmp_path / "topk" / "train" / "manifest.json").read_text())
     assert store.manifest["sequences_sha256"] == manifest["sequences_sha256"]
-    from lab.data import load_records
+    from lab.data import load
     from lab.models.tokenizers import load_tokenizer
     from lab.training.data import build_examples
 
-    records = load_records("synthetic", "train", ["bundled"], limit=12).records
+    records = load("synthetic", "train", ["bundled"], limit=12).records
     examples = build_examples(records, cfg.template, load_tokenizer(scratch, scratch), True, 512)
     for i, example in enumerate(examples):
         ids, logprobs = store[i]

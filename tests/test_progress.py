@@ -27,10 +27,10 @@ def tiny(tiny_model_dir):
 
 
 def _records(shared_data, dataset: str, limit: int):
-    from lab.data import load_records
+    from lab.data import load
 
     files = {"boolq": shared_data / "boolq" / "dev.jsonl", "obqa": shared_data / "openbookqa" / "test.jsonl"}
-    return load_records(dataset, "test", [str(files[dataset])], limit=limit).records
+    return load(dataset, "test", [str(files[dataset])], limit=limit).records
 
 
 def _run_evaluate_job(tmp_path: Path, model: str, shared_data: Path, **fields) -> list[dict]:

@@ -115,7 +115,7 @@ def test_context_limit_takes_the_smaller_sane_bound():
 @pytest.mark.model
 @pytest.mark.parametrize("scoring", ["letter", "cloze"])
 def test_a_question_past_the_context_is_refused_before_any_forward_pass(tiny, tmp_path, monkeypatch, scoring):
-    from lab.data import DataError, load_records
+    from lab.data import DataError, load
     from lab.kinds.evaluate.config import EvalConfig
     from lab.kinds.evaluate.run import score_records
 
@@ -123,7 +123,7 @@ def test_a_question_past_the_context_is_refused_before_any_forward_pass(tiny, tm
     rows = [{"id": "short", "question": "Is fire hot?", "choices": ["yes", "no"], "answer": 0},
             {"id": "long", "question": "Why? " * 600, "choices": ["yes", "no"], "answer": 0}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    records = load_records("custom", "test", [str(path)]).records
+    records = load("custom", "test", [str(path)]).records
     monkeypatch.setattr(tiny.model, "forward", lambda *a, **k: pytest.fail("the model was run"))
     done = []
     with pytest.raises(DataError) as err:

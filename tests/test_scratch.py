@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lab.data import load_records
+from lab.data import load
 from lab.data.templates import get_template
 from lab.models.loading import load_model
 from lab.models.scoring import score_cloze, score_letter
@@ -22,7 +22,7 @@ def scratch(tiny_model_dir):
 def test_the_model_loads_and_scores_like_any_other(scratch):
     loaded = load_model(str(scratch), device="cpu")
     assert len(loaded.tokenizer) <= TINY_VOCAB and loaded.model.config.num_hidden_layers == 2
-    test = load_records("synthetic", "test", ["bundled"], limit=4).records
+    test = load("synthetic", "test", ["bundled"], limit=4).records
     for name, scorer in (("first", score_letter), ("cft_chat", score_letter), ("cloze_plain", score_cloze)):
         prompts = [get_template(name).render(r, loaded.tokenizer) for r in test]
         scores = scorer(loaded.model, loaded.tokenizer, prompts)

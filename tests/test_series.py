@@ -448,10 +448,10 @@ SIZES = ({"hidden": 16, "intermediate": 32, "layers": 1}, {"hidden": 32, "interm
 @pytest.fixture(scope="module")
 def sized_models(tmp_path_factory) -> list[Path]:
     """Three tiny random models of different sizes, each with a tokenizer learned from 40 questions."""
-    from lab.data import load_records
+    from lab.data import load
     from lab.models.scratch import create
 
-    records = load_records("synthetic", "train", ["bundled"], limit=40).records
+    records = load("synthetic", "train", ["bundled"], limit=40).records
     root = tmp_path_factory.mktemp("sizes")
     return [create(root / f"size{i}", records, tiny_config(**dims)) for i, dims in enumerate(SIZES)]
 

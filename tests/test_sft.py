@@ -10,8 +10,8 @@ import torch
 
 from lab.core.config import ConfigError
 from lab.core.events import read_events
-from lab.core.layout import DONE_FILE, METRICS_FILE
-from lab.data.instructions import load_instructions
+from lab.core.layout import METRICS_FILE
+from lab.data import load
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.worker import JobContext
 from lab.kinds.alignment.section import CALIBRATION_DIR
@@ -40,7 +40,7 @@ def test_the_loss_is_cross_entropy_over_the_response_tokens_only(tiny_model_dir,
     from lab.models.loading import load_model
 
     loaded = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
-    records = load_instructions("alpaca", "train", ["bundled"], limit=2).records
+    records = load("alpaca", "train", ["bundled"], task="sft", limit=2).records
     args = SFTConfig(output_dir=str(tmp_path), completion_only_loss=True, max_length=256, report_to="none",
                      use_cpu=True, bf16=False, gradient_checkpointing=False, per_device_train_batch_size=2)
     from datasets import Dataset
@@ -122,7 +122,7 @@ def test_an_sft_config_is_refused_naming_the_field(fields, message):
 
 @pytest.mark.unit
 def test_a_row_without_a_chat_template_is_stanford_alpacas_prompt():
-    (record,) = load_instructions("alpaca", "train", ["bundled"], limit=1).records
+    (record,) = load("alpaca", "train", ["bundled"], task="sft", limit=1).records
     instruction = record.prompt[0]["content"]
     assert record.plain_example() == {
         "prompt": "Below is an instruction that describes a task. Write a response that appropriately completes the "
@@ -139,7 +139,7 @@ def test_a_base_model_without_a_chat_template_is_tuned_on_alpaca_prompts(base_mo
 
     loaded = load_model(str(base_model_dir), device="cpu", dtype="float32")
     assert not loaded.tokenizer.chat_template  # what made SFTTrainer raise before
-    records = load_instructions("alpaca", "train", ["bundled"], limit=2).records
+    records = load("alpaca", "train", ["bundled"], task="sft", limit=2).records
     args = SFTConfig(output_dir=str(tmp_path), completion_only_loss=True, max_length=256, report_to="none",
                      use_cpu=True, bf16=False, gradient_checkpointing=False)
     trainer = SFTTrainer(model=loaded.model, args=args, processing_class=loaded.tokenizer,

@@ -164,7 +164,7 @@ def _fsdp_rank(rank: int, world: int, model_dir: str, out: str, port: str) -> No
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    from lab.data import load_records
+    from lab.data import load
     from lab.data.templates import default_template
     from lab.models.loading import load_model
     from lab.training.sharding import save_consolidated
@@ -174,7 +174,7 @@ def _fsdp_rank(rank: int, world: int, model_dir: str, out: str, port: str) -> No
     dist.init_process_group("gloo", rank=rank, world_size=world)
     loaded = load_model(model_dir, device="cpu")
     model, tokenizer = loaded.model, loaded.tokenizer
-    records = load_records("obqa", "test", ["bundled"], limit=5 + rank).records  # unequal shares, were it split
+    records = load("obqa", "test", ["bundled"], limit=5 + rank).records  # unequal shares, were it split
     for layer in model.model.layers:
         fully_shard(layer)
     fully_shard(model)
@@ -199,7 +199,7 @@ def test_a_model_sharded_by_fsdp2_validates_in_lockstep_and_consolidates_into_on
     import torch
     import torch.multiprocessing as mp
 
-    from lab.data import load_records
+    from lab.data import load
     from lab.data.templates import default_template
     from lab.models.loading import load_model
     from lab.models.scoring import score_letter
@@ -212,7 +212,7 @@ def test_a_model_sharded_by_fsdp2_validates_in_lockstep_and_consolidates_into_on
     plain = load_model(str(tiny_model_dir), device="cpu")
     template = get_template(default_template("obqa", "letter"))
     for rank in range(2):
-        records = load_records("obqa", "test", ["bundled"], limit=5 + rank).records
+        records = load("obqa", "test", ["bundled"], limit=5 + rank).records
         expected = [s.probs for s in score_letter(plain.model, plain.tokenizer,
                                                   [template.render(r, plain.tokenizer) for r in records])]
         got = json.loads((tmp_path / f"probs{rank}.json").read_text())

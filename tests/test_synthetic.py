@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import binom
 
 from lab.calibration.oracle import _poisson_binomial, expected_oracle, oracle
-from lab.data import load_records
+from lab.data import load
 from lab.data.synthetic import IN_DOMAIN, SHIFTED, Task, generate, write_splits
 
 pytestmark = pytest.mark.unit
@@ -68,8 +68,8 @@ def test_the_oracle_on_many_draws_averages_to_the_closed_forms():
 
 
 def test_the_bundled_splits_load_with_their_true_distributions(tmp_path):
-    test = load_records("synthetic", "test", ["bundled"]).records
-    shifted = load_records("synthetic", "shifted", ["bundled"]).records
+    test = load("synthetic", "test", ["bundled"]).records
+    shifted = load("synthetic", "shifted", ["bundled"]).records
     assert len(test) == 1000 and len(shifted) == 1000 and test[0].source == "synthetic"
     assert {r.meta["light"] for r in test} == {"bright", "dim"}
     assert max(max(r.meta["true_probs"]) for r in shifted) == pytest.approx(0.8)
@@ -82,7 +82,7 @@ def test_a_row_whose_true_distribution_is_no_distribution_is_skipped_with_the_re
     bad = {**good[1], "id": "bad", "true_probs": [0.9, 0.9, 0.0, 0.0]}
     path = tmp_path / "test.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (good[0], bad)))
-    loaded = load_records("synthetic", "test", [str(path)])
+    loaded = load("synthetic", "test", [str(path)])
     assert [r.id for r in loaded.records] == ["test-0"]
     assert "true_probs" in str(loaded.problems[0]) and ":2:" in str(loaded.problems[0])
 

@@ -1,7 +1,7 @@
 import pytest
 
 from lab.core.registry import UnknownNameError
-from lab.data import load_records
+from lab.data import load
 from lab.data.record import MCQRecord
 from lab.data.templates import default_template, get_template, template_names
 
@@ -9,7 +9,7 @@ from lab.data.templates import default_template, get_template, template_names
 @pytest.mark.unit
 def test_first_lower_reproduces_the_papers_csqa_example(shared_data):
     # FIRST, Table 3: the CSQA prompt for the first training question, up to the answer letter.
-    records = load_records("csqa", "train", [str(shared_data / "commonsenseqa" / "train.jsonl")], limit=1).records
+    records = load("csqa", "train", [str(shared_data / "commonsenseqa" / "train.jsonl")], limit=1).records
     prompt = get_template("first_lower").render(records[0], None)
     assert prompt.text == (
         "Q: The sanctions against the school were a punishing blow, and they seemed to what the efforts the "

@@ -95,9 +95,9 @@ def test_facts_target_each_entitys_first_token(tmp_path, tiny_model_dir):
 
 
 def _bundled_entities() -> int:
-    from lab.data.texts import load_texts
+    from lab.data import load
 
-    return sum(len(r.entities) for r in load_texts("trex", "facts", ["bundled"], split="test").records)
+    return sum(len(r.entities) for r in load("trex", "test", ["bundled"], task="facts").records)
 
 
 @pytest.mark.model

@@ -17,7 +17,7 @@ from lab.calibration import calibrators, metrics
 from lab.calibration.temperature import fit_temperature
 from lab.calibration.token_temperature import (TOKEN_GRID, TokenLogits, fit_token_temperature, scaled_token_probs,
                                                token_log_z)
-from lab.data.texts import load_texts
+from lab.data import load
 from lab.jobkit.kinds import parse_config
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import evaluate, write_evaluation
@@ -148,7 +148,7 @@ def test_the_spline_is_exact_at_the_grid_and_refuses_outside_it():
 def texts(tmp_path_factory):
     """Disjoint halves of the bundled texts, one speech a line: ``fit.txt`` and ``apply.txt``."""
     root = tmp_path_factory.mktemp("texts")
-    records = load_texts("text", "clm", ["bundled"], split="test").records
+    records = load("text", "test", ["bundled"], task="clm").records
     for name, part in (("fit", records[:50]), ("apply", records[50:100])):
         (root / f"{name}.txt").write_text("\n\n".join(" ".join(r.text.split()) for r in part) + "\n")
     return root

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from lab.data import DataError
-from lab.data.preferences import PreferencePair, load_pairs, to_pair
+from lab.data import DataError, load, loaders
+from lab.data.preferences import PreferencePair, to_pair
 from lab.kinds.cft.winrate import pair_prompt, score_pairs, win_rate
 
 
@@ -31,20 +31,23 @@ def test_every_layout_gives_the_same_pair():
 
 @pytest.mark.unit
 def test_shared_subset_loads_and_bad_rows_are_reported(shared_data, tmp_path):
-    pairs, problems = load_pairs([str(shared_data / "ultrafeedback_binarized_subset" / "eval.jsonl")])
+    loaded = load("ultrafeedback", files=[str(shared_data / "ultrafeedback_binarized_subset" / "eval.jsonl")],
+                  task="preferences")
+    pairs, problems = loaded.records, loaded.problems
     # 200 rows, one of which has the same text as chosen and rejected: it cannot be won or lost.
     assert len(pairs) == 199 and len(problems) == 1 and "same text" in problems[0].reason
     bad = tmp_path / "pairs.jsonl"
     bad.write_text("\n".join([json.dumps({"prompt": "a", "chosen": "b", "rejected": "c"}), "{oops",
                               json.dumps({"prompt": "a", "chosen": "b"}), json.dumps({"prompt": "a", "chosen": "b", "rejected": "b"})]))
-    pairs, problems = load_pairs([str(bad)])
+    loaded = load("ultrafeedback", files=[str(bad)], task="preferences")
+    pairs, problems = loaded.records, loaded.problems
     assert len(pairs) == 1 and [p.line for p in problems] == [2, 3, 4]
     assert "rejected" in problems[1].reason and "same text" in problems[2].reason
     bad.write_text("{oops\n")
     with pytest.raises(DataError, match="No usable preference pairs"):
-        load_pairs([str(bad)])
+        load("ultrafeedback", files=[str(bad)], task="preferences")
     with pytest.raises(DataError, match="does not exist"):
-        load_pairs([str(tmp_path / "missing.jsonl")])
+        load("ultrafeedback", files=[str(tmp_path / "missing.jsonl")], task="preferences")
 
 
 @pytest.mark.model
@@ -82,8 +85,6 @@ def test_the_hub_default_is_argillas_layout(monkeypatch):
     """Without files the pairs come from argilla/ultrafeedback-binarized-preferences (a fake load_dataset)."""
     import datasets
 
-    import lab.data.preferences as preferences
-
     calls = []
 
     def fake_load_dataset(name, split):
@@ -92,11 +93,12 @@ def test_the_hub_default_is_argillas_layout(monkeypatch):
                 {"instruction": "Same?", "chosen_response": "x", "rejected_response": "x"}]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    monkeypatch.setattr(preferences, "hub_reachable", lambda: True)
-    pairs, problems = load_pairs()
+    monkeypatch.setattr(loaders, "hub_reachable", lambda: True)
+    loaded = load("ultrafeedback", task="preferences")
+    pairs, problems = loaded.records, loaded.problems
     assert calls == [("argilla/ultrafeedback-binarized-preferences", "train")]
     assert pairs == [PreferencePair("train-0", "Hi?", "Hello.", "Go.")] and problems[0].line == 1
-    monkeypatch.setattr(preferences, "hub_reachable", lambda: False)
+    monkeypatch.setattr(loaders, "hub_reachable", lambda: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with pytest.raises(DataError, match="cannot be reached"):
-        load_pairs()
+        load("ultrafeedback", task="preferences")

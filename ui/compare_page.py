@@ -310,13 +310,13 @@ def reopen(ctx: LabContext, name: Any) -> tuple[Any, ...]:
 
 def load_file(ctx: LabContext, file: Any) -> tuple[Any, str]:
     """An uploaded question file (the custom dataset's format) into the question box, right answers marked."""
-    from lab.data.loaders import load_records
+    from lab.data import load
 
     if not file:
         return gr.skip(), ""
     try:
         upload = accept_upload(file, Path(file).name, ctx.uploads)
-        records = load_records("custom", "test", [str(upload.path)]).records
+        records = load("custom", "test", [str(upload.path)]).records
     except USER_ERRORS as e:
         return gr.skip(), error(str(e))
     questions = [{"question": r.question, "options": list(r.choices), "answer": r.answer} for r in records]

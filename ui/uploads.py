@@ -20,7 +20,7 @@ import pandas as pd
 
 from lab.core.files import write_atomic
 from lab.core.reads import shown
-from lab.data import DataError, MCQRecord, load_records
+from lab.data import DataError, MCQRecord, load
 from lab.data.custom import FORMAT
 from lab.data.templates import option_letter
 
@@ -66,13 +66,13 @@ def _check_quota(uploads: Path, size: int, max_total_bytes: int, max_files: int)
 
 
 def _read(temp_path: Path, name: str) -> tuple[list[MCQRecord], list[str]]:
-    """The records and the skipped rows (as text) of the temporary file, read by ``load_records``
+    """The records and the skipped rows (as text) of the temporary file, read by :func:`lab.data.load`
     under the uploaded name: its extension picks the format, and messages show it, not a temp path."""
     with tempfile.TemporaryDirectory(prefix="lab-upload-") as folder:
         named = Path(folder) / _safe_name(name)
         named.symlink_to(temp_path.resolve())
         try:
-            data = load_records("custom", "test", [str(named)])
+            data = load("custom", "test", [str(named)])
         except DataError as e:
             raise _refused(e, str(named), name) from None
         return data.records, [str(p).replace(str(named), name) for p in data.problems]

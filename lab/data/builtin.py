@@ -80,7 +80,7 @@ def _ai2(name: str, description: str, hub_path: str, hub_config: str | None,
          question_key: str, bundled: tuple[tuple[str, str], ...] = ()) -> DatasetSpec:
     return DatasetSpec(
         name=name, description=description, hub_path=hub_path, hub_config=hub_config, hub_splits=SPLITS,
-        local_format=AI2_FORMAT, read_file=partial(read_json, convert=partial(_ai2_file_row, name)),
+        local_format=AI2_FORMAT, readers={"mcq": partial(read_json, convert=partial(_ai2_file_row, name))},
         from_hub=partial(_ai2_hub_row, name, question_key), bundled=bundled)
 
 
@@ -120,7 +120,7 @@ register(DatasetSpec(
     hub_path="google/boolq", hub_config=None, hub_splits={"train": "train", "validation": "validation"},
     local_format=('JSON Lines: {"question", "title", "answer": true/false, "passage"} '
                   '(the official dev.jsonl)'),
-    read_file=partial(read_json, convert=_boolq_row), from_hub=_boolq_row,
+    readers={"mcq": partial(read_json, convert=_boolq_row)}, from_hub=_boolq_row,
     bundled=(("validation", "boolq/dev.jsonl"),)))
 
 # ---------------------------------------------------------------- MMLU
@@ -176,7 +176,7 @@ register(DatasetSpec(
     local_format=("headerless CSV, one file per subject named <subject>_<split>.csv, 6 columns: "
                   "question, options A, B, C, D, answer letter (the original data/ folders; pass "
                   "e.g. data/test)"),
-    read_file=_read_mmlu_file, from_hub=_mmlu_hub_row, extensions=(".csv",),
+    readers={"mcq": _read_mmlu_file}, from_hub=_mmlu_hub_row, extensions=(".csv",),
     subject_of_file=mmlu_subject, bundled=(("dev", "mmlu/dev"), ("validation", "mmlu/val"))))
 
 # ---------------------------------------------------------------- MedMCQA
@@ -208,5 +208,5 @@ register(DatasetSpec(
     hub_path="openlifescienceai/medmcqa", hub_config=None, hub_splits=SPLITS,
     local_format=("JSON Lines with question, opa, opb, opc, opd, cop (1-4, 1 = opa), choice_type, exp, "
                   "subject_name, topic_name, id (the official dev.json)"),
-    read_file=partial(read_json, convert=partial(_medmcqa_row, 1)), from_hub=partial(_medmcqa_row, 0),
+    readers={"mcq": partial(read_json, convert=partial(_medmcqa_row, 1))}, from_hub=partial(_medmcqa_row, 0),
     bundled=(("validation", "medmcqa/dev.jsonl"),)))

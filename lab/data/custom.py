@@ -186,5 +186,5 @@ def read_custom(path: Path) -> Iterator[Row]:
 
 register(DatasetSpec(
     name="custom", description="Your own multiple-choice questions (JSON Lines, JSON list or CSV)",
-    hub_path=None, hub_config=None, hub_splits={}, local_format=FORMAT, read_file=read_custom,
+    hub_path=None, hub_config=None, hub_splits={}, local_format=FORMAT, readers={"mcq": read_custom},
     from_hub=None, extensions=(".jsonl", ".json", ".csv")))

@@ -26,7 +26,6 @@ import logging
 import os
 import re
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -36,7 +35,7 @@ from lab.core.errors import DataError, RowProblem
 
 from . import samples
 from .loaders import hub_unavailable
-from .record import MCQRecord
+from .record import Load, MCQRecord
 from .task_folders import LOCAL_BUILDERS, local_data, names_local, yaml_loader
 from .templates import Prompt
 
@@ -151,18 +150,6 @@ def task_list(include: Optional[str] = None) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- building the tasks
 
 
-@dataclass
-class TaskLoad:
-    """The records of an lm-eval task or group, as :class:`lab.data.loaders.LoadResult` has them, and
-    what the run should say about the tasks: each leaf's shots and metrics, the groups' members."""
-
-    records: list[MCQRecord]
-    problems: list[RowProblem]
-    source: str
-    tasks: dict[str, dict[str, Any]]  # leaf task → {"shots", "split", "metrics", "n"}
-    groups: dict[str, list[str]]  # group → its leaf tasks
-
-
 def _leaves(loaded: dict, groups: dict[str, list[str]], owners: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
     """(name, Task) of every leaf of ``get_task_dict``'s nested result; each group's leaves go in ``groups``."""
     for key, value in loaded.items():
@@ -244,9 +231,11 @@ def _records(name: str, task: Any) -> tuple[list[MCQRecord], list[RowProblem]]:
     return records, problems
 
 
-def load_task(dataset: str, include: Optional[str] = None, num_fewshot: Optional[int] = None,
-              limit: Optional[int] = None) -> TaskLoad:
-    """The documents of ``lm-eval:<task>`` (each leaf of a group) as records, with lm-eval's requests.
+def read_task(dataset: str, include: Optional[str] = None, num_fewshot: Optional[int] = None,
+              limit: Optional[int] = None) -> Load:
+    """The documents of ``lm-eval:<task>`` (each leaf of a group) as records, with lm-eval's requests, and
+    each leaf's shots, split, metrics and size, each group's leaves: :func:`lab.data.loading.load`'s source
+    for lm-eval tasks (load one through it).
 
     ``num_fewshot`` overrides the task's own (as ``lm_eval --num_fewshot`` does, which leaves a task whose
     YAML sets ``num_fewshot: 0`` zero-shot: simple_evaluate's rule); the shots are drawn by
@@ -284,7 +273,7 @@ def load_task(dataset: str, include: Optional[str] = None, num_fewshot: Optional
     shots = sorted({t["shots"] for t in tasks.values()})
     source = (f"lm-eval:{name} ({len(tasks)} task{'s' if len(tasks) > 1 else ''}, "
               f"{'/'.join(map(str, shots))}-shot, {len(records)} documents, {len(problems)} skipped)")
-    return TaskLoad(records, problems, source, tasks, {g: m for g, m in groups.items() if m})
+    return Load(records, problems, source, tasks, {g: m for g, m in groups.items() if m})
 
 
 def not_multiple_choice(name: str, output_type: str) -> str:

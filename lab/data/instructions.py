@@ -18,9 +18,9 @@ otherwise train on a different prompt format unnoticed). The layouts, each a JSO
 
 Any other field (Dolly's ``category``) is kept in :attr:`InstructionRecord.meta`; an ``id`` names
 the row, else ``<file stem>-<line>``. Files are read as every dataset of the lab is read
-(:func:`lab.data.load_records`): ``data_files`` entries (paths, folders, globs, ``SPLIT=PATH``,
+(:func:`lab.data.loading.load`, ``task="sft"``): ``files`` entries (paths, folders, globs, ``SPLIT=PATH``,
 ``bundled``), restricted reads, ``file:line`` and the reason for every bad row, skipped
-(``on_bad_rows="skip"``, listed in :attr:`InstructionLoad.problems`) or refused (``"error"``).
+(``on_bad_rows="skip"``, listed in :attr:`Load.problems`) or refused (``"error"``).
 Datasets: ``alpaca`` (its bundled sample: 500 rows of Stanford Alpaca, CC BY-NC 4.0,
 non-commercial), ``dolly`` (databricks-dolly-15k, CC BY-SA 3.0; its bundled sample: 193 short rows
 spread over the file, all 8 categories) and ``instructions`` (a user's own files, so that a run on
@@ -28,20 +28,17 @@ them is not recorded under a published dataset's name).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 from lab.core.errors import DataError, RowProblem
-from lab.core.limits import MAX_ROWS, MAX_TOKENS
+from lab.core.limits import MAX_TOKENS
 
-from .loaders import (DATASETS, check_loaded, check_options, collect_rows, dataset_names, describe_files,
-                      files_for, local_way, part_and_limit, register)
+from .loaders import register
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, present, read_json, row_id, text_field
 from .spec import DatasetSpec
-from .split import parse_split
 from .chat_templates import alpaca_prompt
 
 SFT_TASK = "sft"
@@ -96,58 +93,6 @@ class InstructionRecord:
 InstructionRow = Union[InstructionRecord, RowProblem]
 
 
-class InstructionLoad(NamedTuple):
-    """The usable pairs, the rows that were skipped (each naming ``file:line`` and why), and what was
-    read, for the log and the run's records (e.g. "alpaca train from the bundled sample (...)")."""
-
-    records: list[InstructionRecord]
-    problems: list[RowProblem]
-    source: str
-
-
-def load_instructions(name: str, split: str = "train",
-                      data_files: Optional[Sequence[Union[str, "os.PathLike[str]"]]] = None, *,
-                      on_bad_rows: Literal["skip", "error"] = "skip", seed: int = 0,
-                      fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
-                      limit: Optional[int] = None) -> InstructionLoad:
-    """The instruction–response pairs of dataset ``name`` (one that feeds ``sft``).
-
-    ``data_files``: entries as for :func:`lab.data.load_records` — files, folders, globs,
-    ``SPLIT=PATH``, or ``["bundled"]``, the sample that ships with the lab (``alpaca``, ``dolly``: train
-    and validation). There is no hub copy: without files this is a DataError saying what to give.
-    ``split``: a split name, or ``SOURCE:PART`` for a part of a seeded carve (``seed``,
-    ``fractions``). Bad rows are skipped into ``problems`` (``on_bad_rows="skip"``) or raise
-    (``"error"``); an empty or non-UTF-8 file, or more than ``MAX_ROWS`` rows, is a DataError naming
-    it. ``limit`` keeps the first N pairs (after the split).
-    """
-    spec = DATASETS.get(name)
-    if SFT_TASK not in spec.tasks:
-        holds = "questions" if "mcq" in spec.tasks else "texts"
-        raise DataError(f"dataset {spec.name!r} holds {holds}, not instruction-response pairs; for "
-                        f"{SFT_TASK} use one of: {', '.join(dataset_names(SFT_TASK))}.")
-    check_options(on_bad_rows, limit)
-    if not data_files:
-        raise DataError(f"{spec.name} is read from files only: {local_way(spec)}")
-    request = parse_split(split, spec.own_splits)
-    paths = files_for(spec, data_files, request.source, None)
-    where = f"{spec.name} {split} from {describe_files(paths)}"
-    rows = (row for path in paths for row in read_instructions(path, spec.name))
-    records, problems = collect_rows(_at_most(MAX_ROWS, rows, where))
-    check_loaded(spec, where, records, problems, on_bad_rows, local=True, listed_in="InstructionLoad.problems")
-    where += f" ({len(records)} rows, {len(problems)} skipped)"
-    records, where = part_and_limit(records, where, request.part, fractions, seed, limit)
-    return InstructionLoad(records, problems, where)
-
-
-def _at_most(most: int, rows: Iterable[InstructionRow], where: str) -> Iterator[InstructionRow]:
-    """``rows``, refused as a whole once there are more than ``most`` (good and bad together)."""
-    for count, row in enumerate(rows, 1):
-        if count > most:
-            raise DataError(f"{where}: more than {most:,} rows, the most one load reads. Give fewer or "
-                            "smaller files; a part of them can be carved with split SOURCE:PART.")
-        yield row
-
-
 def read_instructions(path: Path, source: str) -> Iterator[InstructionRow]:
     """One file's pairs and problems; a file with neither (empty), or not UTF-8, is refused, naming it."""
     layout = _FileLayout(source)
@@ -160,8 +105,6 @@ def read_instructions(path: Path, source: str) -> Iterator[InstructionRow]:
             yield row
     except UnicodeDecodeError as e:
         raise not_utf8_at_line(path, e) from None
-    except OSError as e:
-        raise DataError(f"Cannot read {path}: {e.strerror or e}.") from None
     if not found:
         raise DataError(f"{path}: no rows in it: the file is empty (or holds only blank lines, or an empty "
                         f"list). Expected {FORMAT}.")
@@ -300,8 +243,8 @@ class _FileLayout:
 
 def _register(name: str, description: str, bundled: tuple[tuple[str, str], ...] = ()) -> None:
     register(DatasetSpec(name=name, description=description, hub_path=None, hub_config=None, hub_splits={},
-                         local_format=FORMAT, read_file=partial(read_instructions, source=name), from_hub=None,
-                         bundled=bundled, tasks=(SFT_TASK,)))
+                         local_format=FORMAT, readers={SFT_TASK: partial(read_instructions, source=name)},
+                         from_hub=None, bundled=bundled))
 
 
 _register("alpaca", "Stanford Alpaca instruction-response pairs (synthetic, text-davinci-003) for sft, in any of "

@@ -1,9 +1,10 @@
-"""The dataset registry and :func:`load_records`, the one way the lab reads multiple-choice data.
+"""The dataset registry, and where a dataset's rows come from: its files, its bundled sample, the hub.
 
 Each dataset is described by a :class:`DatasetSpec` — where it lives on the Hugging Face hub, how
-to read its original files, how to read a hub row — and registered by name in ``DATASETS``, as
-lm-evaluation-harness registers tasks. ``load_records`` reads local files when ``data_files`` are
-given and the hub otherwise; every error a user can cause (a missing file, a bad row, no network)
+to read its original files for each task type it feeds, how to read a hub row — and registered by
+name in ``DATASETS``, as lm-evaluation-harness registers tasks. :func:`lab.data.loading.load` reads
+every one through the helpers here: local files when they are given (:func:`files_for`), the hub
+otherwise (:func:`from_hub`). Every error a user can cause (a missing file, a bad row, no network)
 is a :class:`DataError` whose message says what was expected, what arrived and what to do.
 """
 from __future__ import annotations
@@ -11,24 +12,17 @@ from __future__ import annotations
 import glob
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from lab.core.errors import DataError, RowProblem
 from lab.core.hub import hub_offline_mode, hub_reachable
 from lab.core.registry import Registry
 
 from . import samples
-from .record import MCQRecord
-from .rows import NO_ANSWER, BadRow, Row, checked, not_utf8
-from .spec import DatasetSpec
-from .split import canonical_split, carve, parse_split
-
-MAX_LISTED_PROBLEMS = 5
-
-T = TypeVar("T")  # a record: MCQRecord, or a TextRecord (lab.data.texts)
-
+from .rows import BadRow, stamped
+from .spec import DatasetSpec, task_type
+from .split import canonical_split
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
@@ -38,101 +32,33 @@ def register(spec: DatasetSpec) -> DatasetSpec:
     return spec
 
 
-def dataset_names(task: str | None = "mcq") -> list[str]:
-    """The registered datasets that feed ``task`` (multiple choice by default; None: all), sorted (for
-    dropdowns and --help). :func:`lab.data.texts.text_dataset_names` is the same for clm / facts."""
+def dataset_names(task: str | None = None) -> list[str]:
+    """The registered datasets that feed task type ``task`` (None: all of them), sorted (for dropdowns,
+    --help and the refusals that list the datasets to use instead)."""
+    if task is not None:
+        task_type(task)
     return [name for name in DATASETS.names() if task is None or task in DATASETS.get(name).tasks]
 
 
 def not_for_task(spec: DatasetSpec, task: str) -> DataError:
-    """The refusal of a dataset for a task it does not feed: what it holds, and the datasets that do."""
-    kinds = {"mcq": "questions", "clm": "texts", "facts": "texts", "sft": "instruction-response pairs"}
-    holds, wanted = kinds.get(spec.tasks[0], "data"), kinds.get(task, "data")
+    """The refusal of a dataset for a task it does not feed: what it holds, and what to use instead (another
+    task where evaluate's ``task`` field picks it, and always the datasets that feed this one)."""
+    holds, wanted = spec.task_type.holds, task_type(task)
     others = ", ".join(dataset_names(task))
-    if holds == wanted:  # texts without entity spans, asked for facts
+    if holds == wanted.holds:  # texts without entity spans, asked for facts
         return DataError(f"dataset {spec.name!r} holds texts without entity spans: it feeds task "
                          f"{' and '.join(spec.tasks)}; for {task} use one of: {others}.")
-    return DataError(f"dataset {spec.name!r} holds {holds}, not {wanted}: use task {' or '.join(spec.tasks)}, "
+    if not wanted.picked_by_task:
+        return DataError(f"dataset {spec.name!r} holds {holds}, not {wanted.holds}; for {task} use one of: {others}.")
+    return DataError(f"dataset {spec.name!r} holds {holds}, not {wanted.holds}: use task {' or '.join(spec.tasks)}, "
                      f"or a dataset for {task}: {others}.")
 
 
 def with_sample() -> list[str]:
-    """The datasets that ship a sample in the package (``data_files: [bundled]``), sorted."""
-    return [name for name in DATASETS.names() if DATASETS.get(name).bundled]
-
-
-@dataclass
-class LoadResult:
-    """The usable records, the rows that were skipped and why, and where they came from."""
-
-    records: list[MCQRecord]
-    problems: list[RowProblem]
-    source: str  # e.g. "arc_challenge test from /data/test.jsonl (1172 rows, 0 skipped)"
-
-
-def load_records(
-    name: str,
-    split: str = "test",
-    data_files: Sequence[str | os.PathLike[str]] | None = None,
-    *,
-    subject: str | None = None,
-    on_bad_rows: Literal["skip", "error"] = "skip",
-    seed: int = 0,
-    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
-    limit: int | None = None,
-) -> LoadResult:
-    """Load one split of dataset ``name`` as :class:`MCQRecord`\\ s.
-
-    ``data_files``: paths in the dataset's original format (``DATASETS.get(name).local_format``).
-    An entry is a file, a directory (its files with the dataset's extensions, sorted), a glob, or
-    ``split=path`` to say which split the path holds. Plain entries are the data of the split
-    asked for (of SOURCE, for ``SOURCE:PART``). The entry ``bundled`` is the sample that ships
-    with the package (:mod:`lab.data.samples`), every split of it. Without ``data_files`` the hub
-    copy is loaded.
-
-    ``split``: a split name or ``SOURCE:PART`` (see :mod:`lab.data.split`); the carve uses
-    ``fractions`` and ``seed``. ``subject`` picks MMLU subjects. Rows that cannot be used are
-    skipped and listed in ``problems`` (``on_bad_rows="skip"``) or raise (``"error"``).
-    ``limit`` keeps the first N records after the split is taken.
-    """
-    spec = DATASETS.get(name)
-    if "mcq" not in spec.tasks:
-        raise not_for_task(spec, "mcq")
-    check_options(on_bad_rows, limit)
-    if subject is not None and spec.subject_of_file is None:
-        with_subjects = [n for n in DATASETS if DATASETS.get(n).subject_of_file is not None]
-        raise DataError(f"{name} has no subjects; subject= applies to: {', '.join(with_subjects)}.")
-    subject = subject.strip().lower().replace(" ", "_") if subject is not None else None
-    request = parse_split(split, spec.own_splits)
-
-    if data_files:
-        files = files_for(spec, data_files, request.source, subject)
-        where = f"{name} {split} from {describe_files(files)}"
-        rows = _read_files(spec, files)
-    else:
-        where, rows = _from_hub(spec, split, request.source, subject)
-    records, problems = collect_rows(rows)
-    check_loaded(spec, where, records, problems, on_bad_rows, local=bool(data_files))
-    where += f" ({len(records)} rows, {len(problems)} skipped)"
-    records, where = part_and_limit(records, where, request.part, fractions, seed, limit)
-    return LoadResult(records, problems, where)
-
-
-def part_and_limit(records: list[T], where: str, part: str | None, fractions: tuple[float, float, float], seed: int,
-                   limit: int | None, unit: str = "rows") -> tuple[list[T], str]:
-    """The ``part`` of a seeded carve of ``records`` (None: all of them), then the first ``limit``;
-    ``where`` (what was read) extended to say so. An empty part is refused, naming the carve."""
-    if part is not None:
-        records = carve(records, fractions, seed)[part]
-        carve_name = f"a seed-{seed} {'/'.join(f'{f:g}' for f in fractions)} carve"
-        if not records:
-            raise DataError(f"{where}: the {part} part of {carve_name} is empty. Use more "
-                            f"{unit} or a larger fraction for that part.")
-        where += f", the {part} part of {carve_name}: {len(records)} {unit}"
-    if limit is not None and limit < len(records):
-        records = records[:limit]
-        where += f", first {limit}"
-    return records, where
+    """The datasets whose sample ships in the package for ``data_files: [bundled]``, sorted. The preference
+    pairs' sample is named in a field of its own (``preferences: [bundled]``), so it is not among them."""
+    return [name for name in DATASETS.names()
+            if DATASETS.get(name).bundled and DATASETS.get(name).task_type.files_field == "data_files"]
 
 
 def log_skipped(problems: Sequence[RowProblem], log: Callable[[str], None], shown: int = 5) -> None:
@@ -141,14 +67,6 @@ def log_skipped(problems: Sequence[RowProblem], log: Callable[[str], None], show
         log(f"skipped {problem}")
     if len(problems) > shown:
         log(f"... and {len(problems) - shown} more skipped rows")
-
-
-def check_options(on_bad_rows: str, limit: int | None) -> None:
-    """The options every loader shares: ``on_bad_rows`` skip or error, ``limit`` a positive integer or None."""
-    if on_bad_rows not in ("skip", "error"):
-        raise DataError(f"Expected on_bad_rows to be 'skip' or 'error', but got {on_bad_rows!r}.")
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
-        raise DataError(f"Expected limit to be a positive integer or None, but got {limit!r}.")
 
 
 # ---------------------------------------------------------------- local files
@@ -165,13 +83,13 @@ def split_entry(entry: str) -> tuple[str | None, str]:
     return None, entry
 
 
-def files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], source: str,
+def files_for(spec: DatasetSpec, files: Sequence[str | os.PathLike[str]], source: str,
               subject: str | None) -> list[Path]:
     """The files holding split ``source``, expanded and (for ``subject``) filtered."""
-    if isinstance(data_files, (str, os.PathLike)):  # one path given where a list was meant
-        data_files = [data_files]
+    if isinstance(files, (str, os.PathLike)):  # one path given where a list was meant
+        files = [files]
     by_split: dict[str | None, list[str]] = {}
-    for entry in samples.expand(spec, map(os.fspath, data_files), with_sample()):
+    for entry in samples.expand(spec, map(os.fspath, files), with_sample()):
         split, path = split_entry(entry)
         if path == samples.BUNDLED:
             raise samples.misplaced(entry)
@@ -181,14 +99,14 @@ def files_for(spec: DatasetSpec, data_files: Sequence[str | os.PathLike[str]], s
     if not entries:
         raise _no_split(spec, source, sorted(k for k in by_split if k is not None),
                         all(samples.is_sample(Path(p)) for paths in by_split.values() for p in paths))
-    files = [path for entry in entries for path in _expand(entry, spec.extensions)]
+    paths = [path for entry in entries for path in _expand(entry, spec.extensions)]
     if subject is None:
-        return files
-    assert spec.subject_of_file is not None  # load_records checked
-    kept = [f for f in files if spec.subject_of_file(f) == subject]
+        return paths
+    assert spec.subject_of_file is not None  # load checked
+    kept = [f for f in paths if spec.subject_of_file(f) == subject]
     if not kept:
-        found = sorted({spec.subject_of_file(f) for f in files})
-        raise DataError(f"No {spec.name} file for subject {subject!r} among {len(files)} files. "
+        found = sorted({spec.subject_of_file(f) for f in paths})
+        raise DataError(f"No {spec.name} file for subject {subject!r} among {len(paths)} files. "
                         f"Subjects found: {', '.join(found)}.")
     return kept
 
@@ -228,7 +146,7 @@ def _expand(entry: str, extensions: tuple[str, ...]) -> list[Path]:
     if path.is_dir():
         return list_folder(path, extensions, entry)
     if not path.is_file():
-        raise DataError(f"Data file not found: {entry!r} (looked for {path.resolve()}).")
+        raise DataError(f"Data file not found: {entry!r} (looked for {path.resolve()}, which does not exist).")
     return [path]
 
 
@@ -242,25 +160,17 @@ def describe_files(files: list[Path]) -> str:
     return f"{len(files)} files in {os.path.commonpath([str(f.parent) for f in files])}"
 
 
-def _read_files(spec: DatasetSpec, files: Iterable[Path]) -> Iterator[Row]:
-    for path in files:
-        try:
-            yield from spec.read_file(path)
-        except UnicodeDecodeError as e:
-            raise not_utf8(path, e) from None
-        except OSError as e:
-            raise DataError(f"Cannot read {path}: {e.strerror or e}.") from None
-
-
 # ---------------------------------------------------------------- the hub
 
 
-def _from_hub(spec: DatasetSpec, split: str, source: str,
-              subject: str | None) -> tuple[str, Iterator[Row]]:
-    """Load split ``source`` with ``datasets.load_dataset``; any failure becomes one DataError."""
+def from_hub(spec: DatasetSpec, task: str, split: str, source: str,
+             subject: str | None) -> tuple[str, Iterator[Any]]:
+    """Where split ``source`` of the hub copy is from, and its rows, read with ``datasets.load_dataset``; any
+    failure becomes one DataError saying what to do instead. The copy holds what the dataset holds (its
+    first task type): for another ``task`` there is none."""
     how = local_way(spec)
-    if spec.hub_path is None or spec.from_hub is None:
-        raise DataError(f"{spec.name} has no copy on the Hugging Face hub: {how}")
+    if spec.hub_path is None or spec.from_hub is None or task != spec.tasks[0]:
+        raise DataError(f"{spec.name} {spec.task_type.no_hub}: {how}")
     if source not in spec.hub_splits:
         available = ", ".join(spec.hub_splits)
         raise DataError(f"{spec.name} has no {source!r} split on the hub ({spec.hub_path}); it has: "
@@ -277,8 +187,9 @@ def _from_hub(spec: DatasetSpec, split: str, source: str,
                         "Or set HF_HUB_OFFLINE=1 to use a copy already in the local Hugging Face cache.")
     import datasets  # lazily: importing it takes seconds, and local files never need it
 
+    named = {"name": config} if config else {}  # a dataset of one configuration is loaded without naming one
     try:
-        table = datasets.load_dataset(spec.hub_path, config, split=hub_split)
+        table = datasets.load_dataset(spec.hub_path, split=hub_split, **named)
     except Exception as e:  # offline, unknown config, cache trouble: all mean "use local files"
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         raise DataError(f"Could not load {spec.name} from the Hugging Face hub ({hub_name}): {reason}. "
@@ -287,9 +198,10 @@ def _from_hub(spec: DatasetSpec, split: str, source: str,
 
 
 def local_way(spec: DatasetSpec) -> str:
-    """What to do instead of loading the hub copy: its files, or its bundled sample."""
-    return (f"set data_files (--data-files on the command line) to its files, in this format: {spec.local_format}"
-            f"{_bundled_hint(spec)}.")
+    """What to do instead of loading the hub copy: its files, or its bundled sample, in the field that names them."""
+    field = spec.task_type.files_field
+    return (f"set {field} (--{field.replace('_', '-')} on the command line) to its files, in this format: "
+            f"{spec.local_format}{_bundled_hint(spec)}.")
 
 
 def _in_hub_cache(hub_path: str) -> bool:
@@ -329,69 +241,11 @@ def _bundled_hint(spec: DatasetSpec) -> str:
     return f"; or to [bundled], the sample of {spec.name} that ships with the lab" if spec.bundled else ""
 
 
-def _hub_rows(convert: Callable[[Mapping[str, Any], str], MCQRecord], table: Iterable[Mapping[str, Any]],
-              hub_split: str) -> Iterator[Row]:
+def _hub_rows(convert: Callable[[Mapping[str, Any], str], Any], table: Iterable[Mapping[str, Any]],
+              hub_split: str) -> Iterator[Any]:
     """Hub problems are located by split name and 0-based row index (``table[index]``)."""
     for index, row in enumerate(table):
         try:
-            yield checked(convert(row, f"{hub_split}-{index}"), hub_split, index)
+            yield stamped(convert(row, f"{hub_split}-{index}"), hub_split, index)
         except BadRow as e:
             yield RowProblem(hub_split, index, str(e))
-
-
-# ---------------------------------------------------------------- bad rows
-
-
-def collect_rows(rows: Iterable[Row]) -> tuple[list[MCQRecord], list[RowProblem]]:
-    """Records and problems, in order; a record whose id was seen before is a problem.
-
-    Predictions are joined by id across runs (win rates, temperature fits, comparisons), so a
-    second question under the same id would be matched to the wrong one. The first is kept.
-    """
-    records: list[MCQRecord] = []
-    problems: list[RowProblem] = []
-    first_seen: dict[str, MCQRecord] = {}
-    for row in rows:
-        if isinstance(row, RowProblem):
-            problems.append(row)
-        elif row.id in first_seen:
-            problems.append(_duplicate(row, first_seen[row.id]))
-        else:
-            first_seen[row.id] = row
-            records.append(row)
-    return records, problems
-
-
-def _duplicate(record: MCQRecord, first: MCQRecord) -> RowProblem:
-    file, line = record.origin or ("?", 0)
-    reason = f"duplicate id {record.id!r}: first seen at {first.where or '?'}"
-    if first.origin and record.id == f"{Path(first.origin[0]).stem}-{first.origin[1]}":
-        reason += " (rows without an id are named <file name>-<line>: two files share a name; give the rows ids)"
-    else:
-        reason += "; ids must be unique: give this row its own id, or remove it"
-    return RowProblem(file, line, reason)
-
-
-def check_loaded(spec: DatasetSpec, where: str, records: Sequence[Any], problems: list[RowProblem],
-                 on_bad_rows: str, local: bool, listed_in: str = "LoadResult.problems") -> None:
-    """Refuse data with no usable row, and bad rows under ``on_bad_rows="error"``."""
-    expected = f" Expected {spec.local_format}." if local else ""
-    if not records and not problems:
-        raise DataError(f"No rows in {where}: it is empty.{expected}")
-    if not records:
-        if all(p.reason.startswith(NO_ANSWER) for p in problems):
-            raise DataError(
-                f"No usable rows in {where}: none of its {len(problems)} rows has an answer, so this "
-                f"split is unlabelled (published without answers) and cannot be scored. The first: "
-                f"{problems[0]}. Use a labelled split instead; for a test set, carve one from a "
-                f"labelled split, e.g. split='dev:test'.",
-                tuple(problems))
-        raise DataError(f"No usable rows in {where}: all {len(problems)} rows were rejected. The "
-                        f"first: {problems[0]}.{expected}", tuple(problems))
-    if problems and on_bad_rows == "error":
-        listed = "\n".join(f"  {p}" for p in problems[:MAX_LISTED_PROBLEMS])
-        unlisted = len(problems) - MAX_LISTED_PROBLEMS
-        more = f"\n  ... and {unlisted} more" if unlisted > 0 else ""
-        raise DataError(f"{len(problems)} bad rows in {where} ({len(records)} usable):\n{listed}{more}\n"
-                        "Fix them, or pass on_bad_rows='skip' to skip them (they are then listed in "
-                        f"{listed_in}).", tuple(problems))

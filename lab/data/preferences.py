@@ -1,6 +1,11 @@
-"""Preference pairs (prompt, chosen, rejected) for the win-rate check of CFT/RCFT (REFERENCE.md §3).
+"""Preference pairs (prompt, chosen, rejected): DPO's training data and CFT/RCFT's win-rate check (REFERENCE.md §3).
 
-Reads the layouts these pairs are published in, decided per row:
+One dataset, ``ultrafeedback`` (task type ``preferences``), read as every dataset is, by
+:func:`lab.data.loading.load`: from its hub copy, the default, ``argilla/ultrafeedback-binarized-preferences``;
+from a user's own files, in the config's ``preferences`` field; or from ``bundled``, the package's own
+offline stand-in (:data:`lab.data.samples.PREFERENCES`): OpenBookQA dev questions with the right answer
+chosen over a wrong one — a check that fine-tuning keeps the model's preference for right answers, not
+the paper's UltraFeedback alignment check. It reads the layouts these pairs are published in, decided per row:
 
 * plain strings ``{"prompt", "chosen", "rejected"}`` — the UltraFeedback subset in
   ``shared/data`` and ``trl-lib``-style string datasets;
@@ -10,34 +15,41 @@ Reads the layouts these pairs are published in, decided per row:
 * Argilla's ``{"instruction", "chosen_response", "rejected_response"}`` —
   ``argilla/ultrafeedback-binarized-preferences``, the hub default.
 
-Local files are JSON Lines (or one JSON list) with ``file:line`` for bad rows, like the MCQ loaders.
-The entry ``bundled`` is the package's own offline stand-in (:data:`lab.data.samples.PREFERENCES`):
-OpenBookQA dev questions with the right answer chosen over a wrong one — a check that fine-tuning
-keeps the model's preference for right answers, not the paper's UltraFeedback alignment check.
+Local files are JSON Lines (or one JSON list) with ``file:line`` for bad rows, like every dataset's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
-
-from lab.core.errors import DataError, RowProblem
-from lab.core.hub import hub_offline_mode, hub_reachable
-from lab.core.reads import open_text
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Mapping, Optional
 
 from . import samples
-from .rows import BadRow, as_object, convert_rows, json_array_rows, json_type, jsonl_rows, not_utf8, row_id, text_field
+from .loaders import register
+from .rows import BadRow, as_object, json_type, read_json, row_id, text_field
+from .spec import DatasetSpec
 
+DATASET = "ultrafeedback"  # the one dataset of preference pairs: what the preferences fields name
+TASK = "preferences"
 HUB_ID = "argilla/ultrafeedback-binarized-preferences"
-HUB_SPLIT = "train"
+FORMAT = ("JSON Lines or a JSON list of preference pairs: {\"prompt\", \"chosen\", \"rejected\"} as strings or "
+          "chat messages, or Argilla's {\"instruction\", \"chosen_response\", \"rejected_response\"}")
 
 
 @dataclass(frozen=True)
 class PreferencePair:
+    """One prompt with the response preferred and the one rejected. ``origin``: where the loader read it
+    (``(file, line)``, or ``(hub split, row index)``), for messages."""
+
     id: str
     prompt: str
     chosen: str
     rejected: str
+    origin: Optional[tuple[str, int]] = field(default=None, compare=False, hash=False, repr=False)
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the row it came from, or "" for a pair made in code."""
+        return f"{self.origin[0]}:{self.origin[1]}" if self.origin else ""
 
 
 def _response(value: Any, what: str) -> str:
@@ -81,53 +93,11 @@ def to_pair(value: Any, default_id: str) -> PreferencePair:
     return pair
 
 
-Item = Union[PreferencePair, RowProblem]
-
-
-def _read(path: Path) -> Iterator[Item]:
-    if not path.is_file():
-        raise DataError(f"Preference file {path} does not exist.")
-    try:
-        with open_text(path) as f:
-            is_list = f.read(1024).lstrip().startswith("[")
-        yield from convert_rows(path, json_array_rows(path) if is_list else jsonl_rows(path), to_pair)
-    except UnicodeDecodeError as e:
-        raise not_utf8(path, e) from None
-
-
-def _from_hub(hub_id: str, split: str) -> Iterator[Item]:
-    if not hub_reachable() and not hub_offline_mode():
-        raise DataError(f"The Hugging Face hub cannot be reached to load {hub_id}. Pass local JSON Lines files with "
-                        "prompt / chosen / rejected fields instead (e.g. ultrafeedback_binarized_subset/eval.jsonl).")
-    import datasets
-
-    try:
-        table = datasets.load_dataset(hub_id, split=split)
-    except Exception as e:
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        raise DataError(f"Could not load {hub_id} ({split}) from the Hugging Face hub: {reason}") from e
-    for index, row in enumerate(table):
-        try:
-            yield to_pair(row, f"{split}-{index}")
-        except BadRow as e:
-            yield RowProblem(split, index, str(e))
-
-
-def load_pairs(data_files: Optional[Sequence[str]] = None, limit: Optional[int] = None, hub_id: str = HUB_ID,
-               split: str = HUB_SPLIT) -> tuple[list[PreferencePair], list[RowProblem]]:
-    """Pairs from local files (in order; ``bundled`` is the package's pairs), else from the hub; bad
-    rows are skipped and returned."""
-    if data_files:
-        data_files = [str(samples.PREFERENCES) if f == samples.BUNDLED else f for f in data_files]
-    items: Iterator[Item] = (item for f in data_files for item in _read(Path(f))) if data_files else _from_hub(hub_id, split)
-    pairs: list[PreferencePair] = []
-    problems: list[RowProblem] = []
-    for item in items:
-        (problems if isinstance(item, RowProblem) else pairs).append(item)
-        if limit is not None and len(pairs) >= limit:
-            break
-    if not pairs:
-        where = ", ".join(map(str, data_files)) if data_files else hub_id
-        first = f" First problem: {problems[0]}" if problems else ""
-        raise DataError(f"No usable preference pairs in {where}.{first}", tuple(problems))
-    return pairs, problems
+register(DatasetSpec(
+    name=DATASET,
+    description="preference pairs (prompt, chosen, rejected) for DPO and CFT's win rate, in the UltraFeedback "
+                f"layouts; hub: {HUB_ID}; bundled: an offline stand-in, OpenBookQA dev questions with the right "
+                "answer chosen over a wrong one",
+    hub_path=HUB_ID, hub_config=None, hub_splits={"train": "train"}, local_format=FORMAT,
+    readers={TASK: partial(read_json, convert=to_pair)}, from_hub=to_pair,
+    bundled=(("train", str(samples.PREFERENCES.relative_to(samples.ROOT))),)))

@@ -1,8 +1,15 @@
-"""The one record type every dataset is normalised to (a row that cannot be one: :class:`lab.core.errors.RowProblem`)."""
+"""A question, the record every multiple-choice dataset is normalised to (a row that cannot be one:
+:class:`lab.core.errors.RowProblem`), and :class:`Load`, what a load of any task returns.
+
+Here rather than beside :func:`lab.data.loading.load`, so that lm-eval's source of questions
+(:mod:`lab.data.harness`), which the loader imports, returns the same type.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from lab.core.errors import RowProblem
 
 
 @dataclass(frozen=True)
@@ -45,3 +52,20 @@ class MCQRecord:
             raise ValueError(f"record {self.id!r}: {len(self.requests)} requests for {len(self.choices)} choices")
         if self.labels and len(self.labels) != len(self.choices):
             raise ValueError(f"record {self.id!r}: {len(self.labels)} labels for {len(self.choices)} choices")
+
+
+@dataclass
+class Load:
+    """The usable records of one load, the rows that were skipped (each naming where and why), and where they
+    came from, for the log and the run's records (e.g. "arc_easy validation from the bundled sample (...)").
+
+    ``records`` are of the task's record type (:class:`lab.data.spec.TaskType`). ``tasks`` and ``groups``
+    describe an lm-eval task's load (each leaf task's shots, split, metrics and size; each group's leaves),
+    for the run's ``metrics.json``; a lab dataset's load leaves them empty.
+    """
+
+    records: list[Any]
+    problems: list[RowProblem]
+    source: str
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    groups: dict[str, list[str]] = field(default_factory=dict)

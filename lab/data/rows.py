@@ -25,7 +25,7 @@ from lab.core.reads import open_text, read_text
 from .record import MCQRecord
 
 Row = Union[MCQRecord, RowProblem]
-Convert = Callable[[Any, str], MCQRecord]  # (parsed row, default id) -> record; raises BadRow
+Convert = Callable[[Any, str], Any]  # (parsed row, default id) -> a record of the task; raises BadRow
 
 # Every "this row has no answer" reason starts with this, so that a file in which *every* row
 # lacks an answer can be reported as an unlabelled split rather than as a pile of bad rows.
@@ -64,18 +64,21 @@ def read_csv(path: Path, convert: Convert) -> Iterator[Row]:
 def convert_rows(path: Path, rows: Iterable[tuple[int, Any]], convert: Convert) -> Iterator[Row]:
     """Apply ``convert`` to ``(line, row)`` pairs; a row given as a ``BadRow`` is already a problem.
 
-    Records then pass :func:`checked`; what other converters make passes as is, stamped with its
-    file and line where it keeps them (a text's ``origin``; preference pairs keep none).
+    Each record is :func:`stamped` with its file and line (questions once they pass :func:`checked`).
     """
     for line, row in rows:
         try:
             if isinstance(row, BadRow):
                 raise row
-            result = convert(row, f"{path.stem}-{line}")
-            stamp = checked if isinstance(result, MCQRecord) else located
-            yield stamp(result, str(path), line)
+            yield stamped(convert(row, f"{path.stem}-{line}"), str(path), line)
         except BadRow as e:
             yield RowProblem(str(path), line, str(e))
+
+
+def stamped(item: Any, file: str, line: int) -> Any:
+    """A converter's record stamped with where it was read: a question once it passes :func:`checked`, any
+    other record through :func:`located`."""
+    return checked(item, file, line) if isinstance(item, MCQRecord) else located(item, file, line)
 
 
 def checked(record: MCQRecord, file: str, line: int) -> MCQRecord:

@@ -44,7 +44,7 @@ from .loaders import register
 from .record import MCQRecord
 from .rows import BadRow, read_json
 from .spec import DatasetSpec
-from .texts import TextRecord, TextRow
+from .texts import TEXT_TASKS, TextRecord, TextRow, text_readers
 
 COLOURS = ("red", "green", "blue", "gold", "grey", "pink")
 OBJECTS = ("kettle", "lantern", "saddle", "anchor", "violin", "teapot", "compass", "ladder", "bucket", "helmet",
@@ -56,6 +56,7 @@ SHIFTED = (("bright", 0.8), ("dim", 0.45))  # the out-of-domain variant: same ru
 SOURCE = "synthetic"  # the records' (and prediction rows') source: the one dataset whose truths are known
 SIZES = {"train": 2000, "validation": 500, "test": 1000, "shifted": 1000}
 SPLIT_SEEDS = {"train": 1, "validation": 2, "test": 3, "shifted": 4}
+FORMAT = "JSON Lines written by scripts/make_synthetic_data.py: question, choices, answer, id, true_probs, light"
 
 
 @dataclass(frozen=True)
@@ -228,8 +229,6 @@ register(DatasetSpec(
     description="a controlled task with known true confidence: object → colour by a fixed rule, answers "
                 "noisy by the light (bright q = 0.95, dim 0.6); splits train, validation, test, shifted",
     hub_path=None, hub_config=None, hub_splits={},
-    local_format=("JSON Lines written by scripts/make_synthetic_data.py: question, choices, answer, id, "
-                  "true_probs, light"),
-    read_file=partial(read_json, convert=synthetic_row), from_hub=None,
-    bundled=tuple((split, f"synthetic/{split}.jsonl") for split in SIZES), extra_splits=("shifted",),
-    tasks=("mcq", "clm", "facts"), read_texts=synthetic_texts))
+    local_format=FORMAT,
+    readers={"mcq": partial(read_json, convert=synthetic_row), **text_readers(synthetic_texts, FORMAT, TEXT_TASKS)},
+    from_hub=None, bundled=tuple((split, f"synthetic/{split}.jsonl") for split in SIZES), extra_splits=("shifted",)))

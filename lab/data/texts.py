@@ -1,12 +1,12 @@
 """Texts for the token tasks of the alignment-calibration paper (§4): ``clm`` and ``facts``.
 
 ``clm`` (causal language modelling) scores the token at random positions of a text; ``facts``
-(facts generation) the first token of each entity of an entity-annotated text. Both read
-:class:`TextRecord`\\ s through :func:`load_texts`, as multiple choice reads questions through
-:func:`lab.data.load_records`, with the same machinery: the dataset registry (a dataset says which
-tasks it feeds in :attr:`DatasetSpec.tasks`), ``data_files`` entries (paths, folders, globs,
-``SPLIT=PATH``, ``bundled``), restricted reads, ``file:line`` for every bad row, skipped
-(``on_bad_rows="skip"``, listed in :attr:`TextLoad.problems`) or refused (``"error"``).
+(facts generation) the first token of each entity of an entity-annotated text. Both are read as
+:class:`TextRecord`\\ s by :func:`lab.data.loading.load` (``task="clm"`` / ``"facts"``), as every dataset
+is: the dataset registry (a dataset feeds the tasks it has a reader for, :attr:`DatasetSpec.readers`),
+``files`` entries (paths, folders, globs, ``SPLIT=PATH``, ``bundled``), restricted reads, ``file:line``
+for every bad row, skipped (``on_bad_rows="skip"``, listed in :attr:`Load.problems`) or refused
+(``"error"``). A file with no document in it, or not UTF-8, is refused, naming it (and the line).
 
 File formats:
 
@@ -25,20 +25,17 @@ questions become statements (:func:`lab.data.synthetic.statement`).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from lab.core.errors import DataError, RowProblem
 from lab.core.reads import open_text
 
-from .loaders import (DATASETS, check_loaded, check_options, collect_rows, describe_files, files_for,
-                      local_way, not_for_task, part_and_limit, register)
+from .loaders import register
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, read_json, row_id, text_field
-from .spec import DatasetSpec
-from .split import parse_split
+from .spec import DatasetSpec, Reader
 
 TEXT_TASKS = ("clm", "facts")
 CLM_FORMAT = ("plain text (.txt: documents separated by blank lines) or JSON Lines with a 'text' field, "
@@ -77,73 +74,23 @@ class TextRecord:
 TextRow = Union[TextRecord, RowProblem]
 
 
-class TextLoad(NamedTuple):
-    """The usable documents, the rows that were skipped (each naming ``file:line`` and why), and what
-    was read, for the log and ``metrics.json`` (e.g. "text clm test from the bundled sample (...)")."""
-
-    records: list[TextRecord]
-    problems: list[RowProblem]
-    source: str
+def text_readers(read: Callable[..., Iterator[TextRow]], expected: str, tasks: Sequence[str]) -> dict[str, Reader]:
+    """A dataset's readers for the token ``tasks``: ``read(path, task=...)``'s documents and problems, a file
+    with neither refused, naming it and ``expected`` (the dataset's format), a file not UTF-8 naming the line."""
+    return {task: partial(_documents, read=partial(read, task=task), expected=expected) for task in tasks}
 
 
-def text_dataset_names(task: str) -> list[str]:
-    """The registered datasets that can feed token task ``task`` (clm or facts), sorted."""
-    _check_task(task)
-    return [name for name in DATASETS.names() if task in DATASETS.get(name).tasks]
-
-
-def load_texts(dataset: str, task: str, files: Optional[Sequence[Union[str, "os.PathLike[str]"]]] = None,
-               split: str = "test", on_bad_rows: str = "skip", limit: Optional[int] = None, *,
-               seed: int = 0, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> TextLoad:
-    """The documents of ``dataset`` for token task ``task`` (``clm`` or ``facts``).
-
-    ``files``: ``data_files`` entries as for :func:`lab.data.load_records` — files, folders, globs,
-    ``SPLIT=PATH``, or ``["bundled"]``, the sample that ships with the lab. There is no hub copy:
-    without files this is a DataError saying what to give. ``split``: which split of the entries to
-    read (the bundled samples: ``text`` validation / test, ``trex`` test, ``synthetic`` train /
-    validation / test / shifted), or ``SOURCE:PART`` for a part of a seeded carve (``seed``,
-    ``fractions``). Bad rows are skipped into ``problems`` (``on_bad_rows="skip"``) or raise
-    (``"error"``); an empty file, or one holding no document, is a DataError naming it. ``limit``
-    keeps the first N documents (after the split).
-    """
-    spec = DATASETS.get(dataset)
-    _check_task(task)
-    if task not in spec.tasks or spec.read_texts is None:
-        raise not_for_task(spec, task)
-    check_options(on_bad_rows, limit)
-    if not files:
-        raise DataError(f"{spec.name} has no copy on the Hugging Face hub: {local_way(spec)}")
-    request = parse_split(split, spec.own_splits)
-    paths = files_for(spec, files, request.source, None)
-    where = f"{spec.name} {task} {split} from {describe_files(paths)}"
-    records, problems = collect_rows(row for path in paths for row in _read(spec, path, task))
-    check_loaded(spec, where, records, problems, on_bad_rows, local=True, listed_in="TextLoad.problems")
-    where += f" ({len(records)} documents, {len(problems)} skipped)"
-    records, where = part_and_limit(records, where, request.part, fractions, seed, limit, unit="documents")
-    return TextLoad(records, problems, where)
-
-
-def _check_task(task: str) -> None:
-    if task not in TEXT_TASKS:
-        raise DataError(f"Unknown text task {task!r}: expected one of {', '.join(TEXT_TASKS)} "
-                        "(multiple choice, mcq, reads questions with lab.data.load_records).")
-
-
-def _read(spec: DatasetSpec, path: Path, task: str) -> Iterator[TextRow]:
-    """One file's documents and problems; a file with neither is refused, naming it."""
-    assert spec.read_texts is not None  # load_texts checked
+def _documents(path: Path, read: Callable[[Path], Iterator[TextRow]], expected: str) -> Iterator[TextRow]:
     found = False
     try:
-        for row in spec.read_texts(path, task):
+        for row in read(path):
             found = True
             yield row
     except UnicodeDecodeError as e:
         raise not_utf8_at_line(path, e) from None
-    except OSError as e:
-        raise DataError(f"Cannot read {path}: {e.strerror or e}.") from None
     if not found:
         raise DataError(f"{path}: no document in it: the file is empty (or holds only blank lines). "
-                        f"Expected {spec.local_format}.")
+                        f"Expected {expected}.")
 
 
 # ---------------------------------------------------------------- reading files
@@ -252,16 +199,14 @@ register(DatasetSpec(
     description="plain texts for clm (the token at random positions): .txt documents separated by blank "
                 "lines, or JSON Lines with a 'text' field; bundled: Shakespeare (public domain)",
     hub_path=None, hub_config=None, hub_splits={}, local_format=CLM_FORMAT,
-    read_file=partial(read_text_file, task="clm", source="text"), from_hub=None,
+    readers=text_readers(partial(read_text_file, source="text"), CLM_FORMAT, ("clm",)), from_hub=None,
     extensions=(".txt", ".jsonl", ".json"),
-    bundled=(("validation", "text/validation.txt"), ("test", "text/test.txt")),
-    tasks=("clm",), read_texts=partial(read_text_file, source="text")))
+    bundled=(("validation", "text/validation.txt"), ("test", "text/test.txt"))))
 
 register(DatasetSpec(
     name="trex",
     description="entity-annotated texts for facts (each entity's first token) and clm: JSON Lines "
                 "{text, entities: [[start, end], ...]}; bundled: sentences of the T-REx sample (CC BY-SA 4.0)",
     hub_path=None, hub_config=None, hub_splits={}, local_format=FACTS_FORMAT,
-    read_file=partial(read_text_file, task="facts", source="trex"), from_hub=None,
-    extensions=(".jsonl", ".json"), bundled=(("test", "trex/test.jsonl"),),
-    tasks=("facts", "clm"), read_texts=partial(read_text_file, source="trex")))
+    readers=text_readers(partial(read_text_file, source="trex"), FACTS_FORMAT, ("facts", "clm")), from_hub=None,
+    extensions=(".jsonl", ".json"), bundled=(("test", "trex/test.jsonl"),)))

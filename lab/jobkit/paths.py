@@ -196,8 +196,8 @@ def _data_files(field: str, value: list[str], holder: dict[str, Any], owner: typ
 
 
 def _files(field: str, value: list[str], holder: dict[str, Any], owner: type, policy: Policy) -> list[str]:
-    # `bundled` in a files field (preference pairs, the only one) is the package's own pairs file, which
-    # lab.data.preferences reads; it is kept as written, as in data_files.
+    # `bundled` in a files field (preference pairs, the only one) is the sample of their dataset,
+    # ultrafeedback (lab.data.preferences), which the loader expands; it is kept as written, as in data_files.
     return _resolve_entries(field, value, PAIR_EXTENSIONS, policy, with_split=False)
 
 

@@ -97,11 +97,11 @@ def default_model(name: str = "scratch") -> Path:
     machine makes the same one) in the cache. It is written beside its place and renamed into it, so
     a concurrent first use never sees half a model."""
     from lab.core.files import make_folder_once
-    from lab.data import load_records
+    from lab.data import load
     from lab.models.weights import SCRATCH, scratch_target
 
     def make(folder: Path) -> None:
-        create(folder, load_records("synthetic", "train", ["bundled"]).records, sized(name))
+        create(folder, load("synthetic", "train", ["bundled"]).records, sized(name))
 
     return make_folder_once(scratch_target() if name == SCRATCH else scratch_target(name), make)
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m lab.models.scratch --out DIR [--dataset synthetic] [--hidden 128] [--layers 2] …``."""
     import argparse
 
-    from lab.data import load_records
+    from lab.data import load
 
     parser = argparse.ArgumentParser(description="Create a small random-weight model for a task (lab.models.scratch).")
     parser.add_argument("--out", type=Path, required=True, help="the model directory to write")
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, value in vars(ScratchConfig()).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=value)
     args = parser.parse_args(argv)
-    records = load_records(args.dataset, "train", args.data_files).records
+    records = load(args.dataset, "train", args.data_files).records
     cfg = ScratchConfig(**{name: getattr(args, name) for name in vars(ScratchConfig())})
     print(create(args.out, records, cfg))
 

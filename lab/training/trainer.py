@@ -27,7 +27,7 @@ from transformers import Trainer, TrainerState, TrainingArguments
 from lab.core.errors import DataError, Stopped
 from lab.core.events import EventWriter
 from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, SNAPSHOTS_DIR, TRACKER_DIR
-from lab.data import load_records
+from lab.data import load
 from lab.data.record import MCQRecord
 from lab.models import distributed
 from lab.models.loading import load_model, select_device, select_dtype
@@ -128,7 +128,7 @@ def saved_sizes(model, lora: bool) -> tuple[int, int]:
 
 
 def load_split_records(cfg: TrainConfig, split: str, files: list[str], limit: Optional[int]) -> list[MCQRecord]:
-    return load_records(cfg.dataset, split, files or cfg.data_files or None, seed=cfg.seed, limit=limit).records
+    return load(cfg.dataset, split, files or cfg.data_files or None, seed=cfg.seed, limit=limit).records
 
 
 def _sequence_length(row: dict[str, Any]) -> int:

@@ -25,8 +25,7 @@ from lab.calibration.temperature_files import save_temperature
 from lab.core.errors import Stopped
 from lab.core.events import EventWriter
 from lab.core.layout import EVAL_DIR, FITTED_TEMPERATURE_DIR, METRICS_FILE, PREDICTIONS_FILE
-from lab.data import DataError, MCQRecord, harness, load_records
-from lab.data.preferences import load_pairs
+from lab.data import DataError, MCQRecord, harness, load, preferences
 from lab.jobkit.stages import stage
 from lab.jobkit.worker import JobContext
 from lab.kinds.cft.config import CftConfig
@@ -58,8 +57,8 @@ def _sample(records: list[MCQRecord], n: Optional[int], seed: int) -> list[MCQRe
 
 
 def _load_source(entry: dict[str, Any], seed: int) -> list[MCQRecord]:
-    data = load_records(entry["dataset"], entry.get("split", "test"), entry.get("data_files") or None,
-                        subject=entry.get("subject"), seed=seed)
+    data = load(entry["dataset"], entry.get("split", "test"), entry.get("data_files") or None,
+                subject=entry.get("subject"), seed=seed)
     return _sample(data.records, entry.get("limit"), seed)
 
 
@@ -68,8 +67,8 @@ def _load_ood(entry: dict[str, Any], seed: int) -> EvalSet:
     documents per task (as ``lm_eval --limit``), with lm-eval's requests (its shots in them) to score."""
     if not harness.is_task(entry["dataset"]):
         return EvalSet(entry, _load_source(entry, seed), {})
-    data = harness.load_task(entry["dataset"], entry.get("lm_eval_include"), entry.get("num_fewshot"),
-                             entry.get("limit"))
+    data = load(entry["dataset"], include=entry.get("lm_eval_include"), num_fewshot=entry.get("num_fewshot"),
+                limit=entry.get("limit"))
     return EvalSet(entry, data.records, {"lm_eval": lm_eval_info(data)}, len(data.problems))
 
 
@@ -148,7 +147,9 @@ class _Protocol:
     def _win_rate(self, trained: dict[str, Any], loaded) -> dict[str, Any]:
         from lab.kinds.cft.winrate import score_pairs
 
-        pairs, problems = load_pairs(self.cfg.preferences or None, limit=self.cfg.preference_limit)
+        data = load(preferences.DATASET, files=self.cfg.preferences or None, task=preferences.TASK,
+                    limit=self.cfg.preference_limit)
+        pairs, problems = data.records, data.problems
         if problems:
             self.events.emit("log", message=f"preferences: skipped {len(problems)} bad rows, e.g. {problems[0]}")
         loaded = loaded or self._load(trained)

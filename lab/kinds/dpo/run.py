@@ -20,7 +20,8 @@ from typing import Any, Callable, Optional, Sequence
 from lab.core.errors import DataError
 from lab.core.events import EventWriter
 from lab.data.loaders import log_skipped
-from lab.data.preferences import PreferencePair, load_pairs
+from lab.data import load, preferences
+from lab.data.preferences import PreferencePair
 from lab.data.chat_templates import alpaca_prompt, has_chat_template
 from lab.jobkit.worker import JobContext
 from lab.kinds.dpo.config import DpoConfig
@@ -36,7 +37,7 @@ REWARDS_EVENT = "rewards"
 def preference_examples(pairs: Sequence[PreferencePair]) -> tuple[list[dict[str, Any]], list[str]]:
     """Pairs → TRL's conversational preference rows, and the pairs refused, each ``id: reason``.
 
-    :func:`load_pairs` already refuses empty responses and identical ones; this adds what it lets
+    :func:`lab.data.load` already refuses empty responses and identical ones; this adds what it lets
     through that teaches DPO nothing or trains on nothing: a blank prompt (a chat row whose user
     message is empty) and responses that differ only in surrounding whitespace, which the chat
     template's stripping renders as the same tokens (a zero margin, a constant loss).
@@ -87,7 +88,8 @@ def run_job(cfg: DpoConfig, ctx: JobContext) -> dict[str, Any]:
     from lab.training.trainer import prepare_model, run_training
 
     ctx.announce("loading preference pairs")
-    pairs, problems = load_pairs(cfg.preferences or None, cfg.limit)
+    data = load(preferences.DATASET, files=cfg.preferences or None, task=preferences.TASK, limit=cfg.limit)
+    pairs, problems = data.records, data.problems
     examples, refused = preference_examples(pairs)
     where = ", ".join(cfg.preferences) if cfg.preferences else "the hub"
     if cfg.on_bad_rows == "error" and (problems or refused):

@@ -13,10 +13,9 @@ from lab.core.reads import shown_here
 from lab.core.limits import MAX_BATCH, MAX_TOKENS
 from lab.core.errors import DataError
 from lab.data import DATASETS, harness
-from lab.data.loaders import not_for_task, split_entry
+from lab.data.loaders import dataset_names, not_for_task, split_entry
 from lab.data.split import parse_split
 from lab.data.templates import LM_EVAL, default_template, get_template, template_names
-from lab.data.texts import text_dataset_names
 from lab.jobkit.kinds import JobKind, register
 from lab.jobkit.sections import (BUNDLED, AdaptedModel, DataSection, EvalSection, HarnessSection, PlacementSection,
                                  PromptSection, RunSection, bundled_split_problem)
@@ -177,7 +176,7 @@ class EvalConfig(ConfigMixin, PlacementSection, RunSection, EvalSection, Harness
             self.dataset = TOKEN_DATASETS[self.task]
         if self.task not in DATASETS.get(self.dataset).tasks:
             raise ValueError(f"dataset: {self.dataset!r} cannot feed task {self.task}; use one of: "
-                             f"{', '.join(text_dataset_names(self.task))}")
+                             f"{', '.join(dataset_names(self.task))}")
         if self.template is None:
             self.template = "plain"
         if get_template(self.template).kind != "text":

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from lab.core.errors import DataError
-from lab.data import load_records
+from lab.data import load
 from lab.data.loaders import log_skipped
 from lab.data.record import MCQRecord
 from lab.kinds.evaluate.config import EvalConfig
@@ -54,8 +54,8 @@ def draw(cfg: EvalConfig, scored: list[MCQRecord], log: Callable[[str], None] = 
     a :class:`DataError` where a subject's pool, less the scored questions, holds fewer than asked."""
     if not cfg.num_fewshot:
         return None
-    pool = load_records(cfg.dataset, cfg.fewshot_split, cfg.data_files or None, subject=cfg.subject,
-                        on_bad_rows=cfg.on_bad_rows, seed=cfg.seed)
+    pool = load(cfg.dataset, cfg.fewshot_split, cfg.data_files or None, subject=cfg.subject,
+                on_bad_rows=cfg.on_bad_rows, seed=cfg.seed)
     log_skipped(pool.problems, log)
     scored_ids = {r.id for r in scored}
     candidates = [r for r in pool.records if r.id not in scored_ids]

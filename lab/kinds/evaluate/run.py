@@ -38,7 +38,7 @@ from lab.calibration.temperature_files import load_temperature
 from lab.core.errors import ScoringError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
-from lab.data import harness, load_records
+from lab.data import Load, harness, load
 from lab.data.loaders import log_skipped
 from lab.data.record import MCQRecord
 from lab.data.fewshot_prompts import with_shots
@@ -222,14 +222,10 @@ def _evaluate_mcq(cfg: EvalConfig, out: Path, progress_factory, log: Callable[[s
     """:func:`evaluate` of a multiple-choice task."""
     announce = announce or (lambda name: None)
     announce(f"loading data {cfg.dataset}")
+    data = load(cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject, on_bad_rows=cfg.on_bad_rows,
+                seed=cfg.seed, limit=cfg.limit, include=cfg.lm_eval_include, num_fewshot=cfg.num_fewshot)
     if harness.is_task(cfg.dataset):
-        data = harness.load_task(cfg.dataset, cfg.lm_eval_include, cfg.num_fewshot, cfg.limit)
         info = {**info, "lm_eval": lm_eval_info(data)}
-    else:
-        data = load_records(
-            cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject,
-            on_bad_rows=cfg.on_bad_rows, seed=cfg.seed, limit=cfg.limit,
-        )
     log_skipped(data.problems, log)
     shots = None if harness.is_task(cfg.dataset) else fewshot.draw(cfg, data.records, log)
     if shots is not None:
@@ -242,7 +238,7 @@ def _evaluate_mcq(cfg: EvalConfig, out: Path, progress_factory, log: Callable[[s
                             shots=shots, **info)
 
 
-def lm_eval_info(data: harness.TaskLoad) -> dict[str, Any]:
+def lm_eval_info(data: Load) -> dict[str, Any]:
     """What metrics.json says of an lm-eval run: each task's shots, split and metrics, the groups, the
     few-shot seed and lm-eval's version (the prompts are its, so its release is part of the result)."""
     from importlib.metadata import version

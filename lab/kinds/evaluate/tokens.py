@@ -39,7 +39,8 @@ from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
 from lab.data import synthetic
 from lab.data.loaders import log_skipped
 from lab.data.templates import get_template
-from lab.data.texts import TextRecord, load_texts
+from lab.data import load
+from lab.data.texts import TextRecord
 from lab.jobkit.kinds import write_config
 from lab.kinds.evaluate.calibrated import apply_calibrator
 from lab.kinds.evaluate.config import CONFIDENCE, EvalConfig
@@ -186,8 +187,8 @@ def evaluate_tokens(cfg: EvalConfig, out: Path, progress_factory=None, log: Call
     (a model already in memory) rather than loading ``cfg.model`` (its offload folder held by ``placed_for``)."""
     announce = announce or (lambda name: None)
     announce(f"loading data {cfg.dataset}")
-    data = load_texts(cfg.dataset, cfg.task, cfg.data_files or None, split=cfg.split, on_bad_rows=cfg.on_bad_rows,
-                      limit=cfg.limit, seed=cfg.seed)
+    data = load(cfg.dataset, cfg.split, cfg.data_files or None, task=cfg.task, on_bad_rows=cfg.on_bad_rows,
+                limit=cfg.limit, seed=cfg.seed)
     log_skipped(data.problems, log)
     from lab.models.batching import context_limit
     from lab.models.token_scoring import score_documents

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 from lab.core.errors import Stopped
 from lab.core.events import EventWriter
 from lab.core.layout import TOPK_DIR, TOPK_SHARD_SIZE
-from lab.data import MCQRecord, load_records
+from lab.data import MCQRecord, load
 from lab.jobkit.worker import JobContext
 from lab.kinds.extract.config import ExtractConfig
 
@@ -56,8 +56,8 @@ def run_extract(cfg: ExtractConfig, out: Path, events: EventWriter, should_stop:
     from lab.models.loading import load_model
     from lab.models.placement import placed
 
-    records = load_records(cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject, seed=cfg.seed,
-                           limit=cfg.limit).records
+    records = load(cfg.dataset, cfg.split, cfg.data_files or None, subject=cfg.subject, seed=cfg.seed,
+                   limit=cfg.limit).records
     meta = {"model": {"model": cfg.model, "adapter": cfg.adapter}, "dataset": cfg.dataset, "split": cfg.split,
             "template": cfg.template}
     with placed(out, cfg) as placing:

@@ -19,8 +19,7 @@ from typing import Literal, Optional
 
 from lab.core.config import ConfigMixin, doc, redeclare
 from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR
-from lab.data import DATASETS
-from lab.data.loaders import dataset_names
+from lab.data import DATASETS, dataset_names
 from lab.jobkit.kinds import JobKind, register
 from lab.jobkit.sections import DataSection, EvalSection, ModelSection, RunSection
 from lab.kinds.alignment.section import CALIBRATION_DIR, AlignmentSection

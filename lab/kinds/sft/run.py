@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.data.instructions import load_instructions
+from lab.data import load
+from lab.data.instructions import SFT_TASK
 from lab.data.loaders import log_skipped
 from lab.data.chat_templates import has_chat_template
 from lab.jobkit.worker import JobContext
@@ -31,8 +32,8 @@ def run_job(cfg: SftConfig, ctx: JobContext) -> dict[str, Any]:
     from lab.training.trainer import prepare_model, run_training
 
     ctx.announce(f"loading data {cfg.dataset}")
-    data = load_instructions(cfg.dataset, cfg.split, cfg.data_files or None, on_bad_rows=cfg.on_bad_rows,
-                             seed=cfg.seed, limit=cfg.limit)
+    data = load(cfg.dataset, cfg.split, cfg.data_files or None, task=SFT_TASK, on_bad_rows=cfg.on_bad_rows,
+                seed=cfg.seed, limit=cfg.limit)
     log_skipped(data.problems, ctx.log)
     ctx.announce(f"loading model {cfg.model}")
     model, tokenizer, device = prepare_model(cfg)
