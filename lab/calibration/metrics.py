@@ -386,15 +386,8 @@ def reliability_rows(conf: Any, correct: Any, n_bins: int = 10, strategy: Strate
     return _reliability_rows(conf, correct, n_bins, strategy, edges)
 
 
-def summarize(
-    probs: Any,
-    labels: Any,
-    n_bins: int = 10,
-    mask: Any | None = None,
-    n_boot: int = 1000,
-    seed: int = 0,
-    edges: BinEdges = "right",
-) -> dict[str, Any]:
+def summarize(probs: Any, labels: Any, n_bins: int = 10, mask: Any | None = None, n_boot: int = 1000, seed: int = 0,
+              edges: BinEdges = "right") -> dict[str, Any]:
     """All metrics of one evaluation as a JSON-ready dict (plain floats, ints, lists; NaN → None).
 
     Keys: ``n, accuracy, ece, ece_equal_mass, mce, cw_ece, brier, nll, trust, smece, ece_ci_low,
@@ -441,19 +434,7 @@ def _confidence_summary(conf: np.ndarray, hits: np.ndarray, n_bins: int, n_boot:
     if n_boot > 0:
         low, high = _ece_bootstrap(conf, hits, n_bins, n_boot, CI_LEVEL, seed, edges)
         level = CI_LEVEL
-    return {
-        "n": int(conf.shape[0]),
-        "accuracy": acc,
-        "ece": err,
-        "ece_equal_mass": _ece(conf, hits, n_bins, "mass", "right"),
-        "mce": _mce(conf, hits, n_bins, edges),
-        **scores,
-        "trust": trust(acc, err),
-        "smece": _smooth_ece(conf, hits),
-        "ece_ci_low": low,
-        "ece_ci_high": high,
-        "ece_ci_level": level,
-        "n_bins": int(n_bins),
-        "bin_edges": edges,
-        "reliability": _reliability_rows(conf, hits, n_bins, "width", edges),
-    }
+    return {"n": int(conf.shape[0]), "accuracy": acc, "ece": err, "ece_equal_mass": _ece(conf, hits, n_bins, "mass", "right"),
+            "mce": _mce(conf, hits, n_bins, edges), **scores, "trust": trust(acc, err), "smece": _smooth_ece(conf, hits),
+            "ece_ci_low": low, "ece_ci_high": high, "ece_ci_level": level, "n_bins": int(n_bins), "bin_edges": edges,
+            "reliability": _reliability_rows(conf, hits, n_bins, "width", edges)}

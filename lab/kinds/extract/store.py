@@ -36,12 +36,10 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
+from safetensors.numpy import load as st_load, save as st_save
 
 from lab.core.files import write_atomic
-from lab.core.layout import MANIFEST_FILE as MANIFEST
-from lab.core.layout import TOPK_SHARD_SIZE
+from lab.core.layout import MANIFEST_FILE as MANIFEST, TOPK_SHARD_SIZE
 from lab.models import distributed
 from lab.models.batching import index_device, plan_batches, right_padded
 from lab.models.loading import input_device
