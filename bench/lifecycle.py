@@ -57,10 +57,9 @@ from bench._controlled_task import job, jobs_parser, mean_cell
 from bench._harness import REPO, RESULTS, Only, Timer, write_result
 from bench.claims import ZERO, Claim, Row, claims_section
 from lab.core.events import read_events
-from lab.core.layout import EVENTS_FILE, METRICS_FILE, MODEL_DIR, SERIES_FILE
+from lab.core.layout import CALIBRATION_DIR, EVENTS_FILE, METRICS_FILE, MODEL_DIR, SERIES_FILE
 from lab.data.synthetic import Task, write_splits
 from lab.data.templates import CFT_SYSTEM, get_template, option_letters
-from lab.kinds.alignment.section import CALIBRATION_DIR
 from lab.results.reports import pct
 from lab.training.snapshots import final_weights
 

@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 
 from lab.calibration.spread import accuracy_bootstrap
-from lab.core.layout import CONFIG_FILE, START_FILE
+from lab.core.layout import CALIBRATION_DIR, CONFIG_FILE, START_FILE
 from lab.jobkit import pipeline
 from lab.jobkit.kinds import write_config
 from lab.kinds.dpo.config import DpoConfig
 from lab.kinds.evaluate.config import EvalConfig
-from lab.kinds.alignment.section import CALIBRATION_DIR
 from lab.kinds.sft.config import SftConfig
 from lab.results import runs, series, stages
 from lab.results.reports import csv_text

@@ -10,11 +10,10 @@ import torch
 
 from lab.core.config import ConfigError
 from lab.core.events import read_events
-from lab.core.layout import METRICS_FILE
+from lab.core.layout import CALIBRATION_DIR, METRICS_FILE
 from lab.data import load
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.worker import JobContext
-from lab.kinds.alignment.section import CALIBRATION_DIR
 from lab.kinds.sft.run import run_job
 
 CALIBRATION = [{"task": "mcq", "dataset": "synthetic", "data_files": ["bundled"], "split": "test", "limit": 12,

@@ -20,14 +20,13 @@ import pandas as pd
 from lab.calibration.metrics import finite_or_none
 from lab.core import stored
 from lab.core.events import read_events
-from lab.core.layout import EVENTS_FILE, MANIFEST_FILE, REPORT_MD, TOPK_DIR
+from lab.core.layout import CALIBRATION_DIR, EVENTS_FILE, MANIFEST_FILE, REPORT_MD, TOPK_DIR
 from lab.data.harness import PREFIX as LM_EVAL_PREFIX
 from lab.data.templates import option_letter
 from lab.kinds.compare.result import COLUMNS as COMPARE_COLUMNS
 from lab.kinds.compare.result import read_result
 from lab.kinds.compare.result import rows as compare_rows
 from lab.kinds.dpo.run import REWARDS_EVENT
-from lab.kinds.alignment.section import CALIBRATION_DIR
 from lab.results import run_metrics, runs, series
 from lab.results.reports import pct
 from lab.training.snapshots import STEP

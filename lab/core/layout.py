@@ -47,6 +47,7 @@ CHECKPOINTS_DIR = "checkpoints"
 SNAPSHOTS_DIR = "snapshots"  # a training run's weights at every save, kept for a series over steps (snapshots/step-N/)
 SERIES_FILE = "series.json"  # a series job's table: its points, cells and the means over seeds
 SERIES_CSV = "series.csv"  # ... the same cells as a table
+CALIBRATION_DIR = "calibration"  # an alignment run's (sft, dpo) evaluations during training: calibration/step-<n>/<task>/
 CELLS_DIR = "cells"  # a series job's evaluations, one folder per (point, task)
 TRACKER_DIR = "tensorboard"  # a training stage's TensorBoard event files, when report_to names it
 TEMPERATURE_FILE = "temperature.json"

@@ -37,14 +37,13 @@ from typing import Any, Optional
 import numpy as np
 
 from lab.calibration.spread import accuracy_bootstrap
-from lab.core.layout import ADAPTER_DIR, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE
+from lab.core.layout import ADAPTER_DIR, CALIBRATION_DIR, MODEL_DIR, RESULT_FILE, RUN_DIR_NAME, START_DIR, START_FILE
 from lab.core.stored import read_object
 from lab.results import run_configs, runs, series
 
 CHAIN = "chain:"  # a chain's name (what a picker sends back): its last training run's, so prefixed
 TRAINERS = ("finetune", "sft", "dpo")  # the kinds whose weights run:<id> names (lab.jobkit.chain)
 EVALUATE = "evaluate"
-CALIBRATION_DIR = "calibration"  # lab.kinds.sft.config's (the kinds sit above this layer): calibration/step-<n>/<task>/
 STEP = re.compile(r"step-(\d{1,9})")
 REFERENCE = re.compile(r"run:([1-9][0-9]{0,8})")  # lab.jobkit.chain's
 TASK_FIELDS = ("task", "dataset", "data_files", "subject", "split", "limit", "scoring", "template", "bins",

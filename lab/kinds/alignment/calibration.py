@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from lab.core.layout import CALIBRATION_DIR
 from lab.jobkit.worker import JobContext
-from lab.kinds.alignment.section import CALIBRATION_DIR, AlignmentSection
+from lab.kinds.alignment.section import AlignmentSection
 from lab.kinds.evaluate.run import evaluate
 from lab.models import distributed
 

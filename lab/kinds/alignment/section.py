@@ -10,7 +10,6 @@ from lab.jobkit.sections import EvalSection
 from lab.kinds.evaluate.config import EvalConfig
 from lab.training.config import Scheduler, Sharding, Tracker, TrainConfig, Tuning, check_lora_targets, check_tracker
 
-CALIBRATION_DIR = "calibration"  # calibration/step-<n>/<task>/: the evaluations made during training
 MAX_TASKS = 8
 # Set for every calibration task by the job: the model in training, where it runs, and its seed.
 SET_BY_JOB = ("model", "adapter", "seed", "device", "dtype")

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from lab.core.config import ConfigMixin, doc, redeclare
-from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR
+from lab.core.layout import ADAPTER_DIR, CALIBRATION_DIR, CHECKPOINTS_DIR, MODEL_DIR
 from lab.core.limits import MAX_ROWS
 from lab.jobkit.kinds import JobKind, register
 from lab.jobkit.sections import BUNDLED, EvalSection, ModelSection, RunSection
-from lab.kinds.alignment.section import CALIBRATION_DIR, AlignmentSection
+from lab.kinds.alignment.section import AlignmentSection
 
 # A CPU runs DPO at about half SFT's pace (two sequences a pair, and the reference's forward too).
 CPU_LIMIT = 64

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from lab.core.config import ConfigMixin, doc, redeclare
-from lab.core.layout import ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR
+from lab.core.layout import ADAPTER_DIR, CALIBRATION_DIR, CHECKPOINTS_DIR, MODEL_DIR
 from lab.data import DATASETS, dataset_names
 from lab.jobkit.kinds import JobKind, register
 from lab.jobkit.sections import DataSection, EvalSection, ModelSection, RunSection
-from lab.kinds.alignment.section import CALIBRATION_DIR, AlignmentSection
+from lab.kinds.alignment.section import AlignmentSection
 
 # A CPU trains the bundled model at about one example a second: the defaults train minutes, not hours.
 CPU_LIMIT = 64
