@@ -10,9 +10,9 @@ PIP := $(PY) -m pip -qq --disable-pip-version-check
 # `make test`: they would triple the time, and the steps they chain are tested here one by one.
 VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
-MIN_TESTS := tests/test_versions.py tests/test_models.py tests/test_scoring.py tests/test_nonfinite.py \
-	tests/test_winrate.py tests/test_train.py tests/test_cft.py tests/test_first.py tests/test_kd_loss.py \
-	tests/test_metrics.py tests/test_calibrators.py tests/test_plots.py tests/test_ui.py tests/test_harness.py
+MIN_TESTS := tests/core/test_versions.py tests/models/test_loading.py tests/models/test_scoring.py tests/models/test_nonfinite_scores.py \
+	tests/kinds/test_winrate.py tests/training/test_trainer.py tests/kinds/test_cft.py tests/kinds/test_first.py tests/training/test_kd_losses.py \
+	tests/calibration/test_metrics.py tests/calibration/test_calibrators.py tests/ui/test_plots.py tests/ui/test_app.py tests/data/test_lm_eval_tasks.py
 MIN_SKIP := not letter_matches_naive and not cloze_matches_naive and not end_to_end and not pipeline_runs
 HOST ?= 127.0.0.1
 PORT ?= 7860

@@ -117,7 +117,7 @@ def fsdp(bench: Any) -> list[str]:
     import torch
 
     if bench.device.type != "cuda":
-        return ["skipped: FSDP needs CUDA GPUs (accelerate refuses `--cpu` with `--use_fsdp`); tests/test_sharding.py "
+        return ["skipped: FSDP needs CUDA GPUs (accelerate refuses `--cpu` with `--use_fsdp`); tests/jobs/test_sharding.py "
                 "checks the launch and its options on a CPU"]
     rows, notes = [], []
     batch, length = 8, 256

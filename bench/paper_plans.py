@@ -23,7 +23,7 @@ CONFIGS = {name: str(SHIPPED_CONFIGS / name) for name in
 STAND_IN = {"allenai/Llama-3.1-Tulu-3-8B-DPO": CONFIGS["meta-llama/Meta-Llama-3-8B-Instruct"]}
 # (preset, GPUs, GiB of each GPU): FIRST's 8 RTX A6000s, the alignment paper's 4 GPUs (80 GB here), one GPU for CFT.
 PRESETS = (("first-paper", 8, 48), ("sft-paper", 4, 80), ("cft-paper", 1, 80))
-# The check (tests/test_dry_run.py): a 7B full fine-tune from LLaMA-2-7B's config.json alone, on 8 GPUs.
+# The check (tests/jobs/test_dry_run.py): a 7B full fine-tune from LLaMA-2-7B's config.json alone, on 8 GPUs.
 CHECK = {"kind": "finetune", "model": CONFIGS["meta-llama/Llama-2-7b-hf"], "method": "full", "batch_size": 2,
          "max_length": 1024, "sharding": "fsdp"}
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the browser test (tests/test_browser.py drives it with Playwright's
+# Headless Chromium for the browser test (tests/browser/test_first_ten_minutes.py drives it with Playwright's
 # `executable_path`; Playwright's own browser download needs a CDN these machines cannot reach).
 # Debian's `chromium` package where we may install it; otherwise the test skips and says why.
 set -euo pipefail

@@ -3,7 +3,7 @@
     python scripts/make_lm_eval_tasks.py [--check]
 
 Each task keeps lm-eval's own prompt for the dataset's hub copy (its ``doc_to_text``, ``doc_to_choice``,
-``doc_to_target``, ``description``, few-shot split and sampler: tests/test_harness.py compares them with the
+``doc_to_target``, ``description``, few-shot split and sampler: tests/data/test_lm_eval_tasks.py compares them with the
 installed lm-eval's YAMLs) and reads the sample through ``bundled.py`` (``custom_dataset``), which gives the
 rows the hub's schema. ``--check`` verifies the files are what this script writes.
 """

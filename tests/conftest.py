@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_helpers import serving
+from tests.browser.helpers import serving
 from tests.helpers import make_tiny_model
 
 KINDS = ("unit", "model", "e2e", "browser", "slurm")  # what a test does; `slow` (the fast tier's cut) is apart
@@ -128,7 +128,7 @@ def served_bare(tmp_path):
 @pytest.fixture
 def newcomer(served_bare, bundled, monkeypatch):
     """A browser on the app as a user's machine runs it: nothing but the package, no hub."""
-    from tests.browser_helpers import open_page
+    from tests.browser.helpers import open_page
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     sync_api = pytest.importorskip("playwright.sync_api")

@@ -265,3 +265,27 @@ def form_values(kind: str, **changes: Any) -> list:
     for name, text in changes.items():
         values[names.index(name)] = text
     return values
+
+
+def write_token_run(directory: Path, n: int = 40, vocab: int = 30, k: int = 5, seed: int = 0) -> None:
+    """A clm run as the scorer writes it, over a random vocabulary of ``vocab`` logits per target:
+    its top ``k`` tokens, the rest mass, the target's logit and log Z at every temperature of the grid."""
+    from scipy.special import logsumexp, softmax
+
+    from lab.calibration.token_temperature import TOKEN_GRID
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        z = rng.normal(0.0, 3.0, vocab)
+        p, top, target = softmax(z), np.argsort(-z)[:k], int(rng.integers(vocab))
+        rows.append({"i": i, "target_id": target, "top_ids": top.tolist(), "top_probs": p[top].tolist(),
+                     "rest": float(1 - p[top].sum()), "confidence": float(p[top[0]]),
+                     "correct": bool(top[0] == target), "top_logits": z[top].tolist(), "target_logit": float(z[target]),
+                     "log_z": [float(logsumexp(z / t)) for t in TOKEN_GRID], "sum_sq": float((p ** 2).sum())})
+    directory.mkdir(parents=True)
+    (directory / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    accuracy = float(np.mean([r["correct"] for r in rows]))
+    (directory / "metrics.json").write_text(json.dumps({
+        "task": "clm", "n": n, "accuracy": accuracy, "ece": 0.1, "temperature_grid": TOKEN_GRID.tolist(),
+        "model": "bundled", "dataset": "text", "split": "test"}))

@@ -28,7 +28,7 @@ from lab.calibration.temperature import FIT_BOUNDS, TemperatureFit, nll_minimum
 # (token_log_z) is within 2e-5 of the exact confidence everywhere: measured at every midpoint between grid
 # points and 1,601 temperatures more, on 256 targets of the bundled model (7e-6), on random logits over
 # 49,152 tokens (normal with sd 3: 4e-7; Student t, 3 degrees of freedom, scale 2: 1.6e-5), sd 0.3 over 600
-# (7e-8), and up to 5,600 tokens at one gap from the top (4e-6); tests/test_token_temperature.py holds it
+# (7e-8), and up to 5,600 tokens at one gap from the top (4e-6); tests/calibration/test_token_temperature.py holds it
 # to that on its own sets. A cubic spline gives 1.5e-4 at 30 per decade, a quintic one 3e-4 at 20 per decade.
 TOKEN_GRID = np.geomspace(FIT_BOUNDS[0], FIT_BOUNDS[1], 121)
 SPLINE_DEGREE = 5  # token_log_z's spline, in log T

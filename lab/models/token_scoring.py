@@ -127,7 +127,7 @@ def log_partition(logits: torch.Tensor, top: torch.Tensor, betas: torch.Tensor) 
     in log Z over the rows at any temperature of :data:`GRID` (``bench/token_tasks.py --accuracy``): 5e-8
     on the bundled model's logits (2e-8 at T = 1, 1e-10 at T = 0.01), 3e-8 on random normal ones (sd 3)
     and 2.3e-7 on Student t ones (3 degrees of freedom, scale 2); 2e-6 on thousands of tokens all at one
-    gap from the top (tests/test_token_temperature.py). Half the bins per octave make that 3 to 16 times
+    gap from the top (tests/calibration/test_token_temperature.py). Half the bins per octave make that 3 to 16 times
     larger, one moment fewer 2 to 16 times (3e-5 on those clusters). What a run stores is as good as
     its forward pass: the float32 logits of a batched, padded pass differ from one unpadded pass by about
     1e-5, which log Z(T) carries divided by T — against one unpadded forward per target, the stored

@@ -29,7 +29,7 @@ pass (weights, moments, weight copies, every saved activation, and the logits' t
 top layer's backward, whichever is larger) and the optimizer step (weights, gradients, moments). It is
 what ``torch.cuda.max_memory_allocated()`` reports; the CUDA context and the caching allocator's
 slack come on top (pre-flight adds :data:`jobs.preflight.CUDA_CONTEXT`). On a CPU (fp32 throughout,
-no autocast) the same formula holds with :data:`CPU` precision; tests/test_estimates.py measures a
+no autocast) the same formula holds with :data:`CPU` precision; tests/training/test_estimates.py measures a
 training step there with torch's memory profiler and compares.
 
 TRL's trainers (the ``sft`` and ``dpo`` kinds, ``trainer=`` of :func:`training_memory`; TRL 1.16) differ
@@ -52,7 +52,7 @@ in three ways, each a term of its own:
   ``precompute_ref_log_probs`` every pair scored once before training (no copy, no reference pass in a
   step). ``DPOConfig.disable_dropout`` (on by default) also zeroes LoRA's dropout: no masks.
 
-tests/test_estimates.py runs both kinds' jobs on a CPU under the profiler (within 0.3 %, 1.3 % on a
+tests/training/test_estimates.py runs both kinds' jobs on a CPU under the profiler (within 0.3 %, 1.3 % on a
 deeper model); on an H200 (SmolLM2-135M's shape) they read 4-11 % above the estimate, as the finetune
 kind did there with padded batches (docs/jobs.md, "Memory and disk").
 """

@@ -21,7 +21,7 @@ weights, gradients and AdamW state on every GPU, 16 bytes a parameter for a full
   ``offload_folder`` on disk; each GPU adds the forward pass's headroom to its share.
 
 Plain functions of a :class:`lab.models.weights.ModelShape` and a :class:`TrainingMemory`, no torch: the
-web server's pre-flight and ``python -m jobs submit --dry-run`` count with them. tests/test_dry_run.py
+web server's pre-flight and ``python -m jobs submit --dry-run`` count with them. tests/jobs/test_dry_run.py
 checks the states against torch's own ``fully_shard`` over gloo (each rank's local shards after an AdamW
 step).
 """

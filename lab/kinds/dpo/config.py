@@ -26,7 +26,7 @@ from lab.kinds.alignment.section import AlignmentSection
 
 # A CPU runs DPO at about half SFT's pace (two sequences a pair, and the reference's forward too).
 CPU_LIMIT = 64
-# The TRL losses this kind offers (and tests/test_dpo.py checks against their formulas): the DPO
+# The TRL losses this kind offers (and tests/kinds/test_dpo.py checks against their formulas): the DPO
 # paper's sigmoid, IPO (Azar et al.; TRL averages over the response's tokens) and SLiC's hinge.
 LossType = Literal["sigmoid", "ipo", "hinge"]
 

@@ -1,0 +1,82 @@
+"""Headless Chromium through Playwright, for the browser tests (tests/browser/test_first_ten_minutes.py, tests/browser/test_pages.py):
+the page, its widgets by elem_id, and screenshots into tests/output/."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+OUTPUT = Path(__file__).parents[1] / "output"
+
+
+def chromium() -> str:
+    path = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.skip("no Chromium on this machine (scripts/install_browser.sh installs Debian's where it can)")
+    return path
+
+
+@contextmanager
+def serving(ctx) -> Iterator[str]:
+    """The app built on ``ctx`` (a ``ui.context.LabContext``), served on a free local port with the
+    app's CSS, no scheduler; yields its address and closes it after."""
+    from tests.helpers import free_port
+    from ui.app import build
+    from ui.messages import CSS
+
+    demo = build(ctx)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+def open_page(playwright, height: int = 1000, width: int = 1440):
+    """Headless Chromium (the machine's own, no sandbox: it runs as root here) and a page of that
+    size whose waits give up after 30 s."""
+    browser = playwright.chromium.launch(executable_path=chromium(), headless=True,
+                                         args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(30_000)
+    return browser, page
+
+
+def shot(page, name: str, full_page: bool = False) -> None:
+    OUTPUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT / name), full_page=full_page)
+
+
+def box(page, elem_id: str):
+    return page.locator(f"#{elem_id}").locator("input, textarea").first
+
+
+def fill(page, elem_id: str, value: str) -> None:
+    field = box(page, elem_id)
+    field.fill(value)
+    field.press("Tab")  # commit the value to the server-side state
+
+
+def pick(page, elem_id: str, option: str) -> None:
+    """Pick ``option`` (a regex on its label) in the dropdown ``elem_id``."""
+    box(page, elem_id).click()
+    page.get_by_role("option", name=re.compile(option)).first.click()
+    page.keyboard.press("Escape")
+
+
+def recalibrate(page, method: str):
+    """On the Recalibration page: fit ``method`` on the val run, apply it to the test run; the
+    before/after figure (a locator: wait for it)."""
+    page.get_by_role("tab", name="Recalibration").click()
+    pick(page, "recal-fit", "^val · ")
+    pick(page, "recal-apply", "^test · ")
+    page.locator("#recal-method").get_by_text(method).click()
+    page.locator("#recal-run").click()
+    page.locator("#recal-message").get_by_text(re.compile("applied to test · ")).wait_for()
+    return page.locator(".js-plotly-plot >> visible=true").filter(has_text="before").first
