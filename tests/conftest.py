@@ -1,7 +1,13 @@
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Parallel workers (`pytest -n N`, make test) share two cores: one torch thread each, and in the jobs,
+    # servers and ranks they start (the variable is inherited), is faster than each oversubscribing them.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 

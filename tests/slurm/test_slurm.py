@@ -74,6 +74,7 @@ def lab_processes(run_dir: Path) -> list:
 
 
 @pytest.mark.slurm
+@pytest.mark.xdist_group("slurm")  # one worker: the one-node Slurm is started once, and its one node is shared
 @pytest.mark.model
 @pytest.mark.e2e
 @pytest.mark.slow
@@ -123,6 +124,7 @@ def test_jobs_with_executor_slurm_from_the_cli_and_the_api_succeed_as_local_ones
 
 
 @pytest.mark.slurm
+@pytest.mark.xdist_group("slurm")  # one worker: the one-node Slurm is started once, and its one node is shared
 @pytest.mark.model
 @pytest.mark.e2e
 @pytest.mark.slow
@@ -148,6 +150,7 @@ def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left
 
 
 @pytest.mark.slurm
+@pytest.mark.xdist_group("slurm")  # one worker: the one-node Slurm is started once, and its one node is shared
 @pytest.mark.model
 @pytest.mark.e2e
 @pytest.mark.slow
