@@ -46,6 +46,7 @@ def browser_page(app):
         browser.close()
 
 
+@pytest.mark.slow
 def test_life_cycle_draws_three_points_per_task_and_opens_a_row_in_reliability(browser_page):
     page, (ctx, url) = browser_page
     page.goto(url)

@@ -82,6 +82,7 @@ def _picked(page, elem_id: str) -> list[str]:
 
 
 @pytest.mark.parametrize("poll_s", [600.0])
+@pytest.mark.slow
 def test_a_page_shows_what_finished_while_it_was_hidden_when_it_is_opened(browser_page):
     """Its timers poll only every ten minutes here: what shows, the opening of the tab fetched."""
     page, (ctx, url) = browser_page

@@ -255,6 +255,7 @@ def _fields_with_roles(cls):
 
 
 @pytest.mark.unit
+@pytest.mark.slow
 def test_fuzzed_paths_never_resolve_to_or_open_a_file_outside(tree, monkeypatch):
     """2,000 random configs: each path field (nested entries too) gets a random path in a random
     shape. Whatever is accepted resolves only to files inside the root, and no file outside is
@@ -388,6 +389,7 @@ def _form_message(ctx: LabContext, config: dict) -> str:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_bad_configs_get_the_same_message_from_the_cli_the_api_and_the_form(served_bare, tmp_path, capsys):
     from gradio_client import Client
 
@@ -409,6 +411,7 @@ def test_bad_configs_get_the_same_message_from_the_cli_the_api_and_the_form(serv
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_the_public_api_is_exactly_what_the_readme_lists(served_bare):
     import urllib.request
 

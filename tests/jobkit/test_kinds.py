@@ -73,13 +73,19 @@ def test_the_description_is_complete(kind):
     assert description.config.__module__.startswith("lab.")
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("kind", KINDS)
-def test_the_form_renders_a_widget_for_every_field_and_shows_a_config(kind, tmp_path):
-    ctx = LabContext(tmp_path / "runs")
+@pytest.fixture(scope="module")
+def launch_page(tmp_path_factory) -> tuple[LabContext, set]:
+    """The Launch page built once, every kind's form on it (about 4 s a build), and its widgets' ids."""
+    ctx = LabContext(tmp_path_factory.mktemp("launch") / "runs")
     with gr.Blocks() as demo:
         build_launch(ctx)
-    ids = {getattr(block, "elem_id", None) for block in demo.blocks.values()}
+    return ctx, {getattr(block, "elem_id", None) for block in demo.blocks.values()}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_form_renders_a_widget_for_every_field_and_shows_a_config(kind, launch_page):
+    ctx, ids = launch_page
     names = [f.name for f in dataclasses.fields(kinds.get(kind).config)]
     assert {f"{kind}-{n}" for n in names} <= ids and f"submit-{kind}" in ids
     assert [f.name for f in forms.fields(kind)][: len(kinds.get(kind).key_fields)] == list(kinds.get(kind).key_fields)

@@ -122,6 +122,7 @@ def lane(tmp_path):
 
 @pytest.mark.model
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_bad_model_is_refused_and_the_lane_keeps_serving(lane, tiny_model_dir, tmp_path):
     with pytest.raises(LaneError, match="does not exist") as refused:
         lane.call("compare", {"config": _config(str(tmp_path / "nope"), "Q?"), "out": str(tmp_path / "a")})
@@ -134,6 +135,7 @@ def test_a_bad_model_is_refused_and_the_lane_keeps_serving(lane, tiny_model_dir,
 
 @pytest.mark.model
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_two_callers_at_once_get_their_own_answers(lane, tiny_model_dir, tmp_path):
     answers = {}
 
@@ -194,6 +196,7 @@ def test_a_model_over_the_budget_is_refused_with_what_to_free(tmp_path, tiny_mod
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_an_idle_lane_exits_and_the_next_request_starts_it_quietly(tmp_path):
     lane = Lane(tmp_path / ".lane", device="cpu", idle_s=0.5)
     try:
@@ -241,6 +244,7 @@ def test_a_preload_warms_the_models_and_gives_them_back_when_idle(tmp_path, tiny
 # ---------------------------------------------------------------- the page, through the lane
 @pytest.mark.model
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_the_page_compares_a_list_and_reopens_it_after_a_restart(tmp_path, tiny_model_dir):
     from ui import compare_page
     from ui.context import LabContext, LaneOptions

@@ -71,6 +71,7 @@ def test_the_rebuilt_store_keeps_a_running_job_running_and_an_orphan_interrupted
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_store_sqlite_cannot_read_stops_with_what_to_do(tmp_path, capsys):
     from jobs.cli import main as jobs_cli
 

@@ -98,7 +98,9 @@ def _supply(value: str, home: Path) -> None:
         (path / "supplied_test.csv").touch()
 
 
-@pytest.mark.parametrize("name", PAPER)
+# The Pythia preset names hub lm-eval tasks, so its check reads lm-eval's whole task index (about 15 s).
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name == "series-pythia-paper" else name
+                                  for name in PAPER])
 def test_a_paper_preset_is_a_valid_config_once_its_files_and_models_are_here(fresh, name, monkeypatch):
     """What a GPU user runs is checked here, where it cannot run: with the files it names supplied (empty),
     its hub models named as the bundled one and the hub's datasets of its lm-eval tasks taken as reachable,
@@ -236,22 +238,26 @@ RESOURCE_BOXES = {"launch-gpus-evaluate": "gpus", "launch-processes-evaluate": "
                   "launch-minutes-evaluate": "slurm.minutes"}
 
 
-def _launch_boxes(ctx) -> dict:
+@pytest.fixture(scope="module")
+def resource_boxes(tmp_path_factory) -> dict:
+    """The Launch page's resource boxes, from one build of the page (about 4 s): a box's preprocessing,
+    what the test asks of it, does not depend on the runs folder it was built for."""
     import gradio as gr
 
-    with gr.Blocks() as demo:
-        launch_page.build_launch(ctx)
+    with pytest.MonkeyPatch.context() as patch, gr.Blocks() as demo:
+        patch.setattr(launch_page.shutil, "which", lambda name: "/usr/bin/sbatch")  # Slurm's boxes are shown
+        launch_page.build_launch(LabContext(tmp_path_factory.mktemp("boxes") / "runs"))
     return {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None) in RESOURCE_BOXES}
 
 
 @pytest.mark.parametrize("typed", ["NaN", "2; rm", "inf", "", "1.5"])
-def test_every_resource_box_refuses_a_bad_value_naming_it(fresh, monkeypatch, typed):
+def test_every_resource_box_refuses_a_bad_value_naming_it(fresh, monkeypatch, resource_boxes, typed):
     """What gradio's gr.Number did with NaN or text: raise in its own preprocessing, before any
     handler, so the page said a bare "Error". Each box's value, as gradio hands it over, is answered
     by Submit with the field named, and nothing is queued."""
     ctx, _ = fresh
     monkeypatch.setattr(launch_page.shutil, "which", lambda name: "/usr/bin/sbatch")  # Slurm's boxes are checked
-    boxes = _launch_boxes(ctx)
+    boxes = resource_boxes
     assert set(boxes) == set(RESOURCE_BOXES)
     good = {"launch-gpus-evaluate": 0, "launch-processes-evaluate": 1, "launch-nodes-evaluate": 1,
             "launch-gpus-per-node-evaluate": 0, "launch-minutes-evaluate": 30}

@@ -37,6 +37,7 @@ def test_compare_scores_options_applies_temperatures_and_generates(bundled, tmp_
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_a_list_of_questions_is_answered_as_each_alone(bundled, tmp_path):
     """Letter scoring batches a model's questions; each answer must equal asking that question alone."""
     questions = [{"question": "What is the capital of Norway?", "options": ["Oslo", "Helsinki", "Stockholm"], "answer": 0},

@@ -40,6 +40,7 @@ def test_distill_trainer_loss_equals_the_kl_on_full_logits(tiny_model_dir):
 
 @pytest.mark.model
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_first_pipeline_runs_every_stage_and_resumes(tiny_model_dir, shared_data, tmp_path):
     csqa = shared_data / "commonsenseqa"
     cfg = FirstConfig(

@@ -359,6 +359,7 @@ def _finetune(model: Path, out: Path, **fields) -> TrainConfig:
 
 @pytest.mark.model
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_full_fine_tune_keeps_its_weights_at_every_save_and_a_series_reads_them_in_step_order(
         tiny_model_dir, tmp_path):
     run = tmp_path / "runs" / "00001-finetune"
@@ -518,6 +519,7 @@ def test_a_series_over_model_sizes_evaluates_every_cell_loading_each_model_once(
 
 @pytest.mark.model
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_an_interrupted_series_resumes_at_its_first_missing_cell(params_series, sized_models, monkeypatch):
     import lab.models.loading
 
@@ -557,6 +559,7 @@ def test_an_interrupted_series_resumes_at_its_first_missing_cell(params_series, 
 
 @pytest.mark.model
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_train_entry_trains_once_per_seed_never_again_and_spreads_over_seeds(tiny_model_dir, tmp_path,
                                                                              monkeypatch):
     import lab.models.loading
@@ -603,6 +606,7 @@ def test_a_train_entry_trains_once_per_seed_never_again_and_spreads_over_seeds(t
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_on_the_step_axis_the_base_model_is_one_point_for_every_seed(tiny_model_dir, tmp_path, monkeypatch):
     """The base model (step 0) is the same whatever the seed: evaluated once, and its mean has no interval."""
     import lab.models.loading

@@ -172,6 +172,7 @@ def test_examples_whose_prompt_fills_max_length_are_a_clear_refusal(tiny_model_d
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_an_sft_runs_snapshots_feed_a_series_on_the_step_axis(tiny_model_dir, tmp_path):
     """The issue's "its checkpoints feed the series view": a series' run entry reads an sft run as it reads
     a finetune run's, its base model at step 0 and each epoch's snapshot after it."""

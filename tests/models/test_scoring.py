@@ -19,7 +19,8 @@ def _naive_logprobs(model, ids: list[int]) -> torch.Tensor:
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("template", ["first", "cft_chat", "mmlu"])
+@pytest.mark.parametrize("template", ["first", pytest.param("cft_chat", marks=pytest.mark.slow),
+                                      pytest.param("mmlu", marks=pytest.mark.slow)])
 def test_letter_matches_naive_forward_and_is_batch_invariant(bundled, arc_records, template):
     prompts = [get_template(template).render(r, bundled.tokenizer) for r in arc_records]
     batched = score_letter(bundled.model, bundled.tokenizer, prompts, batch_size=4)
@@ -49,6 +50,7 @@ def test_letter_tokens_are_taken_in_context(bundled):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_cloze_matches_naive_full_sequence_loglik(bundled, arc_records):
     prompts = [get_template("cloze_qa").render(r, None) for r in arc_records]
     scores = score_cloze(bundled.model, bundled.tokenizer, prompts, batch_size=3)

@@ -42,6 +42,7 @@ def test_a_checkpoint_weighs_what_the_estimate_says_and_one_is_kept(method, tiny
     assert estimate - CHECKPOINT_EXTRA <= _bytes(kept) <= estimate
 
 
+@pytest.mark.slow
 def test_without_the_optimizer_a_checkpoint_is_weights_only_and_resume_goes_on_with_the_schedule(
         tiny_model_dir, csqa_files, tmp_path):
     cfg = _config(tiny_model_dir, csqa_files, save_optimizer=False)

@@ -260,7 +260,8 @@ def wide_model_dir(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("wide") / "model", hidden=128, intermediate=384)
 
 
-@pytest.mark.parametrize("method", ["full", pytest.param("lora", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the fast tier measures the estimate on single steps (test_a_training_step_allocates_...)
+@pytest.mark.parametrize("method", ["full", "lora"])
 def test_the_lab_trainer_allocates_what_it_reports(method, wide_model_dir, csqa_files, tmp_path, monkeypatch):
     """The whole training code path — prepare_model, transformers' Trainer, accelerate — on this CPU
     (fp32), against the estimate the job reports in its ``memory`` event (at its longest example).
@@ -385,11 +386,10 @@ TRL_CASES = {
     "dpo lora": ("dpo", "lora", {}),
     "dpo precomputed": ("dpo", "full", {"precompute_ref_log_probs": True}),
 }
-FAST_TRL_CASE = "dpo full"  # the doubled batch, the reference copy and the fused head in one: the fast tier's
 
 
-@pytest.mark.parametrize("case", [case if case == FAST_TRL_CASE else pytest.param(case, marks=pytest.mark.slow)
-                                  for case in TRL_CASES])
+@pytest.mark.slow
+@pytest.mark.parametrize("case", TRL_CASES)
 def test_trls_trainers_allocate_what_the_lab_reports(case, wide_model_dir, tmp_path, monkeypatch):
     """The sft and dpo kinds' whole training code path on this CPU (fp32, torch folding the fused head's
     tiles), against the estimate the job reports in its ``memory`` event. One batch an epoch, two epochs:

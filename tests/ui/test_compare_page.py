@@ -93,6 +93,7 @@ def test_a_compare_asked_while_the_lane_warms_says_it_waits_for_it(tmp_path, mon
     assert "answers nothing" in said[-1]
 
 
+@pytest.mark.slow
 def test_the_app_preloads_as_the_compare_tab_opens_and_at_start_when_asked(tmp_path, monkeypatch):
     import gradio as gr
 

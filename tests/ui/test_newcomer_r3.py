@@ -162,6 +162,7 @@ def _choices(dropdown) -> list[str]:
 
 
 @pytest.mark.unit
+@pytest.mark.slow
 def test_each_dataset_dropdown_offers_what_its_kind_accepts(tmp_path):
     """The sft form offered only question sets, every one refused by sft, and not alpaca, dolly or instructions;
     and its upload box took questions, which it refuses too."""

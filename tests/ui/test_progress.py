@@ -194,6 +194,7 @@ def _compare_plans(loaded, records, scoring: str, budget: int, atol: float) -> N
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_budgeted_batches_give_the_same_probabilities_on_long_passages(bundled, shared_data):
     _compare_plans(bundled, _records(shared_data, "boolq", 5), "letter", budget=512, atol=1e-5)
 

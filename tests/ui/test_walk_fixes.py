@@ -34,6 +34,7 @@ def _launch(tmp_path: Path):
     return demo, by_id
 
 
+@pytest.mark.slow
 def test_typing_in_a_field_clears_the_refusal_and_its_mark(tmp_path):
     demo, by_id = _launch(tmp_path)
     message, model = by_id["launch-message-evaluate"], by_id["evaluate-model"]
