@@ -30,8 +30,15 @@ def serving(ctx) -> Iterator[str]:
     from ui.messages import CSS
 
     demo = build(ctx)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    for attempt in range(3):
+        port = free_port()
+        try:
+            demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+            break
+        except ValueError as e:  # gradio's one 3-second probe of the new server timed out: parallel workers load the cores
+            demo.close()
+            if "localhost is not accessible" not in str(e) or attempt == 2:
+                raise
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
