@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.browser.helpers import box, open_page, serving, shot
+from tests.browser.helpers import box, serving, shot
 from tests.helpers import SERIES_SIZES, SERIES_TASKS, run_series, tiny_models
 
 pytestmark = [pytest.mark.browser, pytest.mark.model]
@@ -35,15 +35,6 @@ def app(tmp_path):
     run_series(ctx.runs / "00001-series", tiny_models(tmp_path / "models"))
     with serving(ctx) as url:
         yield ctx, url
-
-
-@pytest.fixture
-def browser_page(app):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser, page = open_page(p, height=1000, width=1440)
-        yield page, app
-        browser.close()
 
 
 @pytest.mark.slow

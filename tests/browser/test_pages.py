@@ -17,7 +17,6 @@ from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import write_evaluation
 from tests.browser.helpers import box as _box
 from tests.browser.helpers import fill as _fill
-from tests.browser.helpers import open_page as _page
 from tests.browser.helpers import pick as _pick
 from tests.browser.helpers import recalibrate as _recalibrate
 from tests.browser.helpers import serving
@@ -67,12 +66,8 @@ def app(tmp_path, poll_s, monkeypatch):
 
 
 @pytest.fixture
-def browser_page(app):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser, page = _page(p, height=VIEWPORT["height"], width=VIEWPORT["width"])
-        yield page, app
-        browser.close()
+def viewport() -> dict[str, int]:
+    return VIEWPORT
 
 
 def _picked(page, elem_id: str) -> list[str]:
