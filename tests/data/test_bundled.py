@@ -19,6 +19,7 @@ from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import PathNotAllowed
 from lab.models.weights import NAMED_MODELS
 from ui import forms
+from tests.data.helpers import script_module
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
@@ -156,19 +157,9 @@ def test_the_bundled_preference_pairs_prefer_the_right_answer():
         assert pair.rejected != pair.chosen
 
 
-def _make_bundled_data():
-    """scripts/make_bundled_data.py as a module (scripts/ is not a package)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import make_bundled_data
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
-    return make_bundled_data
-
-
 @pytest.mark.unit
 def test_sampling_is_seeded_and_keeps_the_original_order():
-    make = _make_bundled_data()
+    make = script_module("make_bundled_data")
     lines = [f"{i}\n".encode() for i in range(100)]
     drawn = make.sample_lines(lines, 10)
     assert drawn == make.sample_lines(lines, 10) and drawn == sorted(drawn, key=lambda b: int(b))
@@ -178,7 +169,7 @@ def test_sampling_is_seeded_and_keeps_the_original_order():
 @pytest.mark.unit
 def test_a_pinned_file_is_refused_unless_it_is_the_release_file(tmp_path):
     """ARC-Easy's dev file is not in ../shared/data: the script checks it by the release file's sha256."""
-    make = _make_bundled_data()
+    make = script_module("make_bundled_data")
     [(rel, sha256)] = make.PINNED
     make.copy_pinned(rel, sha256, tmp_path / "no-source", tmp_path / "made")  # the bundled copy checks itself
     assert (tmp_path / "made" / rel).read_bytes() == (samples.ROOT / rel).read_bytes()

@@ -6,12 +6,12 @@ model's chat template)."""
 import json
 import random
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from lab.data import DataError, InstructionRecord, dataset_names, instructions, load, loading, samples, with_sample
+from tests.data.helpers import script_module
 
 REPO = Path(__file__).resolve().parents[2]
 ALPACA = {"instruction": "Name a colour.", "input": "", "output": "Blue."}
@@ -317,25 +317,16 @@ def test_the_bundled_dolly_sample_loads_every_row_with_its_context_as_alpaca_s_i
         assert needed in sources, needed
 
 
-def _script():
-    """scripts/make_instruction_samples.py as a module (scripts/ is not a package)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import make_instruction_samples
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
-    return make_instruction_samples
-
-
 @pytest.mark.unit
 def test_the_script_remakes_the_alpaca_sample_from_shared(shared_data, capsys):
-    assert _script().main(["--alpaca", str(shared_data / "alpaca" / "alpagasus_random_9k.json"), "--check"]) == 0
+    make = script_module("make_instruction_samples")
+    assert make.main(["--alpaca", str(shared_data / "alpaca" / "alpagasus_random_9k.json"), "--check"]) == 0
     assert capsys.readouterr().out == "the bundled files are as this script makes them\n"
 
 
 @pytest.mark.unit
 def test_the_script_draws_dolly_rows_byte_for_byte_from_a_file_of_its_shape(tmp_path):
-    make = _script()
+    make = script_module("make_instruction_samples")
     rng = random.Random(5)
     rows = [json.dumps({"instruction": f"Q{i}", "context": rng.choice(["", f"C{i}"]), "response": f"A{i}",
                         "category": "open_qa"}) for i in range(make.DOLLY_ROWS)]

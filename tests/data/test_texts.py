@@ -2,7 +2,6 @@
 file:line, the bundled samples (Shakespeare, T-REx, the controlled task's statements), the refusals
 of a dataset for a task it does not feed, and the text templates (the paper's Table 1)."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from lab.core.reads import PathNotAllowed, restricted
 from lab.data import DATASETS, DataError, Load, MCQRecord, TextRecord, dataset_names, load, samples
 from lab.data.synthetic import statement
 from lab.data.templates import Prompt, get_template, template_names
+from tests.data.helpers import script_module
 
 pytestmark = pytest.mark.unit
 
@@ -290,11 +290,7 @@ def test_a_text_record_is_a_value():
 def test_the_text_samples_are_registered_and_remade_by_their_script(tmp_path):
     assert DATASETS.get("text").bundled == (("validation", "text/validation.txt"), ("test", "text/test.txt"))
     assert DATASETS.get("trex").bundled == (("test", "trex/test.jsonl"),)
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import make_text_samples as make
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    make = script_module("make_text_samples")
     assert make.paragraphs("a\nb\n\n\n c\n") == ["a\nb", " c"]
     doc = {"docid": "http://www.wikidata.org/entity/Q1", "title": "T", "text": "Rome is in Italy. It is old.",
            "sentences_boundaries": [[0, 17], [18, 28]],
