@@ -67,17 +67,21 @@ def run_scheduler(store, ids, timeout: float = 300) -> None:
         time.sleep(0.5)
 
 
+def on_real_slurm(test):
+    """The marks of a test that runs jobs on a real Slurm. One xdist group: the one-node Slurm is started
+    once, by one worker, and its one node is shared."""
+    for mark in (pytest.mark.slow, pytest.mark.e2e, pytest.mark.model, pytest.mark.xdist_group("slurm"), pytest.mark.slurm):
+        test = mark(test)
+    return test
+
+
 def lab_processes(run_dir: Path) -> list:
     import psutil
 
     return [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
 
 
-@pytest.mark.slurm
-@pytest.mark.xdist_group("slurm")  # one worker: the one-node Slurm is started once, and its one node is shared
-@pytest.mark.model
-@pytest.mark.e2e
-@pytest.mark.slow
+@on_real_slurm
 def test_jobs_with_executor_slurm_from_the_cli_and_the_api_succeed_as_local_ones(slurm, tmp_path, tiny_model_dir,
                                                                                  no_stray_output):
     from jobs.cli import main
@@ -123,11 +127,7 @@ def test_jobs_with_executor_slurm_from_the_cli_and_the_api_succeed_as_local_ones
     assert [(e["accuracy"], e["ece"]) for e in evals[0]] == [(e["accuracy"], e["ece"]) for e in evals[1]]
 
 
-@pytest.mark.slurm
-@pytest.mark.xdist_group("slurm")  # one worker: the one-node Slurm is started once, and its one node is shared
-@pytest.mark.model
-@pytest.mark.e2e
-@pytest.mark.slow
+@on_real_slurm
 def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left(slurm, tmp_path, slower_model_dir,
                                                                                  no_stray_output):
     from jobs.scheduler import Scheduler, cancel
@@ -149,11 +149,7 @@ def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left
     assert job_fields(ended.slurm_id)["JobState"] in TERMINAL
 
 
-@pytest.mark.slurm
-@pytest.mark.xdist_group("slurm")  # one worker: the one-node Slurm is started once, and its one node is shared
-@pytest.mark.model
-@pytest.mark.e2e
-@pytest.mark.slow
+@on_real_slurm
 def test_a_slurm_job_past_its_time_limit_fails_with_timeout_and_a_restart_sees_it(slurm, tmp_path, slower_model_dir,
                                                                                   no_stray_output):
     """Submitted by one scheduler, which then stops (the server restarts); another, new one
