@@ -68,9 +68,8 @@ def run_scheduler(store, ids, timeout: float = 300) -> None:
 
 
 def on_real_slurm(test):
-    """The marks of a test that runs jobs on a real Slurm. One xdist group: the one-node Slurm is started
-    once, by one worker, and its one node is shared."""
-    for mark in (pytest.mark.slow, pytest.mark.e2e, pytest.mark.model, pytest.mark.xdist_group("slurm"), pytest.mark.slurm):
+    """The marks of a test that runs jobs on a real Slurm (the one-node cluster they share is started once)."""
+    for mark in (pytest.mark.slow, pytest.mark.e2e, pytest.mark.model, pytest.mark.slurm):
         test = mark(test)
     return test
 
