@@ -86,7 +86,7 @@ def data_files(out: Path) -> dict[str, str]:
     data = out / "data"
     if not (data / "pool.jsonl").is_file():
         write_splits(data, TASK, SIZES)
-    # The loaders know the splits train / validation / test / shifted: the bench's other parts are read as train.
+    # The synthetic dataset's splits are train / validation / test / shifted: the bench's other parts are read as train.
     return {part: f"{part if part in ('validation', 'test', 'shifted') else 'train'}={data / f'{part}.jsonl'}"
             for part in SIZES}
 

@@ -181,7 +181,7 @@ def check_narrow(tokenizer: Any, files: dict[str, Path]) -> None:
 # ---------------------------------------------------------------- the jobs of one seed
 
 def loader(files: dict[str, Path], part: str, split: str = "train") -> str:
-    """A data_files entry ``split=path`` (the loaders know train / validation / test / shifted)."""
+    """A data_files entry ``split=path`` (the synthetic dataset's splits are train / validation / test / shifted)."""
     return f"{split}={files[part]}"
 
 

@@ -15,7 +15,7 @@ from lab.core.errors import DataError
 
 from . import builtin, custom, harness, instructions, preferences, synthetic, texts  # noqa: F401  (they register themselves)
 from .instructions import InstructionRecord
-from .loaders import DATASETS, dataset_names, with_sample
+from .registry import DATASETS, dataset_names, with_sample
 from .loading import load
 from .record import Load, MCQRecord
 from .spec import TASK_TYPES, DatasetSpec

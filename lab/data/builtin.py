@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 # The module, read at call time: importing lab.data.templates first runs this package's __init__ (it
 # imports lab.data.record), and so this module, before lab.data.templates has defined anything.
 from . import templates
-from .loaders import register
+from .registry import register
 from .record import MCQRecord
 from .rows import (NO_ANSWER, BadRow, Row, as_object, json_type, present, read_csv, read_json, row_id, string_list,
                    text_field)

@@ -171,7 +171,7 @@ def alpaca_prompt(messages: Sequence[Mapping[str, str]]) -> str:
     base model without a chat template is instruction-tuned (the alignment-calibration paper follows
     Stanford Alpaca's setup; TRL's SFTTrainer cannot render chat messages without a template). A system
     message takes the header's place; earlier turns are earlier Instruction / Response blocks. An Alpaca row's
-    input stays after its instruction, where the loaders put it (:mod:`lab.data.instructions`)."""
+    input stays after its instruction, where the instruction readers put it (:mod:`lab.data.instructions`)."""
     header, blocks = ALPACA_HEADER, []
     for message in messages:
         if message["role"] == "system":

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from lab.core.errors import DataError
 
 from . import templates  # the module, read at call time: see the same import in .builtin
-from .loaders import register
+from .registry import register
 from .record import MCQRecord
 from .rows import (NO_ANSWER, TOO_DEEP, BadRow, Row, as_object, convert_rows, csv_rows, json_type, lone_surrogate,
                    read_json, row_id, text_field)

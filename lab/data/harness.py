@@ -34,7 +34,7 @@ import yaml
 from lab.core.errors import DataError, RowProblem
 
 from . import samples
-from .loaders import hub_unavailable
+from .hub_copy import hub_unavailable
 from .record import Load, MCQRecord
 from .task_folders import LOCAL_BUILDERS, local_data, names_local, yaml_loader
 from .templates import Prompt

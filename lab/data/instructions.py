@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Union
 from lab.core.errors import DataError, RowProblem
 from lab.core.limits import MAX_TOKENS
 
-from .loaders import register
+from .registry import register
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, present, read_json, row_id, text_field
 from .spec import DatasetSpec
 from .chat_templates import alpaca_prompt

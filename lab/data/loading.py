@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypeVar
 
 from lab.core.errors import DataError, RowProblem
 from lab.core.limits import MAX_ROWS
 
 from . import harness
-from .loaders import DATASETS, describe_files, files_for, from_hub, not_for_task
+from .files import describe_files, files_for
+from .hub_copy import from_hub
 from .record import Load
+from .registry import DATASETS, not_for_task
 from .rows import NO_ANSWER, not_utf8
 from .spec import DatasetSpec, Reader, task_type
 from .split import carve, parse_split
@@ -197,3 +199,11 @@ def check_loaded(spec: DatasetSpec, where: str, records: Sequence[Any], problems
         raise DataError(f"{len(problems)} bad rows in {where} ({len(records)} usable):\n{listed}{more}\n"
                         "Fix them, or pass on_bad_rows='skip' to skip them (they are then listed in "
                         "Load.problems).", tuple(problems))
+
+
+def log_skipped(problems: Sequence[RowProblem], log: Callable[[str], None], shown: int = 5) -> None:
+    """Tell ``log`` of the first ``shown`` rows a load skipped, and how many more there were."""
+    for problem in problems[:shown]:
+        log(f"skipped {problem}")
+    if len(problems) > shown:
+        log(f"... and {len(problems) - shown} more skipped rows")

@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, Mapping, Optional
 
 from . import samples
-from .loaders import register
+from .registry import register
 from .rows import BadRow, as_object, json_type, read_json, row_id, text_field
 from .spec import DatasetSpec
 

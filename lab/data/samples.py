@@ -6,7 +6,7 @@ beside this module, in their original formats, and each dataset registers its ow
 (:attr:`DatasetSpec.bundled`: split → file or folder). ``data_files: [bundled]`` stands for them,
 as ``model: bundled`` stands for the bundled model; it is a whole entry, never a path prefix, so
 ``bundled/../x`` stays an ordinary (relative) path for the path checks. Configs keep the entry as
-written (:mod:`lab.jobkit.paths` checks it); the loaders expand it here, at the moment they read.
+written (:mod:`lab.jobkit.paths` checks it); :mod:`lab.data.files` expands it here, at the moment a load reads.
 ``scripts/make_bundled_data.py`` regenerates the files from ../shared/data.
 """
 from __future__ import annotations
@@ -58,5 +58,5 @@ def expand(spec: DatasetSpec, given: Iterable[str], with_sample: Iterable[str]) 
 
 
 def is_sample(path: Path) -> bool:
-    """Whether ``path`` is one of the bundled files (the loaders then say "the bundled sample")."""
+    """Whether ``path`` is one of the bundled files (a load then says it read "the bundled sample")."""
     return path.resolve().is_relative_to(ROOT)

@@ -1,7 +1,8 @@
-"""How one dataset is read (:class:`DatasetSpec`, the entry each dataset registers in :mod:`lab.data.loaders`)
+"""How one dataset is read (:class:`DatasetSpec`, the entry each dataset registers in :mod:`lab.data.registry`)
 and what each task type it may feed is (:class:`TaskType`, in :data:`TASK_TYPES`).
 
-Its own module, below the loaders and the bundled samples (:mod:`lab.data.samples`), which both read it.
+Its own module, below the registry, the file expansion (:mod:`lab.data.files`), the hub copies
+(:mod:`lab.data.hub_copy`) and the bundled samples (:mod:`lab.data.samples`), which all read it.
 As in lm-evaluation-harness, where a task's config says how its documents are read and the registry maps
 names to configs, a spec says which task types it feeds by the readers it has, one per task type, and
 :func:`lab.data.loading.load` reads every dataset for every task through them.

@@ -40,7 +40,7 @@ import numpy as np
 from lab.core.errors import RowProblem
 
 from .custom import custom_row
-from .loaders import register
+from .registry import register
 from .record import MCQRecord
 from .rows import BadRow, read_json
 from .spec import DatasetSpec

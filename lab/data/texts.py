@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 from lab.core.errors import DataError, RowProblem
 from lab.core.reads import open_text
 
-from .loaders import register
+from .registry import register
 from .rows import BadRow, as_object, json_type, not_utf8_at_line, read_json, row_id, text_field
 from .spec import DatasetSpec, Reader
 

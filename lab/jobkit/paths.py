@@ -45,7 +45,8 @@ from lab.core.errors import ModelLoadError
 from lab.core.layout import CALIBRATOR_FILE, TEMPERATURE_FILE
 from lab.core.reads import PathNotAllowed, inside, resolved_entries, shown, shown_roots
 from lab.data import DATASETS, DataError, harness, samples, task_folders, with_sample
-from lab.data.loaders import hub_copy_problem, list_folder, split_entry
+from lab.data.files import list_folder, split_entry
+from lab.data.hub_copy import hub_copy_problem
 from lab.jobkit import chain
 from lab.models.tokenizers import check_folder_template
 from lab.models.weights import NAMED_MODELS, check_model_folder

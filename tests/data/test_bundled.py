@@ -13,7 +13,7 @@ import pytest
 from lab.core import hub
 from lab.core.config import ConfigError, walk
 from lab.core.yamlio import load_yaml
-from lab.data import DATASETS, DataError, load, loaders, samples, with_sample
+from lab.data import DATASETS, DataError, hub_copy, load, samples, with_sample
 from lab.jobkit import kinds, pipeline
 from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import PathNotAllowed
@@ -55,7 +55,7 @@ def offline_without_shared(monkeypatch):
     a local copy), and nothing read from ../shared (every open and listing there is recorded)."""
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub, "hub_reachable", lambda: False)
-    monkeypatch.setattr(loaders, "hub_reachable", lambda: False)
+    monkeypatch.setattr(hub_copy, "hub_reachable", lambda: False)
     _touched.clear()
     yield
     assert _touched == [], _touched[:10]
@@ -284,7 +284,7 @@ def test_a_split_the_sample_lacks_is_named_with_the_splits_it_has():
 @pytest.mark.unit
 def test_the_hub_message_names_the_field_and_the_sample(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(loaders, "hub_reachable", lambda: False)
+    monkeypatch.setattr(hub_copy, "hub_reachable", lambda: False)
     with pytest.raises(DataError) as err:
         load("obqa", "test")
     assert "set data_files (--data-files on the command line)" in str(err.value).lower()

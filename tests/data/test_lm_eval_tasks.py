@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lab.core.config import ConfigError
-from lab.data import harness, load, loaders, samples
+from lab.data import harness, hub_copy, load, samples
 from lab.data.record import MCQRecord
 from lab.kinds.evaluate.config import EvalConfig
 from lab.jobkit.paths import checked_config
@@ -225,7 +225,7 @@ def test_a_multiple_input_task_s_records_carry_one_context_per_option(folder):
 def server(tmp_path, folder, monkeypatch) -> LabContext:
     """A server that may read ``tmp_path/tasks`` (the include folder) and trusts it with code, offline."""
     monkeypatch.setenv(harness.TRUSTED_ENV, str(folder))
-    monkeypatch.setattr(loaders, "hub_reachable", lambda: False)
+    monkeypatch.setattr(hub_copy, "hub_reachable", lambda: False)
     return LabContext(tmp_path / "runs", (folder,))
 
 

@@ -106,9 +106,9 @@ def test_a_paper_preset_is_a_valid_config_once_its_files_and_models_are_here(fre
     its hub models named as the bundled one and the hub's datasets of its lm-eval tasks taken as reachable,
     every other field passes, so a misspelt field or a value out of range fails here and not on their machine."""
     from lab.core.config import walk
-    from lab.data import loaders
+    from lab.data import hub_copy
 
-    monkeypatch.setattr(loaders, "hub_reachable", lambda: True)
+    monkeypatch.setattr(hub_copy, "hub_reachable", lambda: True)
     _, home = fresh
     config = _preset(name)
     cls = kinds.get(config["kind"]).config
@@ -312,7 +312,7 @@ def test_a_hub_dataset_this_machine_cannot_load_is_refused_at_submit(fresh, no_h
     with pytest.raises(ConfigError, match=r"^data_files: empty, so the Hugging Face hub copy of custom is meant, but custom has no copy on the Hugging Face hub"):
         ctx.submit({"kind": "evaluate", "dataset": "custom", "data_files": []})
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr("lab.data.loaders.hub_reachable", lambda: False)
+    monkeypatch.setattr("lab.data.hub_copy.hub_reachable", lambda: False)
     with pytest.raises(ConfigError, match=r"^data_files: empty, .* the Hugging Face hub cannot be reached"):
         ctx.submit(config)
     with pytest.raises(ConfigError, match=r"^in_domain\[0\]\.data_files: empty, so the Hugging Face hub copy of mmlu"):
@@ -325,7 +325,7 @@ def test_a_hub_dataset_in_the_cache_or_online_is_accepted(fresh, no_hub_cache, m
     (no_hub_cache / "datasets" / "tau___commonsense_qa").mkdir(parents=True)  # where load_dataset caches it
     assert ctx.submit({"kind": "evaluate", "dataset": "csqa", "data_files": []}).config_dict["data_files"] == []
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr("lab.data.loaders.hub_reachable", lambda: True)
+    monkeypatch.setattr("lab.data.hub_copy.hub_reachable", lambda: True)
     assert ctx.submit({"kind": "evaluate", "dataset": "mmlu", "data_files": []}).status == "queued"
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from lab.data import DataError, load, loaders
+from lab.data import DataError, hub_copy, load
 from lab.data.preferences import PreferencePair, to_pair
 from lab.kinds.cft.winrate import pair_prompt, score_pairs, win_rate
 
@@ -93,12 +93,12 @@ def test_the_hub_default_is_argillas_layout(monkeypatch):
                 {"instruction": "Same?", "chosen_response": "x", "rejected_response": "x"}]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    monkeypatch.setattr(loaders, "hub_reachable", lambda: True)
+    monkeypatch.setattr(hub_copy, "hub_reachable", lambda: True)
     loaded = load("ultrafeedback", task="preferences")
     pairs, problems = loaded.records, loaded.problems
     assert calls == [("argilla/ultrafeedback-binarized-preferences", "train")]
     assert pairs == [PreferencePair("train-0", "Hi?", "Hello.", "Go.")] and problems[0].line == 1
-    monkeypatch.setattr(loaders, "hub_reachable", lambda: False)
+    monkeypatch.setattr(hub_copy, "hub_reachable", lambda: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with pytest.raises(DataError, match="cannot be reached"):
         load("ultrafeedback", task="preferences")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from lab.core.errors import DataError
 from lab.core.events import EventWriter
-from lab.data.loaders import log_skipped
+from lab.data.loading import log_skipped
 from lab.data import load, preferences
 from lab.data.preferences import PreferencePair
 from lab.data.chat_templates import alpaca_prompt, has_chat_template

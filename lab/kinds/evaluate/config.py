@@ -13,7 +13,8 @@ from lab.core.reads import shown_here
 from lab.core.limits import MAX_BATCH, MAX_TOKENS
 from lab.core.errors import DataError
 from lab.data import DATASETS, harness
-from lab.data.loaders import dataset_names, not_for_task, split_entry
+from lab.data.files import split_entry
+from lab.data.registry import dataset_names, not_for_task
 from lab.data.split import parse_split
 from lab.data.templates import LM_EVAL, default_template, get_template, template_names
 from lab.jobkit.kinds import JobKind, register

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from lab.core.errors import DataError
 from lab.data import load
-from lab.data.loaders import log_skipped
+from lab.data.loading import log_skipped
 from lab.data.record import MCQRecord
 from lab.kinds.evaluate.config import EvalConfig
 

@@ -39,7 +39,7 @@ from lab.core.errors import ScoringError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
 from lab.data import Load, harness, load
-from lab.data.loaders import log_skipped
+from lab.data.loading import log_skipped
 from lab.data.record import MCQRecord
 from lab.data.fewshot_prompts import with_shots
 from lab.data.templates import get_template

@@ -37,7 +37,7 @@ from lab.core.errors import DataError
 from lab.core.files import write_atomic
 from lab.core.layout import METRICS_FILE, PREDICTIONS_FILE
 from lab.data import synthetic
-from lab.data.loaders import log_skipped
+from lab.data.loading import log_skipped
 from lab.data.templates import get_template
 from lab.data import load
 from lab.data.texts import TextRecord

@@ -17,7 +17,7 @@ from typing import Any
 
 from lab.data import load
 from lab.data.instructions import SFT_TASK
-from lab.data.loaders import log_skipped
+from lab.data.loading import log_skipped
 from lab.data.chat_templates import has_chat_template
 from lab.jobkit.worker import JobContext
 from lab.kinds.alignment.calibration import calibration_check

@@ -1,7 +1,7 @@
 """lab.data: the real files in ../shared/data, custom files, hub converters (offline), splits.
 
 Expected values come from SOURCES.md and from reading the raw files here with plain json/csv,
-independently of the loaders.
+independently of the lab's readers.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import datasets
 import pytest
 
 from lab.core.registry import UnknownNameError
-from lab.data import DATASETS, DataError, MCQRecord, carve, dataset_names, load, loaders
+from lab.data import DATASETS, DataError, MCQRecord, carve, dataset_names, hub_copy, load
 
 pytestmark = pytest.mark.unit
 
@@ -315,7 +315,7 @@ class FakeHub:
 
 @pytest.fixture
 def online(monkeypatch) -> None:
-    monkeypatch.setattr(loaders, "hub_reachable", lambda: True)
+    monkeypatch.setattr(hub_copy, "hub_reachable", lambda: True)
 
 
 @pytest.fixture
@@ -405,7 +405,7 @@ def test_hub_failure_is_one_clear_error(monkeypatch, online):
 
 def test_unreachable_hub_fails_at_once_without_calling_load_dataset(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(loaders, "hub_reachable", lambda: False)
+    monkeypatch.setattr(hub_copy, "hub_reachable", lambda: False)
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("load_dataset was called"))
     with pytest.raises(DataError, match="cannot be reached to load boolq.*--data-files.*HF_HUB_OFFLINE=1"):
         load("boolq", "validation")
