@@ -14,10 +14,9 @@ MIN_TESTS := tests/core/test_versions.py tests/models/test_loading.py tests/mode
 	tests/kinds/test_winrate.py tests/training/test_trainer.py tests/kinds/test_cft.py tests/kinds/test_first.py tests/training/test_kd_losses.py \
 	tests/calibration/test_metrics.py tests/calibration/test_calibrators.py tests/ui/test_plots.py tests/ui/test_app.py tests/data/test_lm_eval_tasks.py
 MIN_SKIP := not letter_matches_naive and not cloze_matches_naive and not end_to_end and not pipeline_runs
-# Parallel test workers (pytest-xdist) for the fast tier and test-min: three on two cores, each running torch
-# on one thread (tests/conftest.py). The whole suite runs in one process: under three workers a fresh clone's
-# browser tests overran their 30-second waits (2 of 13), and this xdist's --dist loadgroup did not keep
-# grouped tests on one worker, which the Slurm tests need (they share one one-node cluster).
+# Parallel test workers (pytest-xdist): three on two cores, each running torch on one thread (tests/conftest.py).
+# The whole suite uses `--dist loadgroup`, which tests/conftest.py's scheduler reads as: a browser module's tests, and
+# the Slurm tests, in order on one worker each; every other test on the first free worker.
 WORKERS ?= 3
 HOST ?= 127.0.0.1
 PORT ?= 7860
@@ -53,7 +52,7 @@ run: setup
 
 # The whole suite (what CI runs), with the 15 slowest tests named at its end.
 test: setup-test
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --durations=15
 
 # The fast tier: every test not marked `slow` (pytest.ini's markers), about 3 minutes on two idle cores (README, Tests).
 test-fast: setup-test

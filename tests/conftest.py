@@ -5,8 +5,8 @@ import threading
 from pathlib import Path
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # Parallel workers (`pytest -n N`: make test-fast, test-min) share two cores: one torch thread each, and in the jobs,
-    # servers and ranks they start (the variable is inherited), is faster than each oversubscribing them.
+    # Parallel workers (`pytest -n N`: make test, test-fast, test-min) share two cores: one torch thread each, and in
+    # the jobs, servers and ranks they start (the variable is inherited), is faster than each oversubscribing them.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
@@ -15,6 +15,10 @@ from tests.browser.helpers import serving
 from tests.helpers import make_tiny_model
 
 KINDS = ("unit", "model", "e2e", "browser", "slurm")  # what a test does; `slow` (the fast tier's cut) is apart
+# Kinds whose tests live in a folder of their own, for parallel workers to place (pytest_xdist_make_scheduler): a
+# browser module's tests run in order on one worker (they share Chromium's cores with a served app), and the Slurm
+# tests on one worker (they share the one-node cluster they start).
+ONE_WORKER = {"browser": "tests/browser/", "slurm": "tests/slurm/"}
 NEEDS = {"bundled": "model", "tiny_model_dir": "model", "served": "e2e", "served_bare": "e2e"}  # fixture: marker
 
 
@@ -31,7 +35,35 @@ def _marker_problem(item) -> str | None:
     if needed - marks:
         return (f"uses {', '.join(n for n in item.fixturenames if n in NEEDS)} but is not marked "
                 f"{', '.join(sorted(needed - marks))}")
+    misplaced = [kind for kind, folder in ONE_WORKER.items() if kind in kinds and not item.nodeid.startswith(folder)]
+    if misplaced:
+        return f"marked {misplaced[0]} outside {ONE_WORKER[misplaced[0]]}, where parallel workers keep it on one worker"
     return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (make test): each test goes to the first free worker, except that a browser module, and
+    the Slurm folder, is one unit of work run in order on one worker (units with more tests start first).
+    pytest-xdist's own loadgroup reads ``xdist_group`` marks through a node id it rewrites, which pytest 9.2 no
+    longer lets it do (pytest-dev/pytest-xdist#1386): here the unit comes from the path the node id carries."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FolderGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return FolderGroups(config, log)
+
+
+def work_unit(nodeid: str) -> str:
+    """What ``--dist loadgroup`` runs in order on one worker with ``nodeid``: its module for a browser test, the
+    Slurm folder for a Slurm test, else the test alone."""
+    if nodeid.startswith(ONE_WORKER["browser"]):
+        return nodeid.split("::")[0]
+    return ONE_WORKER["slurm"] if nodeid.startswith(ONE_WORKER["slurm"]) else nodeid
 
 
 def pytest_runtest_setup(item):

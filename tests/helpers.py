@@ -3,12 +3,14 @@
 Fixtures live in conftest.py; a test module imports from here, never from another test module."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import socket
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -289,3 +291,44 @@ def write_token_run(directory: Path, n: int = 40, vocab: int = 30, k: int = 5, s
     (directory / "metrics.json").write_text(json.dumps({
         "task": "clm", "n": n, "accuracy": accuracy, "ece": 0.1, "temperature_grid": TOKEN_GRID.tolist(),
         "model": "bundled", "dataset": "text", "split": "test"}))
+
+
+SERIES_TASK = {"key": "t0-mcq", "task": "mcq", "dataset": "synthetic", "split": "test",
+               "label": "mcq · synthetic/test"}
+
+
+def _series_cell(i: int) -> dict:
+    ece, acc = 0.05 + 0.02 * i, 0.4 + 0.1 * i
+    return {"task": SERIES_TASK["key"], "entry": i, "point": f"m{i}", "stage": None, "seed": None, "step": None,
+            "params": 10 ** (6 + i), "model": f"m{i}", "adapter": None, "revision": None, "n": 10,
+            "accuracy": acc, "accuracy_low": acc - 0.05, "accuracy_high": acc + 0.05, "ece": ece,
+            "ece_low": ece - 0.02, "ece_high": ece + 0.03, "oracle_ece": None,
+            "run": f"00003-series/cells/m{i}_t0-mcq"}
+
+
+def write_series(root: Path, points: int) -> Path:
+    """``root/00003-series``: a series over model size on one task with ``points`` cells done, each with its
+    evaluation (no model: the written files a finished series leaves)."""
+    from lab.results import series
+
+    directory = root / "00003-series"
+    directory.mkdir(parents=True, exist_ok=True)
+    cells = [_series_cell(i) for i in range(points)]
+    for cell in cells:
+        if not (root / cell["run"]).is_dir():
+            write_eval(root / cell["run"], [row(i, [0.7, 0.3], i % 2) for i in range(10)], dataset="synthetic")
+    series.write(directory, series.document("params", [SERIES_TASK], cells))
+    return directory
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def script_module(name: str) -> ModuleType:
+    """``scripts/<name>.py`` as a module, to call its functions in this process: scripts/ is not a package, so
+    it is on the path only while importing."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(SCRIPTS))

@@ -12,6 +12,9 @@ from typing import Iterator
 import pytest
 
 OUTPUT = Path(__file__).parents[1] / "output"
+# How long a wait for the page gives up after: a step takes a few seconds on two quiet cores, but under `make test`
+# the other workers run jobs and ranks beside Chromium, and 30 s was overrun there.
+WAIT_MS = 90_000
 
 
 def chromium() -> str:
@@ -47,11 +50,11 @@ def serving(ctx) -> Iterator[str]:
 
 def open_page(playwright, height: int = 1000, width: int = 1440):
     """Headless Chromium (the machine's own, no sandbox: it runs as root here) and a page of that
-    size whose waits give up after 30 s."""
+    size whose waits give up after WAIT_MS."""
     browser = playwright.chromium.launch(executable_path=chromium(), headless=True,
                                          args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
     page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(30_000)
+    page.set_default_timeout(WAIT_MS)
     return browser, page
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests.browser.helpers import box as _box
-from tests.browser.helpers import chromium as _chromium
 from tests.browser.helpers import fill as _fill
 from tests.browser.helpers import open_page as _page
 from tests.browser.helpers import pick as _pick
@@ -51,7 +50,7 @@ def _refused_and_nothing_queued(page, ctx) -> None:
 def _wait_done(page, since: float) -> float:
     """Seconds from ``since`` to the first progress the job page shows; then waits until it is done."""
     page.wait_for_function(
-        "() => /loading|scoring|\\d+\\/\\d+/.test(document.querySelector('#job-status').innerText)", timeout=60_000)
+        "() => /loading|scoring|\\d+\\/\\d+/.test(document.querySelector('#job-status').innerText)")
     first_progress = time.perf_counter() - since
     page.locator("#job-status").get_by_text("succeeded").wait_for(timeout=JOB_TIMEOUT_MS)
     return first_progress
@@ -142,13 +141,12 @@ def test_compare_refuses_an_empty_question(served_bare):
     sync_api = pytest.importorskip("playwright.sync_api")
     ctx, url = served_bare
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), headless=True, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        browser, page = _page(p)
         page.goto(url)
         page.get_by_role("tab", name="Compare models").click()
         page.locator("#compare-question textarea").fill("")
         page.locator("#compare-run").click()
-        page.get_by_text("Type a question").wait_for(timeout=30_000)
+        page.get_by_text("Type a question").wait_for()
         assert ctx.store.list() == []
         browser.close()
 

@@ -7,9 +7,9 @@ import re
 import pytest
 
 from tests.browser.helpers import box, serving, shot
-from tests.helpers import SERIES_SIZES, SERIES_TASKS, run_series, tiny_models
+from tests.helpers import SERIES_SIZES, SERIES_TASKS, run_series, tiny_models, write_series
 
-pytestmark = [pytest.mark.browser, pytest.mark.model]
+pytestmark = pytest.mark.browser
 
 # Per subplot (xy, x2y2 …), the markers plotly drew for each trace of the runs themselves: a trace's
 # group carries its data (d3's __data__), so the traces are found by their name, not their order.
@@ -37,6 +37,7 @@ def app(tmp_path):
         yield ctx, url
 
 
+@pytest.mark.model
 @pytest.mark.slow
 def test_life_cycle_draws_three_points_per_task_and_opens_a_row_in_reliability(browser_page):
     page, (ctx, url) = browser_page
@@ -63,3 +64,40 @@ def test_life_cycle_draws_three_points_per_task_and_opens_a_row_in_reliability(b
     page.get_by_role("tab", name="Reliability", selected=True).wait_for()
     page.locator("#reliability-runs").get_by_text(re.compile(r"^00001 · cells/m1_t0-mcq · ")).wait_for()
     page.locator(".js-plotly-plot >> visible=true").filter(has_text="cells/m1_t0-mcq").first.wait_for()
+
+
+# ---------------------------------------------------------------- a click on a marker (issue 43), on a written series
+@pytest.fixture
+def lifecycle_app(tmp_path):
+    """The app on a runs folder holding a finished series of three sizes on one task, no model."""
+    from ui.context import LabContext
+
+    ctx = LabContext(tmp_path / "runs")
+    write_series(ctx.runs, 3)
+    with serving(ctx) as url:
+        yield ctx, url
+
+
+@pytest.mark.slow
+def test_clicking_a_marker_on_the_life_cycle_plot_opens_its_run_in_reliability(lifecycle_app):
+    from tests.browser.helpers import open_page
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ctx, url = lifecycle_app
+    with sync_api.sync_playwright() as p:
+        browser, page = open_page(p, height=1000, width=1440)
+        try:
+            page.goto(url)
+            page.get_by_role("tab", name="Life cycle").click()
+            markers = page.locator("#lifecycle-plot .subplot.xy .scatterlayer .trace .points path")
+            page.wait_for_function("() => document.querySelectorAll("
+                                   "'#lifecycle-plot .subplot.xy .scatterlayer .trace .points path').length >= 3")
+            middle = markers.nth(1).bounding_box()
+            x, y = middle["x"] + middle["width"] / 2, middle["y"] + middle["height"] / 2
+            page.mouse.move(x, y)
+            page.mouse.click(x, y)
+            page.get_by_role("tab", name="Reliability", selected=True).wait_for()
+            page.locator("#reliability-runs").get_by_text(re.compile(r"^00003 · cells/m1_t0-mcq")).wait_for()
+            shot(page, "newcomer-lifecycle-click.png")
+        finally:
+            browser.close()

@@ -19,7 +19,7 @@ from lab.jobkit.kinds import parse_config
 from lab.jobkit.paths import PathNotAllowed
 from lab.models.weights import NAMED_MODELS
 from ui import forms
-from tests.data.helpers import script_module
+from tests.helpers import script_module
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"

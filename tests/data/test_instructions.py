@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab.data import DataError, InstructionRecord, dataset_names, instructions, load, loading, samples, with_sample
-from tests.data.helpers import script_module
+from tests.helpers import script_module
 
 REPO = Path(__file__).resolve().parents[2]
 ALPACA = {"instruction": "Name a colour.", "input": "", "output": "Blue."}

@@ -10,7 +10,7 @@ from lab.core.reads import PathNotAllowed, restricted
 from lab.data import DATASETS, DataError, Load, MCQRecord, TextRecord, dataset_names, load, samples
 from lab.data.synthetic import statement
 from lab.data.templates import Prompt, get_template, template_names
-from tests.data.helpers import script_module
+from tests.helpers import script_module
 
 pytestmark = pytest.mark.unit
 

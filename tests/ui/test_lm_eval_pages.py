@@ -1,5 +1,6 @@
 """lm-eval tasks on the pages (issue 40): the Launch form's task picker and the fields an lm-eval task decides,
-and how Results, Life cycle and a job's page name an lm-eval run (task and shots) and show its figures."""
+and how Results, Life cycle and a job's page name an lm-eval run (task and shots) and show its figures. The
+picker in Chromium is in tests/browser/test_launch_form.py."""
 from __future__ import annotations
 
 import re
@@ -189,41 +190,6 @@ def test_a_lab_datasets_page_has_no_lm_eval_lines(tmp_path):
     run_dir = write_eval(tmp_path / "00001-evaluate", [row(0, [0.6, 0.4], 0)])
     text = job_results(tmp_path, "evaluate", str(run_dir)).text
     assert "lm-eval" not in text and not re.search(r"\| task \|", text)
-
-
-# ---------------------------------------------------------------- in the browser
-@pytest.mark.browser
-@pytest.mark.slow
-def test_a_user_picks_an_lm_eval_task_on_the_launch_form_and_queues_it(tmp_path):
-    """Scoring left at letter from an earlier try; the picker opened (lm-eval's list arrives), searched,
-    a shipped task picked: scoring, template and data files follow, and Submit queues it as picked."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    from tests.browser.helpers import box, fill, open_page, pick, serving, shot
-    from ui.context import LabContext
-
-    ctx = LabContext(tmp_path / "runs")
-    with serving(ctx) as url, sync_api.sync_playwright() as p:  # no scheduler: the job stays queued
-        browser, page = open_page(p)
-        page.goto(url)
-        pick(page, "evaluate-scoring", "^letter$")
-        box(page, "evaluate-dataset").click()
-        page.get_by_role("option", name=re.compile("hub \\(needs the network\\)")).first.wait_for(timeout=120_000)
-        box(page, "evaluate-dataset").fill("hellaswag")
-        shot(page, "harness_picker_open.png")
-        box(page, "evaluate-dataset").fill("bundled_boolq")
-        page.get_by_role("option", name=re.compile("^lm-eval:bundled_boolq — offline")).first.click()
-        page.wait_for_function("() => document.querySelector('#evaluate-scoring input').value === 'cloze'")
-        fill(page, "evaluate-num_fewshot", "2")
-        fill(page, "evaluate-limit", "3")
-        page.locator("#evaluate-dataset").scroll_into_view_if_needed()
-        shot(page, "harness_launch_form.png")
-        page.locator("#submit-evaluate").click()
-        page.locator("#launch-message-evaluate").get_by_text(re.compile("queued")).wait_for()
-        shot(page, "harness_launch_queued.png")
-        browser.close()
-    config = ctx.store.list()[0].config_dict
-    assert (config["dataset"], config["scoring"], config["template"], config["num_fewshot"], config["data_files"]) \
-        == ("lm-eval:bundled_boolq", "cloze", LM_EVAL, 2, [])
 
 
 @pytest.mark.unit

@@ -1,7 +1,8 @@
 """What a newcomer met in round 3 (issue 43): an sft or dpo job's page summarises each calibration task
 before → after training, every evaluation with its interval and DPO's rewards (written run folders, no
 model); a training job names what it does while it scores its calibration tasks (a tiny model's job);
-the Launch form's dataset dropdowns offer what the kind and task accept, with the task's defaults."""
+the Launch form's dataset dropdowns offer what the kind and task accept, with the task's defaults (and in
+Chromium: tests/browser/test_launch_form.py)."""
 import json
 from pathlib import Path
 
@@ -199,32 +200,3 @@ def test_a_dataset_the_new_task_reads_is_kept_with_its_split():
     assert (datasets["value"], splits["value"]) == ("synthetic", "train")
     datasets, splits = change_task("evaluate", "clm", "obqa", "dev-carve:0.5")  # the user's own split stays
     assert (datasets["value"], splits["value"]) == ("text", "dev-carve:0.5")
-
-
-IN_VIEW_JS = """(id) => { const r = document.getElementById(id).getBoundingClientRect();
-    return r.height > 0 && r.top >= 0 && r.top < window.innerHeight; }"""
-
-
-@pytest.mark.browser
-@pytest.mark.e2e
-@pytest.mark.slow
-def test_the_evaluate_form_shows_clms_dataset_and_brings_show_config_into_view(served_bare):
-    """In Chromium: picking task clm shows text / test in the form (only Show config said so), and the
-    YAML that Show config prints below a form taller than the window is brought into view."""
-    from tests.browser.helpers import box, open_page, pick
-
-    _, url = served_bare
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser, page = open_page(p, height=800)
-        try:
-            page.goto(url)
-            page.get_by_role("tab", name="evaluate", exact=True).click()
-            pick(page, "evaluate-task", "^clm$")
-            page.wait_for_function("() => document.querySelector('#evaluate-dataset input').value === 'text'")
-            assert box(page, "evaluate-split").input_value() == "test"
-            page.locator("#launch-bar-evaluate").get_by_role("button", name="Show config").click()
-            page.locator("#launch-config-evaluate").get_by_text("task: clm").wait_for()
-            page.wait_for_function(IN_VIEW_JS, arg="launch-config-evaluate")
-        finally:
-            browser.close()

@@ -1,7 +1,7 @@
 """What a newcomer's walk of the app found (issue 43, round 3), through the pages' handlers: the Temperature
 lab's paper form on a token run, messages that named the server's absolute paths, the Results page's
 stale export and its filter, the Life cycle page's stale picker, clicks on its plot and pipelines shown as
-series. The one browser test (a click on the Life cycle plot) is at the end."""
+series. Its browser test (a click on the Life cycle plot) is in tests/browser/test_lifecycle.py."""
 from __future__ import annotations
 
 import os
@@ -12,9 +12,7 @@ import pytest
 from lab.calibration import calibrators
 from lab.core.config import ConfigError
 from lab.core.layout import CALIBRATOR_FILE
-from lab.results import series
-from tests.browser.helpers import serving
-from tests.helpers import row, write_eval, write_token_run
+from tests.helpers import row, write_eval, write_series, write_token_run
 from ui import results_page, temperature_page
 from ui.context import LabContext
 
@@ -76,30 +74,6 @@ def test_a_missing_data_file_is_named_from_the_allowed_folder_holding_it(tmp_pat
 
 
 # ---------------------------------------------------------------- series written here, with the series' own writer
-TASK = {"key": "t0-mcq", "task": "mcq", "dataset": "synthetic", "split": "test", "label": "mcq · synthetic/test"}
-
-
-def _cell(i: int) -> dict:
-    ece, acc = 0.05 + 0.02 * i, 0.4 + 0.1 * i
-    return {"task": TASK["key"], "entry": i, "point": f"m{i}", "stage": None, "seed": None, "step": None,
-            "params": 10 ** (6 + i), "model": f"m{i}", "adapter": None, "revision": None, "n": 10,
-            "accuracy": acc, "accuracy_low": acc - 0.05, "accuracy_high": acc + 0.05, "ece": ece,
-            "ece_low": ece - 0.02, "ece_high": ece + 0.03, "oracle_ece": None,
-            "run": f"00003-series/cells/m{i}_t0-mcq"}
-
-
-def _series(root: Path, points: int) -> Path:
-    """``root/00003-series`` with ``points`` cells done, each with its evaluation."""
-    directory = root / "00003-series"
-    directory.mkdir(parents=True, exist_ok=True)
-    cells = [_cell(i) for i in range(points)]
-    for cell in cells:
-        if not (root / cell["run"]).is_dir():
-            write_eval(root / cell["run"], [row(i, [0.7, 0.3], i % 2) for i in range(10)], dataset="synthetic")
-    series.write(directory, series.document("params", [TASK], cells))
-    return directory
-
-
 # ---------------------------------------------------------------- Results: the filter, the series cells, the export
 def _results_runs(root: Path) -> LabContext:
     """Two evaluations and a series of three cells, each with its evaluation."""
@@ -149,44 +123,6 @@ def test_the_results_export_link_goes_away_when_the_table_changes(tmp_path):
     assert len(hiding) == 1 and hiding[0].fn() == {"value": None, "visible": False, "__type__": "update"}
 
 
-# ---------------------------------------------------------------- Life cycle: a click on a marker
-@pytest.fixture
-def lifecycle_app(tmp_path):
-    """The app on a runs folder holding a finished series of three sizes on one task, no model."""
-    ctx = LabContext(tmp_path / "runs")
-    _series(ctx.runs, 3)
-    with serving(ctx) as url:
-        yield ctx, url
-
-
-@pytest.mark.browser
-@pytest.mark.slow
-def test_clicking_a_marker_on_the_life_cycle_plot_opens_its_run_in_reliability(lifecycle_app):
-    import re
-
-    from tests.browser.helpers import open_page, shot
-
-    sync_api = pytest.importorskip("playwright.sync_api")
-    ctx, url = lifecycle_app
-    with sync_api.sync_playwright() as p:
-        browser, page = open_page(p, height=1000, width=1440)
-        try:
-            page.goto(url)
-            page.get_by_role("tab", name="Life cycle").click()
-            markers = page.locator("#lifecycle-plot .subplot.xy .scatterlayer .trace .points path")
-            page.wait_for_function("() => document.querySelectorAll("
-                                   "'#lifecycle-plot .subplot.xy .scatterlayer .trace .points path').length >= 3")
-            middle = markers.nth(1).bounding_box()
-            x, y = middle["x"] + middle["width"] / 2, middle["y"] + middle["height"] / 2
-            page.mouse.move(x, y)
-            page.mouse.click(x, y)
-            page.get_by_role("tab", name="Reliability", selected=True).wait_for()
-            page.locator("#reliability-runs").get_by_text(re.compile(r"^00003 · cells/m1_t0-mcq")).wait_for()
-            shot(page, "newcomer-lifecycle-click.png")
-        finally:
-            browser.close()
-
-
 # ---------------------------------------------------------------- Life cycle: the picker's count while a series runs
 @pytest.mark.unit
 def test_the_series_picker_counts_every_new_cell_even_within_one_tick_of_the_clock(tmp_path):
@@ -196,11 +132,11 @@ def test_the_series_picker_counts_every_new_cell_even_within_one_tick_of_the_clo
     from ui.components import follow_catalogue
 
     ctx = LabContext(tmp_path)
-    directory = _series(tmp_path, 1)
+    directory = write_series(tmp_path, 1)
     stamp = (directory / "series.json").stat().st_mtime_ns
     first, seen = follow_catalogue(ctx, runs.series_choices, False, True, None, None)
     assert first["choices"][0][0].startswith("00003 · params · 1 cells: 1 points × 1 tasks")
-    _series(tmp_path, 2)
+    write_series(tmp_path, 2)
     os.utime(directory / "series.json", ns=(stamp, stamp))  # the same tick
     grown, _ = follow_catalogue(ctx, runs.series_choices, False, True, "00003-series", seen)
     assert grown["choices"][0][0].startswith("00003 · params · 2 cells: 2 points × 1 tasks")
