@@ -1,3 +1,4 @@
+import functools
 import json
 import os
 import shutil
@@ -43,8 +44,8 @@ def _marker_problem(item) -> str | None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` (make test): each test goes to the first free worker, except that a browser module, and
-    the Slurm folder, is one unit of work run in order on one worker (units with more tests start first).
+    """``--dist loadgroup`` (make test): each test goes to the first free worker, except the units :func:`work_unit`
+    names, each run in order on one worker (units with more tests start first).
     pytest-xdist's own loadgroup reads ``xdist_group`` marks through a node id it rewrites, which pytest 9.2 no
     longer lets it do (pytest-dev/pytest-xdist#1386): here the unit comes from the path the node id carries."""
     if config.getvalue("dist") != "loadgroup":
@@ -59,11 +60,19 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def work_unit(nodeid: str) -> str:
-    """What ``--dist loadgroup`` runs in order on one worker with ``nodeid``: its module for a browser test, the
-    Slurm folder for a Slurm test, else the test alone."""
-    if nodeid.startswith(ONE_WORKER["browser"]):
-        return nodeid.split("::")[0]
-    return ONE_WORKER["slurm"] if nodeid.startswith(ONE_WORKER["slurm"]) else nodeid
+    """What ``--dist loadgroup`` runs in order on one worker with ``nodeid``: the Slurm folder for a Slurm test; its
+    module for a browser test, or for a test whose module builds a fixture once for all its tests (a model, a run, a
+    page: ``scope="module"``), which another worker would build again; else the test alone."""
+    module = nodeid.split("::")[0]
+    if module.startswith(ONE_WORKER["slurm"]):
+        return ONE_WORKER["slurm"]
+    return module if module.startswith(ONE_WORKER["browser"]) or _shares_a_fixture(module) else nodeid
+
+
+@functools.cache
+def _shares_a_fixture(module: str) -> bool:
+    path = Path(__file__).parents[1] / module
+    return path.is_file() and 'scope="module"' in path.read_text(encoding="utf-8")
 
 
 def pytest_runtest_setup(item):

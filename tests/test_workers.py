@@ -1,5 +1,6 @@
-"""How `make test`'s parallel workers share the suite (tests/conftest.py): a browser module, and the Slurm folder, is
-one unit of work; every other test is its own. The markers that need a folder are checked where tests are run."""
+"""How `make test`'s parallel workers share the suite (tests/conftest.py): a browser module, a module that builds a
+fixture once for its tests, and the Slurm folder, are each one unit of work; every other test is its own. The markers
+that need a folder are checked where tests are run."""
 import re
 from pathlib import Path
 
@@ -18,6 +19,14 @@ def test_a_browser_module_and_the_slurm_folder_are_each_one_unit_and_other_tests
     assert work_unit("tests/slurm/test_slurm.py::test_c") == work_unit("tests/slurm/test_other.py::test_d") \
         == "tests/slurm/"
     assert work_unit("tests/ui/test_app.py::test_e[x::y]") == "tests/ui/test_app.py::test_e[x::y]"
+
+
+def test_a_module_that_builds_a_fixture_once_keeps_its_tests_on_one_worker():
+    """Else each worker that ran one of its tests would build the module's model, run or page again."""
+    assert 'scope="module"' in (TESTS / "calibration" / "test_token_temperature.py").read_text(encoding="utf-8")
+    module = "tests/calibration/test_token_temperature.py"
+    assert work_unit(f"{module}::test_f") == module
+    assert work_unit("tests/calibration/test_metrics.py::test_g") == "tests/calibration/test_metrics.py::test_g"
 
 
 def test_every_module_that_marks_a_one_worker_kind_is_in_its_folder():
