@@ -15,8 +15,9 @@ MIN_TESTS := tests/core/test_versions.py tests/models/test_loading.py tests/mode
 	tests/calibration/test_metrics.py tests/calibration/test_calibrators.py tests/ui/test_plots.py tests/ui/test_app.py tests/data/test_lm_eval_tasks.py
 MIN_SKIP := not letter_matches_naive and not cloze_matches_naive and not end_to_end and not pipeline_runs
 # Parallel test workers (pytest-xdist): three on two cores, each running torch on one thread (tests/conftest.py).
-# The whole suite uses `--dist loadgroup`, which tests/conftest.py's scheduler reads as: a browser module's tests, and
-# the Slurm tests, in order on one worker each; every other test on the first free worker.
+# The whole suite uses `--dist loadgroup`, which tests/conftest.py's scheduler reads as: a browser module, a module that
+# builds a fixture once for its tests, and the Slurm tests, each in order on one worker; any other test on the first
+# free worker.
 WORKERS ?= 3
 HOST ?= 127.0.0.1
 PORT ?= 7860

@@ -138,7 +138,9 @@ def build_selective(ctx: LabContext) -> SelectiveLink:
                            pinned_columns=4)
     open_cases = gr.Button("Open the first run's questions below the threshold in Case studies", size="sm")
     inputs = [names, signal, threshold]
-    for control in inputs:  # a dragged threshold redraws once it rests (the last move wins)
-        control.change(functools.partial(selective_view, ctx), inputs=inputs,
-                       outputs=[plot, table, dropped, heading, message], trigger_mode="always_last")
+    # One event for every control, run again after the last change (a dragged threshold redraws once it rests): as
+    # one event a control each, a signal picked and a threshold typed at once could land in either order, and the
+    # older view, drawn at the threshold before, stayed.
+    gr.on([control.change for control in inputs], functools.partial(selective_view, ctx), inputs=inputs,
+          outputs=[plot, table, dropped, heading, message], trigger_mode="always_last")
     return SelectiveLink(open_cases, names, signal, threshold)
