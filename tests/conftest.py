@@ -44,7 +44,7 @@ def _marker_problem(item) -> str | None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` (make test): each test goes to the first free worker, except the units :func:`work_unit`
+    """``--dist loadgroup`` (README, Tests): each test goes to the first free worker, except the units :func:`work_unit`
     names, each run in order on one worker (units with more tests start first).
     pytest-xdist's own loadgroup reads ``xdist_group`` marks through a node id it rewrites, which pytest 9.2 no
     longer lets it do (pytest-dev/pytest-xdist#1386): here the unit comes from the path the node id carries."""

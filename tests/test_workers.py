@@ -1,4 +1,4 @@
-"""How `make test`'s parallel workers share the suite (tests/conftest.py): a browser module, a module that builds a
+"""How parallel workers (`pytest -n 3 --dist loadgroup`) share the suite (tests/conftest.py): a browser module, a module that builds a
 fixture once for its tests, and the Slurm folder, are each one unit of work; every other test is its own. The markers
 that need a folder are checked where tests are run."""
 import re
