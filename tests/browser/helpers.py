@@ -12,8 +12,8 @@ from typing import Iterator
 import pytest
 
 OUTPUT = Path(__file__).parents[1] / "output"
-# How long a wait for the page gives up after: a step takes a few seconds on two quiet cores, but under `make test`
-# the other workers run jobs and ranks beside Chromium, and 30 s was overrun there.
+# How long a wait for the page gives up after: a step takes a few seconds on two quiet cores, but on parallel workers
+# (`pytest -n 3`) the others run jobs and ranks beside Chromium, and 30 s was overrun there.
 WAIT_MS = 90_000
 
 
