@@ -10,7 +10,7 @@ import gradio as gr
 from lab.calibration import confidence
 from lab.results import runs
 from ui.api import API_NAMES, register_api
-from ui.cases_page import CasesControls, build_cases
+from ui.cases_page import CasesControls, build_cases, questions_below
 from ui.compare_page import build_compare
 from ui.context import LabContext
 from ui.jobs_page import JobLinks, build_jobs
@@ -80,15 +80,14 @@ def open_in_reliability(ctx: LabContext, visible: list[gr.Timer], every: list[gr
 
 
 def open_below_threshold(ctx: LabContext, visible: list[gr.Timer], every: list[gr.Timer], names: Any, signal: Any,
-                         threshold: Any):
+                         threshold: Any, order: Any):
     """The selective page's link: Case studies on its first run, every question whose confidence
-    signal is below the threshold (its range set on the same signal)."""
+    signal is below the threshold (its range set on the same signal), in the user's order."""
     first = names[0] if isinstance(names, list) and names else None
     known = signal if signal in confidence.SIGNALS else confidence.DEFAULT
     below = float(threshold) if isinstance(threshold, (int, float)) else 1
     return (gr.Tabs(selected="cases"), gr.update(choices=runs.evaluation_choices(ctx.runs), value=first),
-            gr.update(value="all"), gr.update(value=0), gr.update(value=below), gr.update(value=known),
-            *timer_states(visible, every))
+            *questions_below(ctx, first, known, below, order), *timer_states(visible, every))
 
 
 def _picker(built: Any) -> gr.Dropdown:
@@ -105,8 +104,8 @@ def _wire_links(ctx: LabContext, tabs: gr.Tabs, built: dict[str, Any], timers: d
     selective: SelectiveLink = built["selective"]
     cases: CasesControls = built["cases"]
     selective.button.click(functools.partial(open_below_threshold, ctx, timers["cases"], every),
-                           inputs=[selective.names, selective.signal, selective.threshold],
-                           outputs=[tabs, cases.picker, cases.kind, cases.lo, cases.hi, cases.signal, *every],
+                           inputs=[selective.names, selective.signal, selective.threshold, cases.order],
+                           outputs=[tabs, cases.picker, *cases.opened(), *every],
                            show_progress="hidden")
     lifecycle: LifecycleLink = built["lifecycle"]
     lifecycle.button.click(functools.partial(open_in_reliability, ctx, timers["reliability"], every),

@@ -137,14 +137,32 @@ def _table(**kwargs: Any) -> gr.Dataframe:
 
 
 class CasesControls(NamedTuple):
-    """What other pages set to open questions here: the run picker, what to show, the confidence
-    range and the signal it ranges over."""
+    """What another page's link sets to open questions here (:func:`questions_below`): the run picker, what to show,
+    the confidence range, the signal it ranges over, the dataset filter, and the view it draws (the order is read)."""
 
     picker: gr.Dropdown
     kind: gr.Radio
     lo: gr.Slider
     hi: gr.Slider
     signal: gr.Dropdown
+    dataset: gr.Dropdown
+    order: gr.Dropdown
+    table: gr.Dataframe
+    note: gr.Markdown
+
+    def opened(self) -> list[Any]:
+        """What :func:`questions_below` returns updates for, in its order."""
+        return [self.kind, self.lo, self.hi, self.signal, self.dataset, self.table, self.note]
+
+
+def questions_below(ctx: LabContext, name: Optional[str], signal: str, below: float, order: Optional[str]):
+    """Updates for :meth:`CasesControls.opened`: run ``name``'s every question whose ``signal`` is below ``below``,
+    the controls set to say so and the view drawn in the same reply. The view is not left to the change events of
+    the controls: the link sets five at once on a page that may not be drawn yet, and a fresh clone's parallel run
+    kept the view from before the link (no change it fired, or an older one, came last)."""
+    table, datasets, note = page_view(ctx, name, "all", 0, below, "", order or cases.DEFAULT_SORT, signal)
+    return (gr.update(value="all"), gr.update(value=0), gr.update(value=below), gr.update(value=signal),
+            {**datasets, "value": ""}, table, note)
 
 
 def build_cases(ctx: LabContext) -> CasesControls:
@@ -177,4 +195,4 @@ def build_cases(ctx: LabContext) -> CasesControls:
     on_same = functools.partial(same_question_view, ctx)
     question_id.submit(on_same, inputs=[question_id, across], outputs=same)
     across.change(on_same, inputs=[question_id, across], outputs=same)
-    return CasesControls(name, kind, lo, hi, signal)
+    return CasesControls(name, kind, lo, hi, signal, dataset, order, table, note)

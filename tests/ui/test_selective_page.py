@@ -168,9 +168,11 @@ def test_every_drawn_ece_has_its_interval(lab):
 
 
 def test_the_link_opens_case_studies_below_the_threshold(lab):
-    tabs, picker, kind, lo, hi, signal = open_below_threshold(lab, [], [], ["test", "val"], "max_prob", 0.7)
+    tabs, picker, kind, lo, hi, signal, dataset, _, note = open_below_threshold(lab, [], [], ["test", "val"],
+                                                                                "max_prob", 0.7, None)
     assert tabs.selected == "cases" and picker["value"] == "test" and kind["value"] == "all"
-    assert (lo["value"], hi["value"], signal["value"]) == (0, 0.7, "max_prob")
+    assert (lo["value"], hi["value"], signal["value"], dataset["value"]) == (0, 0.7, "max_prob", "")
+    assert re.match(r"\*\*\d+ of 400 questions\.\*\* Keeps every question, confidence 0–0\.7", note)
     assert calibrators.METHODS.in_order() == ["temperature", "platt", "isotonic", "histogram"]
 
 
@@ -183,10 +185,12 @@ def test_case_studies_keep_exactly_the_questions_the_threshold_drops(lab, signal
     _, _, dropped, heading, _ = selective_view(lab, ["test"], signal, threshold)
     below = int(re.match(r"\*\*(\d+) questions of", heading).group(1))
     assert 0 < below == len(dropped) < 400
-    _, picker, kind, lo, hi, picked = open_below_threshold(lab, [], [], ["test"], signal, threshold)
+    _, picker, kind, lo, hi, picked, _, drawn, note = open_below_threshold(lab, [], [], ["test"], signal, threshold,
+                                                                           "confidence, low to high")
     table, _, said = cases_view(lab, picker["value"], kind["value"], lo["value"], hi["value"], "",
                                 signal=picked["value"])
-    assert sorted(table["id"]) == sorted(dropped["id"])
+    assert sorted(table["id"]) == sorted(dropped["id"]) == sorted(drawn["value"]["id"])  # the reply draws the view
+    assert note == said
     title = "confidence" if signal == confidence.DEFAULT else confidence.SIGNALS.get(signal).title
     assert said.startswith(f"**{below} of 400 questions.**") and f"{title} 0–{threshold:g}" in said
 
