@@ -17,11 +17,14 @@ from tests.browser.helpers import serving
 from tests.helpers import make_tiny_model
 
 KINDS = ("unit", "model", "e2e", "browser", "slurm")  # what a test does; `slow` (the fast tier's cut) is apart
-# Kinds whose tests live in a folder of their own, for parallel workers to place (pytest_xdist_make_scheduler): a
-# browser module's tests run in order on one worker (they share Chromium's cores with a served app), and the Slurm
-# tests on one worker (they share the one-node cluster they start).
-ONE_WORKER = {"browser": "tests/browser/", "slurm": "tests/slurm/"}
+# Kinds whose tests live in a folder of their own (pytest.ini's markers); the Slurm tests run in order on one worker
+# under `--dist loadgroup`, since they share the one-node cluster they start (work_unit).
+KIND_FOLDERS = {"browser": "tests/browser/", "slurm": "tests/slurm/"}
 NEEDS = {"bundled": "model", "tiny_model_dir": "model", "served": "e2e", "served_bare": "e2e"}  # fixture: marker
+# What a test is expected to take, in seconds, for `--dist loadgroup` to start the longest units first: the mean of
+# each sort in a one-process run of the suite (2026-11-28, two cores): a slow browser test 52 s, another slow test
+# 11 s, any other 0.2 s.
+EXPECTED_S = {"browser": 50.0, "slow": 10.0, "other": 0.2}
 
 
 def _marker_problem(item) -> str | None:
@@ -37,43 +40,73 @@ def _marker_problem(item) -> str | None:
     if needed - marks:
         return (f"uses {', '.join(n for n in item.fixturenames if n in NEEDS)} but is not marked "
                 f"{', '.join(sorted(needed - marks))}")
-    misplaced = [kind for kind, folder in ONE_WORKER.items() if kind in kinds and not item.nodeid.startswith(folder)]
+    misplaced = [kind for kind, folder in KIND_FOLDERS.items() if kind in kinds and not item.nodeid.startswith(folder)]
     if misplaced:
-        return f"marked {misplaced[0]} outside {ONE_WORKER[misplaced[0]]}, where parallel workers keep it on one worker"
+        return f"marked {misplaced[0]} outside {KIND_FOLDERS[misplaced[0]]}, where its kind's tests live"
     return None
+
+
+def _loadgroup(config) -> bool:
+    return config.pluginmanager.hasplugin("xdist") and config.getvalue("dist") == "loadgroup"
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` (README, Tests): each test goes to the first free worker, except the units :func:`work_unit`
-    names, each run in order on one worker (units with more tests start first).
+    """``--dist loadgroup`` (README, Tests): the units :func:`work_unit` names, each run in order on one worker, handed
+    out longest first (:func:`pytest_collection_modifyitems` orders them): a long test started last would leave one
+    worker running alone at the end.
     pytest-xdist's own loadgroup reads ``xdist_group`` marks through a node id it rewrites, which pytest 9.2 no
     longer lets it do (pytest-dev/pytest-xdist#1386): here the unit comes from the path the node id carries."""
-    if config.getvalue("dist") != "loadgroup":
+    if not _loadgroup(config):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class FolderGroups(LoadScopeScheduling):
+    config.option.loadscopereorder = False  # keep the collection's order, which is longest first
+
+    class Units(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
-    return FolderGroups(config, log)
+    return Units(config, log)
 
 
 def work_unit(nodeid: str) -> str:
     """What ``--dist loadgroup`` runs in order on one worker with ``nodeid``: the Slurm folder for a Slurm test; its
-    module for a browser test, or for a test whose module builds a fixture once for all its tests (a model, a run, a
-    page: ``scope="module"``), which another worker would build again; else the test alone."""
+    module for a test whose module builds a fixture once for all its tests (a model, a run, a page:
+    ``scope="module"``), which another worker would build again; else the test alone."""
     module = nodeid.split("::")[0]
-    if module.startswith(ONE_WORKER["slurm"]):
-        return ONE_WORKER["slurm"]
-    return module if module.startswith(ONE_WORKER["browser"]) or _shares_a_fixture(module) else nodeid
+    if module.startswith(KIND_FOLDERS["slurm"]):
+        return KIND_FOLDERS["slurm"]
+    return module if _shares_a_fixture(module) else nodeid
 
 
 @functools.cache
 def _shares_a_fixture(module: str) -> bool:
     path = Path(__file__).parents[1] / module
     return path.is_file() and 'scope="module"' in path.read_text(encoding="utf-8")
+
+
+def expected_s(item) -> float:
+    """What ``item`` is expected to take (:data:`EXPECTED_S`), from its markers."""
+    marks = {mark.name for mark in item.iter_markers()}
+    if "slow" not in marks:
+        return EXPECTED_S["other"]
+    return EXPECTED_S["browser"] if "browser" in marks else EXPECTED_S["slow"]
+
+
+def longest_first(items: list) -> list:
+    """``items`` with their work units in order of expected time, longest first, each unit's tests in their own order
+    (a stable sort: every worker collects the same order, as xdist requires)."""
+    units: dict[str, float] = {}
+    for item in items:
+        unit = work_unit(item.nodeid)
+        units[unit] = units.get(unit, 0.0) + expected_s(item)
+    return sorted(items, key=lambda item: -units[work_unit(item.nodeid)])
+
+
+def pytest_collection_modifyitems(config, items):
+    if _loadgroup(config):
+        items[:] = longest_first(items)
 
 
 def pytest_runtest_setup(item):
