@@ -15,10 +15,8 @@ MIN_TESTS := tests/core/test_versions.py tests/models/test_loading.py tests/mode
 	tests/calibration/test_metrics.py tests/calibration/test_calibrators.py tests/ui/test_plots.py tests/ui/test_app.py tests/data/test_lm_eval_tasks.py
 MIN_SKIP := not letter_matches_naive and not cloze_matches_naive and not end_to_end and not pipeline_runs
 # Parallel test workers (pytest-xdist): three on two cores, each running torch on one thread (tests/conftest.py).
-# `--dist loadgroup` is tests/conftest.py's scheduler: a browser module, a module that builds a fixture once for its
-# tests, and the Slurm tests, each in order on one worker; any other test on the first free worker. The whole suite
-# stays in one process for CI: on three workers one browser test (the margin threshold's Case studies link, in
-# tests/browser/test_pages.py) failed in both fresh-clone runs (README, Tests).
+# `--dist loadgroup` is tests/conftest.py's scheduler: a module that builds a fixture once for its tests, and the
+# Slurm tests, each in order on one worker; any other test on the first free worker; the longest units first.
 WORKERS ?= 3
 HOST ?= 127.0.0.1
 PORT ?= 7860
@@ -54,7 +52,7 @@ run: setup
 
 # The whole suite (what CI runs), with the 15 slowest tests named at its end.
 test: setup-test
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --durations=15
 
 # The fast tier: every test not marked `slow` (pytest.ini's markers), about 3 minutes on two idle cores (README, Tests).
 test-fast: setup-test

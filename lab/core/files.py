@@ -1,6 +1,7 @@
 """Files: writing results so that a reader (the UI, a resumed run) never sees half of one; the model cache."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -31,20 +32,21 @@ def cache_dir() -> Path:
 
 def make_folder_once(target: Path, make: Callable[[Path], None], marker: str = "config.json") -> Path:
     """``target``, made by ``make`` unless it holds ``marker`` already. ``make`` writes into a
-    temporary folder beside it, renamed into place: an interrupted or concurrent first use never
-    leaves or sees half a folder (when two race, the loser's copy is dropped: it is the same)."""
+    temporary folder beside it, renamed into place: an interrupted first use never leaves or sees
+    half a folder. Under a lock beside it, so first uses at once (a job and the app, or parallel test
+    workers, on a fresh machine: the bundled model's 30 s conversion) make it once, the others waiting."""
     target = Path(target)
     if (target / marker).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        make(tmp)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / marker).is_file():  # made by the process this one waited for
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
+            make(tmp)
             os.replace(tmp, target)
-        except OSError:
-            if not (target / marker).is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target

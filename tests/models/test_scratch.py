@@ -63,5 +63,6 @@ def test_the_name_scratch_is_a_model_made_once_on_first_use(monkeypatch, tmp_pat
     first, again = resolve_model_path("scratch"), resolve_model_path("scratch")
     assert first == again == str(tmp_path / "cache" / "scratch-synthetic") and made == [2000]
     assert local_model_dir("scratch") == tmp_path / "cache" / "scratch-synthetic"
-    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")]  # no half-made folder left
+    assert [p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")] == [".scratch-synthetic.lock"]
+    # no half-made folder left: only the lock that made first uses wait for one another
     assert parse_config({"kind": "evaluate", "model": "scratch", "dataset": "synthetic"})[1].model == "scratch"
