@@ -76,20 +76,19 @@ def follow_catalogue(ctx: LabContext, catalogue: Catalogue, multiselect: bool, p
 def run_picker(ctx: LabContext, label: str, multiselect: bool = False,
                catalogue: Catalogue = runs.evaluation_choices, elem_id: Optional[str] = None,
                pick_newest: bool = True, value: Any = None) -> tuple[gr.Dropdown, gr.Timer]:
-    """A dropdown of what ``catalogue`` lists, following it live: filled when the page opens (with
-    the newest entry picked, unless ``pick_newest`` is False) and polled while its page is
-    visible (the app activates a page's timers when its tab is selected). ``value``: what it holds
-    before the page opens (then listed at once), e.g. a "none" entry. The page resolves the picked
-    name on the server (:func:`lab.results.runs.resolve`)."""
+    """A dropdown of what ``catalogue`` lists, following it live: filled when its page is opened
+    (with the newest entry picked, unless ``pick_newest`` is False) and polled while the page is
+    visible. The app runs a page's polls when its tab is selected and activates its timers
+    (:func:`ui.app.poll_when_shown`); no picker loads with the app: with twelve such load events,
+    each redrawing every component's status in the browser, the page answered its first click after
+    8.4 s, not 4.9 s (bench/page_load.py). ``value``: what it holds before the page opens (then listed at once), e.g. a
+    "none" entry. The page resolves the picked name on the server (:func:`lab.results.runs.resolve`)."""
     start = ([] if multiselect else None) if value is None else value
     picker = gr.Dropdown(catalogue(ctx.runs) if value is not None else [], value=start, multiselect=multiselect,
                          label=label, elem_id=elem_id)
     seen = gr.State(None)
     timer = gr.Timer(PICKER_POLL_S, active=False)
     follow = functools.partial(follow_catalogue, ctx, catalogue, multiselect, pick_newest)
-    # On load only: gr.on(None) with inputs also runs whenever an input changes, and a poll that
-    # changes ``seen`` would then re-pick the newest run over what the user picked.
-    gr.on(None, functools.partial(follow, None, None), outputs=[picker, seen], show_progress="hidden")
     timer.tick(follow, inputs=[picker, seen], outputs=[picker, seen], show_progress="hidden")
     return picker, timer
 

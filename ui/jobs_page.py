@@ -342,9 +342,9 @@ def _results_panel(ctx: LabContext) -> _Panel:
 
 
 def build_jobs(ctx: LabContext) -> JobLinks:
-    banner = gr.HTML(value=functools.partial(scheduler_banner, ctx.store), elem_id="scheduler-banner")
-    table = gr.Dataframe(value=functools.partial(jobs_table, ctx), label="Jobs (live)", elem_id="jobs-table",
-                         interactive=False)
+    # Filled when the tab is opened (the app runs the page's poll then: ui.app.poll_when_shown), not as the app loads.
+    banner = gr.HTML(elem_id="scheduler-banner")
+    table = gr.Dataframe(value=jobs_table(ctx, []), label="Jobs (live)", elem_id="jobs-table", interactive=False)
     with gr.Row():
         picked = gr.Dropdown([], value=None, label="Job", elem_id="job-picker", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", scale=1)
@@ -370,10 +370,6 @@ def build_jobs(ctx: LabContext) -> JobLinks:
     resume_btn.click(functools.partial(resume_job, ctx), inputs=picked, outputs=action)
     panel.rename.click(functools.partial(rename_and_redraw, ctx), inputs=[picked, panel.links.run, panel.label],
                        outputs=[panel.renamed, *panel.outputs])
-    # On load only (no inputs): run again on every change of ``listed``, it would move the picker
-    # off the job the user picked to the running one.
-    gr.on(None, functools.partial(refresh_all, ctx, None, None), outputs=[table, picked, banner, listed],
-          show_progress="hidden")
     timer = gr.Timer(POLL_S, active=False)
     timer.tick(functools.partial(tick, ctx), inputs=[picked, listed, drawn],
                outputs=[table, picked, banner, listed, *outputs], show_progress="hidden")

@@ -126,9 +126,7 @@ def build_results(ctx: LabContext) -> None:
     seen = gr.State(None)
     follow = functools.partial(follow_results, ctx)
     view = dict(fn=follow, inputs=[seen, text, show_cells], outputs=[table, seen, counts], show_progress="hidden")
-    # On load without inputs: gr.on(None) with inputs would also run on every key typed in the filter.
-    gr.on(None, functools.partial(follow, None), outputs=[table, seen, counts], show_progress="hidden")
-    gr.on(None, functools.partial(left_out, ctx), outputs=skipped, show_progress="hidden")
+    # Drawn when the tab is opened (the app runs a page's polls then: ui.app.poll_when_shown), not as the app loads.
     timer = gr.Timer(POLL_S, active=False)
     timer.tick(**view)
     timer.tick(functools.partial(left_out, ctx), outputs=skipped, show_progress="hidden")
