@@ -183,7 +183,9 @@ munge -n </dev/null | unmunge >/dev/null 2>&1 || die "munge credential round-tri
 
 # --- 3. slurm.conf ---------------------------------------------------------------
 
-cpus=$(nproc)
+# nproc obeys OMP_NUM_THREADS: a caller that pins its own threads (parallel test workers set 1) would get a
+# one-CPU node, which refuses every job of more than one process ("More processors requested than permitted").
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 mem_mb=$(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 1024 ))
 # Headroom: slurmd drains the node ("Low RealMemory") if it sees less memory
 # than configured, and the OS needs some anyway: keep 5% or 512 MB back.
