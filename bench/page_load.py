@@ -13,18 +13,15 @@ component's status in the browser). Medians, and each checkout's ratio to the fi
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from bench._app import CHROMIUM, served
 from bench._harness import REPO, RESULTS, Timer, Transcript, parser, write_result
-from bench.poll_cost import CHROMIUM, _free_port, _wait_for
 
 
 def _load_events(url: str) -> int:
@@ -36,16 +33,8 @@ def _load_events(url: str) -> int:
 
 def measure(app_dir: Path, loads: int) -> dict[str, list[float] | int]:
     """Seconds to the first click answered, Chromium's task and script seconds, for each of ``loads`` openings."""
-    runs = Path(tempfile.mkdtemp(prefix="page-load-"))
-    port = _free_port()
-    log = (runs / "server.log").open("wb")
-    server = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--runs", str(runs)], cwd=app_dir,
-                              stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"})
     result: dict[str, list[float] | int] = {"answered": [], "task": [], "script": []}
-    try:
-        url = f"http://127.0.0.1:{port}/"
-        _wait_for(url, server, runs / "server.log")
+    with served(app_dir, Path(tempfile.mkdtemp(prefix="page-load-"))) as (url, _):
         result["load events"] = _load_events(url)
         with sync_playwright() as p:
             for _ in range(loads):
@@ -62,9 +51,6 @@ def measure(app_dir: Path, loads: int) -> dict[str, list[float] | int]:
                 result["task"].append(metrics["TaskDuration"])
                 result["script"].append(metrics["ScriptDuration"])
                 browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     return result
 
 

@@ -12,10 +12,6 @@ Launch page and the Reliability page, against the baseline of the same server wi
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +19,7 @@ from pathlib import Path
 import psutil
 from playwright.sync_api import sync_playwright
 
+from bench._app import CHROMIUM, served
 from bench._harness import REPO, Timer, parser
 from jobs.store import JobStore
 from lab.core.events import EventWriter
@@ -30,13 +27,12 @@ from lab.core.events import EventWriter
 JOBS = 120
 SETTLE_S = 8.0
 STARTUP_S = 30.0  # the server's own start-up (imports, first requests) is not what is measured
-CHROMIUM = "/usr/bin/chromium"
 
 
 def _store(runs: Path) -> None:
     """120 finished jobs, each with a few events, and one evaluation for the Reliability page."""
     store = JobStore(runs)
-    config = {"kind": "evaluate", "model": "bundled", "dataset": "obqa", "data_files": [], "limit": 10}
+    config = {"kind": "evaluate", "model": "bundled", "dataset": "obqa", "data_files": ["bundled"], "limit": 10}
     for i in range(JOBS):
         job = store.submit(config)
         events = EventWriter(Path(job.run_dir) / "events.jsonl")
@@ -54,27 +50,6 @@ def _store(runs: Path) -> None:
                                                   "dataset": "obqa", "split": "test", "scoring": "letter"}))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(url: str, server: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
-    import urllib.request
-
-    waited = Timer()
-    while waited.seconds < timeout:
-        if server.poll() is not None:
-            raise RuntimeError(f"the app exited ({server.returncode}):\n{log.read_text(errors='replace')[-3000:]}")
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"the app did not answer at {url} within {timeout:.0f} s")
-
-
 def _core_share(process: psutil.Process, seconds: float) -> float:
     """CPU time the server (and its threads) used per wall-clock second: 1.0 = one core busy."""
     before, timer = sum(process.cpu_times()[:2]), Timer()
@@ -86,15 +61,8 @@ def measure(app_dir: Path, seconds: float) -> dict[str, float]:
     """The server's share of a core: idle, then with each page open in one tab."""
     runs = Path(tempfile.mkdtemp(prefix="poll-cost-"))
     _store(runs)
-    port = _free_port()
-    log = (runs / "server.log").open("wb")
-    server = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--runs", str(runs)], cwd=app_dir,
-                              stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"})
     shares: dict[str, float] = {}
-    try:
-        url = f"http://127.0.0.1:{port}/"
-        _wait_for(url, server, runs / "server.log")
+    with served(app_dir, runs) as (url, server):
         process = psutil.Process(server.pid)
         time.sleep(STARTUP_S)
         shares["no tab open"] = _core_share(process, seconds)
@@ -108,9 +76,6 @@ def measure(app_dir: Path, seconds: float) -> dict[str, float]:
                 time.sleep(SETTLE_S)
                 shares[f"{tab} page open"] = _core_share(process, seconds)
             browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     return shares
 
 
