@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -90,3 +91,20 @@ def recalibrate(page, method: str):
     page.locator("#recal-run").click()
     page.locator("#recal-message").get_by_text(re.compile("applied to test · ")).wait_for()
     return page.locator(".js-plotly-plot >> visible=true").filter(has_text="before").first
+
+
+def until_shown(act: Callable[[], None], shown, try_ms: int = 5_000) -> None:
+    """``act`` (a click that should bring ``shown``, a locator, into view) again every ``try_ms`` until ``shown``
+    shows, for WAIT_MS at most: on loaded parallel workers gradio can drop a click whose button's last event is still
+    finishing, and a poll can land after the list it fills was opened."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    waited = time.perf_counter()
+    while True:
+        act()
+        try:
+            shown.wait_for(timeout=try_ms)
+            return
+        except PlaywrightTimeout:
+            if time.perf_counter() - waited > WAIT_MS / 1000:
+                raise

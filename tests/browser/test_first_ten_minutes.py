@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.helpers import WAIT_MS
 from tests.browser.helpers import box as _box
 from tests.browser.helpers import fill as _fill
 from tests.browser.helpers import open_page as _page
 from tests.browser.helpers import pick as _pick
 from tests.browser.helpers import recalibrate as _recalibrate
 from tests.browser.helpers import shot as _shot
+from tests.browser.helpers import until_shown
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -33,20 +33,10 @@ def _submit(page, expect: str) -> None:
 
 
 def _refused(page, expect: str) -> None:
-    """Submit until the refusal ``expect`` shows, for WAIT_MS at most. Gradio drops a click on a button whose last
-    event has not finished (it runs once at a time), and the last refusal's message can show before its event
-    finishes: on loaded workers a click typed right after it was dropped, and the page kept the older refusal."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    waited = time.perf_counter()
-    while True:
-        page.locator("#submit-evaluate").click()
-        try:
-            page.locator("#launch-message-evaluate").get_by_text(re.compile(expect)).wait_for(timeout=5_000)
-            return
-        except PlaywrightTimeout:
-            if time.perf_counter() - waited > WAIT_MS / 1000:
-                raise
+    """Submit until the refusal ``expect`` shows (:func:`tests.browser.helpers.until_shown`): the last refusal's
+    message can show before its event finishes, and gradio drops a click on the button meanwhile."""
+    until_shown(page.locator("#submit-evaluate").click,
+                page.locator("#launch-message-evaluate").get_by_text(re.compile(expect)))
 
 
 def _refused_and_nothing_queued(page, ctx) -> None:

@@ -15,13 +15,13 @@ import pytest
 
 from lab.kinds.evaluate.config import EvalConfig
 from lab.kinds.evaluate.run import write_evaluation
-from tests.browser.helpers import WAIT_MS
 from tests.browser.helpers import box as _box
 from tests.browser.helpers import fill as _fill
 from tests.browser.helpers import pick as _pick
 from tests.browser.helpers import recalibrate as _recalibrate
 from tests.browser.helpers import serving
 from tests.browser.helpers import shot as _shot
+from tests.browser.helpers import until_shown
 from tests.helpers import RUNS, write_runs
 from ui.components import PICKER_POLL_S
 
@@ -112,22 +112,14 @@ def test_picked_runs_stay_picked_when_another_finishes(browser_page):
 
 
 def _offered(page, elem_id: str, option: str) -> None:
-    """Open the dropdown ``elem_id`` until it offers ``option`` (a regex), for WAIT_MS at most. The poll that lists
-    it can come seconds late on loaded parallel workers, after the list was opened: a fresh clone's run waited 90 s
-    on a list opened once, without it."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    waited = time.perf_counter()
-    while True:
+    """Open the dropdown ``elem_id`` until it offers ``option`` (a regex; :func:`tests.browser.helpers.until_shown`):
+    its poll can land after the list was opened, and a fresh clone's run waited 90 s on a list opened once."""
+    def reopen() -> None:
+        page.keyboard.press("Escape")
         page.get_by_text("Bins", exact=True).click()  # the picker loses focus: the next click opens it
         _box(page, elem_id).click()
-        try:
-            page.get_by_role("option", name=re.compile(option)).wait_for(timeout=5_000)
-            return
-        except PlaywrightTimeout:
-            if time.perf_counter() - waited > WAIT_MS / 1000:
-                raise
-            page.keyboard.press("Escape")
+
+    until_shown(reopen, page.get_by_role("option", name=re.compile(option)))
 
 
 TITLE_JS = """() => {
