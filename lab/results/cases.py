@@ -172,7 +172,7 @@ def filter_cases(df: pd.DataFrame, kind: CaseKind = "all", conf_range: tuple[flo
 
 def sort_cases(df: pd.DataFrame, order: str = DEFAULT_SORT) -> pd.DataFrame:
     """``df`` in one of the :data:`SORT_ORDERS` (stable: ties keep their order), index reset."""
-    if order not in SORT_ORDERS:
+    if not isinstance(order, str) or order not in SORT_ORDERS:  # a list from a browser is not hashable
         raise ValueError(f"Expected `order` to be one of {tuple(SORT_ORDERS)}, but got {order!r}")
     columns, ascending = SORT_ORDERS[order]
     return df.sort_values(columns, ascending=ascending, kind="mergesort").reset_index(drop=True)

@@ -205,3 +205,10 @@ def test_the_temperature_lab_gives_the_interval_and_says_its_optima_flatter(lab)
     expected = metrics.ece_bootstrap(conf, choice == pred.labels, 10, 1000, 0.95, 0, pred.bin_edges)
     assert shown == pytest.approx([100 * e for e in expected], abs=0.051)  # to the one decimal shown
     assert "fitted on these same questions" in text
+
+
+@pytest.mark.parametrize("order", [["confidence, low to high"], {"a": 1}, "sideways"])
+def test_the_link_answers_a_hostile_order_with_a_message(lab, order):
+    """A browser can send a list of valid choices where one is meant (gradio's dropdown lets it through)."""
+    *_, table, note = open_below_threshold(lab, [], [], ["test"], "max_prob", 0.7, order)
+    assert "Expected `order` to be one of" in note and table["value"].empty
