@@ -238,7 +238,7 @@ def test_selective_prediction_and_the_recalibration_workbench(served_bare):
         _shot(page, "09-selective.png", full_page=True)
         page.get_by_role("button", name=re.compile("in Case studies")).click()
         page.get_by_text(re.compile(r"of \d+ questions")).first.wait_for()
-        assert page.locator("#cases-table [role=row]").count() > 1
+        page.locator("#cases-table [role=row]").nth(1).wait_for()  # a question's row, past the header
 
         _recalibrate(page, "isotonic regression").wait_for()
         assert "ECE % [95% range of resampled ECE]" in page.locator("#recal-table").inner_text()
