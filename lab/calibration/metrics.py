@@ -20,7 +20,11 @@ the cores, rather than each metric checking the same arrays again. All binned me
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import math
+import sys
+from types import ModuleType
 from typing import Any, Sequence
 
 import numpy as np
@@ -146,10 +150,21 @@ def _nll(probs: np.ndarray, labels: np.ndarray, eps: float) -> float:
     return float(np.mean(-np.log(np.maximum(p_y, eps))))
 
 
-def _smooth_ece(conf: np.ndarray, correct: np.ndarray) -> float:
-    import relplot  # lazy: relplot imports matplotlib and seaborn, seconds of start-up
+def _relplot_metrics() -> ModuleType:
+    """relplot's ``metrics`` module without relplot's package ``__init__``, which imports its plotting
+    (matplotlib, seaborn, scikit-learn, pandas: 2 to 3 s of start-up in every job that reports metrics)
+    although smECE needs numpy and scipy alone. Loaded as a package of its own name, so that a later
+    ``import relplot`` still gets the whole package; Python caches it, so it is loaded once a process."""
+    name = "_relplot_metrics"
+    if name not in sys.modules:
+        package = ModuleType(name)
+        package.__path__ = list(importlib.util.find_spec("relplot").submodule_search_locations)
+        sys.modules[name] = package
+    return importlib.import_module(f"{name}.metrics")
 
-    return float(relplot.smECE(conf, correct))
+
+def _smooth_ece(conf: np.ndarray, correct: np.ndarray) -> float:
+    return float(_relplot_metrics().smECE(conf, correct))
 
 
 def _ece_bootstrap(conf: np.ndarray, correct: np.ndarray, n_bins: int, n_boot: int, level: float,

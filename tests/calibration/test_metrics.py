@@ -3,6 +3,9 @@ over parameter grids, and closed-form cases computed by hand."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -409,6 +412,21 @@ def test_smooth_ece_calibrated_sample_is_small():
 
 def test_smooth_ece_all_wrong():
     assert M.smooth_ece([0.9] * 200, [0] * 200) == pytest.approx(0.9, abs=0.01)
+
+
+def test_smooth_ece_is_relplots_own_without_its_plotting_imports():
+    """The metric module loaded apart from relplot's package gives the package's value exactly, and a
+    fresh process that computes it imports none of relplot's plotting stack."""
+    import relplot
+
+    rng = np.random.default_rng(1)
+    conf = rng.uniform(size=700)
+    correct = rng.uniform(size=700) < conf ** 2
+    assert M.smooth_ece(conf, correct) == float(relplot.smECE(conf, correct.astype(float)))
+    code = ("import sys; from lab.calibration.metrics import smooth_ece; smooth_ece([0.2, 0.9], [0, 1]); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'relplot', 'matplotlib', 'seaborn', 'sklearn'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
 
 
 # --------------------------------------------------------------------- bootstrap
