@@ -15,8 +15,7 @@ with letter scoring and bf16 logits, ties are common).
 
 Inputs everywhere: ``conf`` (n,) any real score, higher = more confident (a probability or not:
 margin and entropy signals work too, see :mod:`lab.calibration.confidence`), ``correct`` (n,) bool or 0/1.
-numpy only at import (AUROC imports scikit-learn when first asked): the web server computes these
-from stored predictions.
+numpy only: the web server computes these from stored predictions, and every evaluation job at its end.
 """
 from __future__ import annotations
 
@@ -101,15 +100,20 @@ def e_aurc(conf: Any, correct: Any) -> float:
 
 def auroc(conf: Any, correct: Any) -> Optional[float]:
     """P(conf of a random right answer > conf of a random wrong one) + ½ P(tie): the area under the
-    ROC curve with right answers as positives, by scikit-learn's ``roc_auc_score``. None when all
-    answers are right or all wrong (there is nothing to separate; scikit-learn would raise)."""
+    ROC curve with right answers as positives, as the Mann–Whitney U statistic over average ranks
+    (tied confidences share their mean rank, which counts each tied pair one half). None when all
+    answers are right or all wrong: there is nothing to separate. Tested against scikit-learn's
+    ``roc_auc_score``, which every evaluation job would otherwise import (a second, with pandas)."""
     conf, correct = _check(conf, correct)
     positives = correct.astype(bool)
-    if positives.all() or not positives.any():
+    n_right = int(positives.sum())
+    n_wrong = positives.size - n_right
+    if n_right == 0 or n_wrong == 0:
         return None
-    from sklearn.metrics import roc_auc_score  # lazy: scikit-learn takes a second to import
-
-    return float(roc_auc_score(positives, conf))
+    _, tied, counts = np.unique(conf, return_inverse=True, return_counts=True)
+    mean_rank = np.cumsum(counts) - (counts - 1) / 2  # 1-based ranks of each distinct confidence, averaged
+    u = mean_rank[tied][positives].sum() - n_right * (n_right + 1) / 2
+    return float(u / (n_right * n_wrong))
 
 
 def _accuracy_at(errors: np.ndarray, coverage: float) -> float:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,6 +73,27 @@ def test_auroc_counts_pairs_with_ties_as_one_half(seed):
     right = rng.random(300) < conf
     diff = conf[right][:, None] - conf[~right][None, :]  # every (right, wrong) pair
     assert selective.auroc(conf, right) == pytest.approx(np.mean((diff > 0) + 0.5 * (diff == 0)), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("levels", [None, 2, 11])
+def test_auroc_equals_scikit_learns(seed, levels):
+    """Continuous scores, and scores on 2 or 11 levels (ties everywhere), negative and above 1 too."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(seed)
+    conf = rng.normal(size=500) if levels is None else rng.integers(0, levels, 500) / (levels - 1) * 3 - 1
+    right = rng.random(500) < 1 / (1 + np.exp(-conf))
+    assert selective.auroc(conf, right) == pytest.approx(roc_auc_score(right, conf), rel=1e-12)
+
+
+def test_a_summary_imports_no_scikit_learn():
+    """Every evaluation job ends with this summary: a fresh process computing it loads numpy alone."""
+    code = ("import sys; from lab.calibration.selective import summary; summary([0.2, 0.9, 0.5], [0, 1, 1]); "
+            "print('sklearn' in sys.modules, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.split() == ["False", "False"]
 
 
 def test_auroc_is_none_without_both_right_and_wrong_answers():
