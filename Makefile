@@ -17,13 +17,11 @@ MIN_SKIP := not letter_matches_naive and not cloze_matches_naive and not end_to_
 # Parallel test workers (pytest-xdist): three on two cores, each running torch on one thread (tests/conftest.py).
 # `--dist loadgroup` is tests/conftest.py's scheduler: a module that builds a fixture once for its tests, and the
 # Slurm tests, each in order on one worker; any other test on the first free worker; the longest units first.
-# CI's `make test` stays in one process until the parallel run has a clean record: the fresh-clone runs on three
-# workers each met a different timing flake under load (README, Tests), each fixed since.
 WORKERS ?= 3
 HOST ?= 127.0.0.1
 PORT ?= 7860
 
-.PHONY: setup setup-test setup-min run test test-parallel test-fast test-min bench clean
+.PHONY: setup setup-test setup-min run test test-fast test-min bench clean
 
 setup: $(VENV)/.runtime-installed
 setup-test: $(VENV)/.test-installed
@@ -52,12 +50,9 @@ $(VENV_MIN)/.min-installed: requirements-min.txt scripts/install_torch.sh
 run: setup
 	$(PY) app.py --host $(HOST) --port $(PORT) $(if $(wildcard ../shared/data),--allow-path ../shared/data)
 
-# The whole suite (what CI runs), with the 15 slowest tests named at its end.
+# The whole suite (what CI runs) on parallel workers, with the 15 slowest tests named at its end: 13 to 15 minutes
+# on two cores, against 31 in one process (README, Tests).
 test: setup-test
-	$(PY) -m pytest -q --durations=15
-
-# The whole suite on parallel workers: 13 to 15 minutes on two cores, against 31 (README, Tests).
-test-parallel: setup-test
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --durations=15
 
 # The fast tier: every test not marked `slow` (pytest.ini's markers), about 3 minutes on two idle cores (README, Tests).
