@@ -1,4 +1,5 @@
-"""Job-system overheads: submit → the worker's first event, and the cost of one UI poll.
+"""Job-system overheads: submit → the worker's first event, the cost of one UI poll, and what a job's metrics add
+to its start-up.
 
     python -m bench.jobs_overhead [--out bench/results/jobs_overhead_cpu.txt]
 
@@ -8,9 +9,14 @@
 2. One UI poll with 100 jobs in the store and a 100,000-line event file to which 10 lines were
    appended since the last poll: list the jobs and read the new events from the saved offset;
    against the baseline of re-parsing the whole event file on every poll.
+3. The CPU seconds of a fresh process that computes what every evaluation ends with (``summarize``, smooth ECE
+   included, and the selective summary, AUROC included) on 200 questions, against a process that only imports what
+   those two modules import (numpy, scipy.special), and against one that also imports what they used to: relplot's
+   package (its plotting: matplotlib, seaborn, scikit-learn) and scikit-learn's metrics.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -54,6 +60,21 @@ def bare_python_seconds() -> float:
     return timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
 
 
+METRICS = ("import numpy as np; from lab.calibration import metrics, selective; rng = np.random.default_rng(0); "
+           "p = rng.dirichlet(np.ones(4), 200); y = rng.integers(0, 4, 200); metrics.summarize(p, y); "
+           "conf, right = metrics.predictions(p)[1], metrics.predictions(p)[0] == y; selective.summary(conf, right)")
+BASELINE = "import numpy"
+BEFORE = f"import relplot; from sklearn.metrics import roc_auc_score; {METRICS}"
+
+
+def cpu_seconds(code: str) -> float:
+    """User + system CPU of a fresh ``python -c code`` run from the checkout."""
+    before = os.times()
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    after = os.times()
+    return after.children_user + after.children_system - before.children_user - before.children_system
+
+
 def poll_costs(root: Path) -> tuple[float, float]:
     store = JobStore(root / "poll")
     for _ in range(100):
@@ -94,6 +115,11 @@ def main() -> None:
         incremental, full = poll_costs(root)
         report.print(f"one UI poll, 100 jobs + 100k-line events, 10 new lines: {incremental * 1000:.2f} ms "
                      f"(re-parsing the whole file: {full * 1000:.1f} ms; {full / incremental:.0f}x slower)")
+    runs = {name: statistics.median(cpu_seconds(code) for _ in range(REPEATS))
+            for name, code in (("metrics", METRICS), ("baseline", BASELINE), ("before", BEFORE))}
+    report.print(f"a fresh process computing an evaluation's metrics: {runs['metrics']:.2f} s of CPU, median of "
+                 f"{REPEATS} (a bare `import numpy`: {runs['baseline']:.2f} s; the same after importing relplot's package "
+                 f"and scikit-learn's metrics, as the metrics did before: {runs['before']:.2f} s)")
     write_result(args.out, report.lines)
 
 
