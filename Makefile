@@ -18,6 +18,10 @@ MIN_SKIP := not letter_matches_naive and not cloze_matches_naive and not end_to_
 # `--dist loadgroup` is tests/conftest.py's scheduler: a module that builds a fixture once for its tests, and the
 # Slurm tests, each in order on one worker; any other test on the first free worker; the longest units first.
 WORKERS ?= 3
+# Bytecode caches are written, whatever the shell says: with PYTHONDONTWRITEBYTECODE set (as on some CI images), each
+# of the workers rewrote every test module's asserts again (19 s of CPU to collect the suite, against 12.7 s), and
+# every job process they start compiled the lab's modules again.
+unexport PYTHONDONTWRITEBYTECODE
 HOST ?= 127.0.0.1
 PORT ?= 7860
 
