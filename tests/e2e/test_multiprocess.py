@@ -21,6 +21,7 @@ from jobs.scheduler import Scheduler
 from jobs.store import ConfigError, JobStore
 from lab.core.events import read_events
 from lab.core.yamlio import dump_yaml
+from lab.jobkit import worker
 from tests.helpers import wait_for
 
 LOSS_RTOL = 1e-4
@@ -28,12 +29,17 @@ METRIC_ATOL = 1e-5
 
 
 def run(config: dict, run_dir: Path, processes: int, timeout: float = 300) -> list[dict]:
-    """Run ``config`` as the scheduler would, in ``processes`` CPU processes; its events."""
+    """Run ``config`` in ``processes`` CPU processes; its events. More than one: the launch command the scheduler
+    builds (``accelerate launch``). One, the reference: in this process, through what ``python -m lab run`` calls
+    (:func:`lab.jobkit.worker.run`), which a fresh process would only precede with seconds of imports."""
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(dump_yaml(config))
-    argv = build_command(run_dir / "config.yaml", run_dir, Launch(processes=processes))
-    done = subprocess.run(argv, env=job_env(()), capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if processes == 1:
+        assert worker.run(run_dir / "config.yaml", run_dir) == 0, (run_dir / "result.json").read_text()
+    else:
+        argv = build_command(run_dir / "config.yaml", run_dir, Launch(processes=processes))
+        done = subprocess.run(argv, env=job_env(()), capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert json.loads((run_dir / "result.json").read_text())["status"] == "succeeded"
     return read_events(run_dir / "events.jsonl")[0]
 
