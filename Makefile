@@ -54,12 +54,12 @@ $(VENV_MIN)/.min-installed: requirements-min.txt scripts/install_torch.sh
 run: setup
 	$(PY) app.py --host $(HOST) --port $(PORT) $(if $(wildcard ../shared/data),--allow-path ../shared/data)
 
-# The whole suite (what CI runs) on parallel workers, with the 15 slowest tests named at its end: 13 to 15 minutes
-# on two cores, against 31 in one process (README, Tests).
+# The whole suite (what CI runs) on parallel workers, with the 15 slowest tests named at its end: 11 minutes on
+# two cores, against 31 in one process (README, Tests).
 test: setup-test
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --durations=15
 
-# The fast tier: every test not marked `slow` (pytest.ini's markers), about 3 minutes on two idle cores (README, Tests).
+# The fast tier: every test not marked `slow` (pytest.ini's markers), under 2 minutes on two idle cores (README, Tests).
 test-fast: setup-test
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow" --durations=15
 
