@@ -23,9 +23,8 @@ KIND_FOLDERS = {"browser": "tests/browser/", "slurm": "tests/slurm/"}
 NEEDS = {"bundled": "model", "tiny_model_dir": "model", "served": "e2e", "served_bare": "e2e"}  # fixture: marker
 # What a test is expected to take, in seconds, for `--dist loadgroup` to start the longest units first: the mean of
 # each sort in a one-process run of the suite (2026-11-28, two cores): a slow browser test 52 s, another slow test
-# 11 s, any other 0.2 s; a slow Slurm test 45 s on three workers (11 to 75 s: Slurm's time limit is a minute at
-# least), most of it waiting, which is best done early, beside the work of the other workers, not alone at the end.
-EXPECTED_S = {"browser": 50.0, "slurm": 45.0, "slow": 10.0, "other": 0.2}
+# 11 s, any other 0.2 s.
+EXPECTED_S = {"browser": 50.0, "slow": 10.0, "other": 0.2}
 
 
 def _marker_problem(item) -> str | None:
@@ -92,7 +91,7 @@ def expected_s(item) -> float:
     marks = {mark.name for mark in item.iter_markers()}
     if "slow" not in marks:
         return EXPECTED_S["other"]
-    return next((EXPECTED_S[kind] for kind in ("browser", "slurm") if kind in marks), EXPECTED_S["slow"])
+    return EXPECTED_S["browser"] if "browser" in marks else EXPECTED_S["slow"]
 
 
 def longest_first(items: list) -> list:
