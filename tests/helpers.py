@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,15 @@ CONFIG = {"kind": "evaluate", "model": "bundled", "dataset": "arc_challenge", "l
 def fake_launcher(modes: dict):
     """A launcher that runs ``fake_worker.py`` in the mode ``modes[job.id]`` instead of the lab's worker."""
     return lambda job, launch: [sys.executable, FAKE, job.run_dir, modes[job.id]]
+
+
+def imported_by(code: str, packages: set[str]) -> set[str]:
+    """Which of ``packages`` (top-level names) a fresh ``python -c code``, run from the checkout, has imported by its
+    end: what a job pays at start-up, which this test process, having imported everything, cannot show."""
+    probe = f"{code}\nimport sys; print(' '.join({{m.split('.')[0] for m in sys.modules}} & set({sorted(packages)!r})))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    return set(done.stdout.split())
 
 
 def wait_for(predicate, timeout: float = 20.0, step: float = 0.05, tick=None):
