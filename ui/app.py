@@ -42,6 +42,19 @@ def timers_in(block: gr.blocks.Block) -> list[gr.Timer]:
     return found
 
 
+def mount_with_app(timers: list[gr.Timer]) -> None:
+    """Move ``timers`` out of their pages' tabs to the app's top level. Gradio mounts a tab's
+    children only when it is first selected, and an update that reaches a component while it mounts
+    can be lost (its ``update_state`` looks the component up, awaits, then queues the update for a
+    component not yet mounted, after the mount took the queue). The update that starts a page's
+    timers is sent on that same select: under load, Reliability's picker timer never started and
+    the page never listed a run that finished (1 run in 15 beside a loaded suite, no tick sent in
+    100 s). Mounted with the app, a timer is there before any tab is selected; it draws nothing."""
+    for timer in timers:
+        timer.unrender()
+        timer.render()
+
+
 def element(block: gr.blocks.Block, elem_id: str) -> Any:
     """The component ``elem_id`` inside ``block``, however deep (None if none): a page whose builder
     hands the app nothing (Reliability) is still reached by its picker's id."""
@@ -147,6 +160,7 @@ def build(ctx: LabContext) -> gr.Blocks:
                 timers[tab_id], tabs_by_id[tab_id] = timers_in(tab), tab
         # Only the page in view polls: a tab left open on the Launch page costs the server nothing.
         every = [t for page in timers.values() for t in page]
+        mount_with_app(every)
         for tab_id, tab in tabs_by_id.items():
             tab.select(functools.partial(timer_states, timers[tab_id], every), outputs=every, show_progress="hidden")
             poll_when_shown(demo, tab, timers[tab_id])
