@@ -13,6 +13,9 @@ to its start-up.
    included, and the selective summary, AUROC included) on 200 questions, against a bare ``import numpy``, and
    against the same computation in a process that first imports what it used to: relplot's package (its plotting:
    matplotlib, seaborn, scikit-learn) and scikit-learn's metrics.
+4. The CPU seconds of a fresh process that looks up a task lm-eval installs (``lm-eval:arc_easy``, as a job on it
+   does at start), with lm-eval's task index read from the lab's cache, against the same with an empty cache (the
+   index built from its ~14,700 YAMLs, as every such process did before the cache).
 """
 from __future__ import annotations
 
@@ -67,10 +70,15 @@ BASELINE = "import numpy"
 BEFORE = f"import relplot; from sklearn.metrics import roc_auc_score; {METRICS}"
 
 
-def cpu_seconds(code: str) -> float:
-    """User + system CPU of a fresh ``python -c code`` run from the checkout."""
+LOOKUP = "from lab.data import harness; harness.manager('arc_easy', None)"
+INDEX_REPEATS = 3  # each cold lookup costs 6 s or more
+
+
+def cpu_seconds(code: str, cache: Path | None = None) -> float:
+    """User + system CPU of a fresh ``python -c code`` run from the checkout (with the lab's cache in ``cache``)."""
+    env = {**os.environ, **({"CALIBRATION_LAB_CACHE": str(cache)} if cache else {})}
     before = os.times()
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1], env=env)
     after = os.times()
     return after.children_user + after.children_system - before.children_user - before.children_system
 
@@ -120,6 +128,12 @@ def main() -> None:
     report.print(f"a fresh process computing an evaluation's metrics: {runs['metrics']:.2f} s of CPU, median of "
                  f"{REPEATS} (a bare `import numpy`: {runs['baseline']:.2f} s; the same after importing relplot's "
                  f"package and scikit-learn's metrics, as the metrics did before: {runs['before']:.2f} s)")
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = [cpu_seconds(LOOKUP, Path(tmp) / f"empty{i}") for i in range(INDEX_REPEATS)]
+        warm = [cpu_seconds(LOOKUP, Path(tmp) / "empty0") for _ in range(INDEX_REPEATS)]
+    report.print(f"a fresh process looking up lm-eval:arc_easy: {statistics.median(warm):.2f} s of CPU with lm-eval's "
+                 f"task index in the lab's cache, {statistics.median(cold):.2f} s with an empty cache (the index "
+                 f"built), medians of {INDEX_REPEATS}")
     write_result(args.out, report.lines)
 
 

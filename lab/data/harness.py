@@ -36,6 +36,7 @@ from lab.core.errors import DataError, RowProblem
 from . import samples
 from .hub_copy import hub_unavailable
 from .record import Load, MCQRecord
+from .task_index import cached_index
 from .task_folders import LOCAL_BUILDERS, local_data, names_local, yaml_loader
 from .templates import Prompt
 
@@ -81,23 +82,22 @@ def _stamp(folders: Sequence[str]) -> tuple:
     return tuple((str(p), p.stat().st_mtime_ns) for f in folders for p in sorted(Path(f).rglob("*.yaml")))
 
 
-@functools.lru_cache(maxsize=8)
-def _manager(folders: tuple[str, ...], defaults: bool, stamp: tuple) -> Any:
-    from lm_eval.tasks import TaskManager
-
-    return TaskManager(include_path=list(folders), include_defaults=defaults)
+def full_index(include: Optional[str] = None) -> Any:
+    """lm-eval's ``TaskManager`` with its installed tasks, the lab's and ``include``'s."""
+    folders = _folders(include)
+    return cached_index(folders, True, _stamp(folders))
 
 
 def manager(name: str, include: Optional[str]) -> Any:
-    """lm-eval's ``TaskManager`` that knows ``name``: the lab's and the include folder's tasks alone
-    where they hold it (about a second), else with lm-eval's ~15,000 installed ones (~13 s, once per
-    process). Raises a :class:`DataError` with the closest names when no index has it."""
+    """lm-eval's ``TaskManager`` that knows ``name``: the lab's and the include folder's tasks alone where they hold
+    it, else with lm-eval's ~15,000 installed ones (:func:`lab.data.task_index.cached_index`: ~13 s to build once,
+    0.4 s to read back). Raises a :class:`DataError` with the closest names when no index has it."""
     folders = _folders(include)
     stamp = _stamp(folders)
-    small = _manager(folders, False, stamp)
+    small = cached_index(folders, False, stamp)
     if name in small.all_tasks:
         return small
-    full = _manager(folders, True, stamp)
+    full = full_index(include)
     if name in full.all_tasks:
         return full
     close = difflib.get_close_matches(name, full.all_tasks, n=3)
@@ -128,7 +128,7 @@ def task_list(include: Optional[str] = None) -> list[tuple[str, str]]:
     machine or shipped), ``hub`` (its dataset comes from the Hugging Face hub, or its data files from a
     URL such as ``hf://``: needs the network once), ``group`` / ``tag``, or, for a task the lab cannot
     score, its output type (``generate_until``, …). For the Launch form's searchable picker."""
-    index = _manager(_folders(include), True, _stamp(_folders(include)))
+    index = full_index(include)
     notes = []
     for name in index.all_tasks:
         entry = index.task_index[name]

@@ -426,10 +426,8 @@ MIRRORS = {"bundled_arc_easy": "arc_easy", "bundled_arc_challenge": "arc_challen
 
 @pytest.fixture(scope="module")
 def installed():
-    """lm-eval's own index of its installed tasks, built once for this module."""
-    from lm_eval.tasks import TaskManager
-
-    return TaskManager()
+    """lm-eval's own index of its installed tasks (a ``TaskManager``, read from the lab's cache once built)."""
+    return harness.full_index()
 
 
 def _yaml_of(index, name: str) -> dict:
