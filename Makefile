@@ -5,14 +5,14 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -qq --disable-pip-version-check
 # The lowest-versions check: requirements-min.txt pins every lower bound of the requirements in a
 # second virtualenv; there, the tests that load, score and train models (letter and cloze scoring,
-# full and LoRA fine-tuning, FIRST's and CFT's trainers), lm-eval tasks against lm-eval's own run, the metrics, the plots and the app's pages
+# full and LoRA fine-tuning, FIRST's and CFT's trainers), lm-eval tasks against lm-eval's own run and its cached index, the metrics, the plots and the app's pages
 # must pass. The whole FIRST and CFT pipelines and the ARC reference comparisons are left to
 # `make test`: they would triple the time, and the steps they chain are tested here one by one.
 VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 MIN_TESTS := tests/core/test_versions.py tests/models/test_loading.py tests/models/test_scoring.py tests/models/test_nonfinite_scores.py \
 	tests/kinds/test_winrate.py tests/training/test_trainer.py tests/kinds/test_cft.py tests/kinds/test_first.py tests/training/test_kd_losses.py \
-	tests/calibration/test_metrics.py tests/calibration/test_calibrators.py tests/ui/test_plots.py tests/ui/test_app.py tests/data/test_lm_eval_tasks.py
+	tests/calibration/test_metrics.py tests/calibration/test_calibrators.py tests/ui/test_plots.py tests/ui/test_app.py tests/data/test_lm_eval_tasks.py tests/data/test_task_index.py
 MIN_SKIP := not letter_matches_naive and not cloze_matches_naive and not end_to_end and not pipeline_runs
 # Parallel test workers (pytest-xdist): three on two cores, each running torch on one thread (tests/conftest.py).
 # `--dist loadgroup` is tests/conftest.py's scheduler: a module that builds a fixture once for its tests, and the
