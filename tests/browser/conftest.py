@@ -1,8 +1,6 @@
 """What the browser tests share: a headless Chromium on the app a module serves."""
 import pytest
 
-from tests.browser.helpers import open_page
-
 
 @pytest.fixture
 def viewport() -> dict[str, int]:
@@ -11,10 +9,6 @@ def viewport() -> dict[str, int]:
 
 
 @pytest.fixture
-def browser_page(app, viewport):
-    """Headless Chromium at ``viewport`` beside ``app`` (each module's served app fixture): yields (page, app)."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser, page = open_page(p, **viewport)
-        yield page, app
-        browser.close()
+def browser_page(app, viewport, new_page):
+    """A page at ``viewport`` beside ``app`` (each module's served app fixture): (page, app)."""
+    return new_page(**viewport), app

@@ -49,14 +49,18 @@ def serving(ctx) -> Iterator[str]:
         demo.close()
 
 
-def open_page(playwright, height: int = 1000, width: int = 1440):
-    """Headless Chromium (the machine's own, no sandbox: it runs as root here) and a page of that
-    size whose waits give up after WAIT_MS."""
-    browser = playwright.chromium.launch(executable_path=chromium(), headless=True,
-                                         args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-    page = browser.new_page(viewport={"width": width, "height": height})
+def launch(playwright):
+    """Headless Chromium: the machine's own, no sandbox (it runs as root here)."""
+    return playwright.chromium.launch(executable_path=chromium(), headless=True,
+                                      args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+
+
+def open_page(browser, height: int = 1000, width: int = 1440):
+    """A page of that size in a context of its own (no cookies, storage or cache from another test)
+    whose waits give up after WAIT_MS; closing its context (``page.context.close()``) closes it."""
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
     page.set_default_timeout(WAIT_MS)
-    return browser, page
+    return page
 
 
 def shot(page, name: str, full_page: bool = False) -> None:

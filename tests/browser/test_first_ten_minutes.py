@@ -15,7 +15,6 @@ import pytest
 
 from tests.browser.helpers import box as _box
 from tests.browser.helpers import fill as _fill
-from tests.browser.helpers import open_page as _page
 from tests.browser.helpers import pick as _pick
 from tests.browser.helpers import recalibrate as _recalibrate
 from tests.browser.helpers import shot as _shot
@@ -145,18 +144,15 @@ def test_a_newcomers_first_ten_minutes(newcomer):
     _shot(page, "06-results.png")
 
 
-def test_compare_refuses_an_empty_question(served_bare):
-    sync_api = pytest.importorskip("playwright.sync_api")
+def test_compare_refuses_an_empty_question(served_bare, new_page):
     ctx, url = served_bare
-    with sync_api.sync_playwright() as p:
-        browser, page = _page(p)
-        page.goto(url)
-        page.get_by_role("tab", name="Compare models").click()
-        page.locator("#compare-question textarea").fill("")
-        page.locator("#compare-run").click()
-        page.get_by_text("Type a question").wait_for()
-        assert ctx.store.list() == []
-        browser.close()
+    page = new_page()
+    page.goto(url)
+    page.get_by_role("tab", name="Compare models").click()
+    page.locator("#compare-question textarea").fill("")
+    page.locator("#compare-run").click()
+    page.get_by_text("Type a question").wait_for()
+    assert ctx.store.list() == []
 
 
 @pytest.mark.slow
@@ -215,56 +211,53 @@ def _selective_runs(root: Path) -> None:
 
 
 @pytest.mark.slow
-def test_selective_prediction_and_the_recalibration_workbench(served_bare):
+def test_selective_prediction_and_the_recalibration_workbench(served_bare, new_page):
     """Two runs on the selective page, the threshold moved and the dropped questions listed, then
     opened in Case studies; the workbench fits on the validation run, applies to the test run and
     draws before/after, refuses the same questions, saves; Reliability draws ECE against bins."""
-    sync_api = pytest.importorskip("playwright.sync_api")
     ctx, url = served_bare
     _selective_runs(ctx.runs)
-    with sync_api.sync_playwright() as p:
-        browser, page = _page(p, height=1000)
-        page.goto(url)
+    page = new_page(height=1000)
+    page.goto(url)
 
-        page.get_by_role("tab", name="Selective prediction").click()
-        page.locator("#selective-runs").get_by_text(re.compile("^test · ")).wait_for()  # the newest, picked
-        _pick(page, "selective-runs", "^val · ")
-        table = page.locator("#selective-table")
-        page.wait_for_function("() => document.querySelector('#selective-table').innerText.split('\\n')"
-                               ".filter(l => /^(test|val) · /.test(l)).length === 2")
-        _fill(page, "selective-threshold", "0.8")
-        heading = page.get_by_text(re.compile(r"questions of test · .* fall below the threshold 0\.80"))
-        heading.wait_for()
-        dropped = int(re.search(r"(\d+) questions of", heading.inner_text()).group(1))
-        page.locator("#selective-dropped [role=row]").nth(1).wait_for()  # the table can draw after the heading
-        assert dropped > 0
-        assert "AURC" in table.inner_text()
-        _shot(page, "09-selective.png", full_page=True)
-        page.get_by_role("button", name=re.compile("in Case studies")).click()
-        page.get_by_text(re.compile(r"of \d+ questions")).first.wait_for()
-        page.locator("#cases-table [role=row]").nth(1).wait_for()  # a question's row, past the header
+    page.get_by_role("tab", name="Selective prediction").click()
+    page.locator("#selective-runs").get_by_text(re.compile("^test · ")).wait_for()  # the newest, picked
+    _pick(page, "selective-runs", "^val · ")
+    table = page.locator("#selective-table")
+    page.wait_for_function("() => document.querySelector('#selective-table').innerText.split('\\n')"
+                           ".filter(l => /^(test|val) · /.test(l)).length === 2")
+    _fill(page, "selective-threshold", "0.8")
+    heading = page.get_by_text(re.compile(r"questions of test · .* fall below the threshold 0\.80"))
+    heading.wait_for()
+    dropped = int(re.search(r"(\d+) questions of", heading.inner_text()).group(1))
+    page.locator("#selective-dropped [role=row]").nth(1).wait_for()  # the table can draw after the heading
+    assert dropped > 0
+    assert "AURC" in table.inner_text()
+    _shot(page, "09-selective.png", full_page=True)
+    page.get_by_role("button", name=re.compile("in Case studies")).click()
+    page.get_by_text(re.compile(r"of \d+ questions")).first.wait_for()
+    page.locator("#cases-table [role=row]").nth(1).wait_for()  # a question's row, past the header
 
-        _recalibrate(page, "isotonic regression").wait_for()
-        assert "ECE % [95% range of resampled ECE]" in page.locator("#recal-table").inner_text()
-        _shot(page, "10-recalibration.png", full_page=True)
-        page.locator("#recal-save").click()
-        page.get_by_text(re.compile("Saved as calibrators/")).wait_for()
-        _pick(page, "recal-apply", "^val · ")
-        page.locator("#recal-run").click()
-        page.locator("#recal-message").get_by_text(re.compile("Refused")).wait_for()
+    _recalibrate(page, "isotonic regression").wait_for()
+    assert "ECE % [95% range of resampled ECE]" in page.locator("#recal-table").inner_text()
+    _shot(page, "10-recalibration.png", full_page=True)
+    page.locator("#recal-save").click()
+    page.get_by_text(re.compile("Saved as calibrators/")).wait_for()
+    _pick(page, "recal-apply", "^val · ")
+    page.locator("#recal-run").click()
+    page.locator("#recal-message").get_by_text(re.compile("Refused")).wait_for()
 
-        page.get_by_role("tab", name="Reliability").click()
-        page.get_by_text("ECE vs number of bins").click()
-        page.locator(".js-plotly-plot >> visible=true").filter(has_text="number of bins").first.wait_for()
-        page.mouse.wheel(0, 420)
-        _shot(page, "11-ece-bins.png")
-        # Both runs' diagrams; a run of the controlled task is followed by the oracle's on its questions.
-        page.get_by_text("reliability diagram").click()
-        _pick(page, "reliability-runs", "^val · ")
-        page.locator(".js-plotly-plot >> visible=true").filter(has_text="val · ").filter(
-            has_text="test · ").first.wait_for()
-        _shot(page, "12-reliability-both.png")
-        browser.close()
+    page.get_by_role("tab", name="Reliability").click()
+    page.get_by_text("ECE vs number of bins").click()
+    page.locator(".js-plotly-plot >> visible=true").filter(has_text="number of bins").first.wait_for()
+    page.mouse.wheel(0, 420)
+    _shot(page, "11-ece-bins.png")
+    # Both runs' diagrams; a run of the controlled task is followed by the oracle's on its questions.
+    page.get_by_text("reliability diagram").click()
+    _pick(page, "reliability-runs", "^val · ")
+    page.locator(".js-plotly-plot >> visible=true").filter(has_text="val · ").filter(
+        has_text="test · ").first.wait_for()
+    _shot(page, "12-reliability-both.png")
 
 
 # ---------------------------------------------------------------- what a 1440 px screen shows (issue 30)
@@ -316,68 +309,64 @@ def _comparison(root: Path) -> None:
 
 
 @pytest.mark.slow
-def test_what_a_1440_px_screen_shows(served_bare):
+def test_what_a_1440_px_screen_shows(served_bare, new_page):
     """At 1440 × 900: a refusal beside Submit and on its field, which is brought into view; a typed
     dataset name kept and refused; the headline columns of Results, Selective prediction and Compare
     in view with no header broken mid-word; a run label's markup shown as text on a plot; the
     calibrator's "Saved as" beside its button."""
     from lab.results import runs
-
-    sync_api = pytest.importorskip("playwright.sync_api")
     ctx, url = served_bare
-    with sync_api.sync_playwright() as p:
-        browser, page = _page(p, height=900)
-        page.goto(url)
-        page.get_by_role("tab", name="evaluate").click()
+    page = new_page(height=900)
+    page.goto(url)
+    page.get_by_role("tab", name="evaluate").click()
 
-        _fill(page, "evaluate-limit", "six")
-        _refused(page, "limit: must be an integer")
-        page.locator("#evaluate-limit.lab-refused").get_by_text("limit: must be an integer").wait_for()
-        page.wait_for_timeout(600)  # the page scrolls the refused field into view
-        assert _in_view(page, "#launch-message-evaluate") and _in_view(page, "#submit-evaluate")
-        assert _in_view(page, "#evaluate-limit")
-        _fill(page, "evaluate-limit", LIMIT)
-        dataset = _box(page, "evaluate-dataset")
-        dataset.click()
-        dataset.fill("openbookqa")
-        dataset.press("Tab")
-        _refused(page, "dataset: unknown dataset 'openbookqa'.*obqa")
-        assert dataset.input_value() == "openbookqa" and ctx.store.list() == []
-        page.wait_for_timeout(600)
-        _shot(page, "13-launch-refused.png")
+    _fill(page, "evaluate-limit", "six")
+    _refused(page, "limit: must be an integer")
+    page.locator("#evaluate-limit.lab-refused").get_by_text("limit: must be an integer").wait_for()
+    page.wait_for_timeout(600)  # the page scrolls the refused field into view
+    assert _in_view(page, "#launch-message-evaluate") and _in_view(page, "#submit-evaluate")
+    assert _in_view(page, "#evaluate-limit")
+    _fill(page, "evaluate-limit", LIMIT)
+    dataset = _box(page, "evaluate-dataset")
+    dataset.click()
+    dataset.fill("openbookqa")
+    dataset.press("Tab")
+    _refused(page, "dataset: unknown dataset 'openbookqa'.*obqa")
+    assert dataset.input_value() == "openbookqa" and ctx.store.list() == []
+    page.wait_for_timeout(600)
+    _shot(page, "13-launch-refused.png")
 
-        _selective_runs(ctx.runs)
-        _comparison(ctx.runs)
-        runs.write_label(ctx.runs / "test", EVIL)
-        page.get_by_role("tab", name="Results").click()
-        page.wait_for_function("() => (document.querySelector('#results-table') || {}).innerText?.includes('val · ')")
-        _headers_in_view(page, "results-table", ["run", "ECE", "accuracy", "Trust", "AURC", "AUROC"])
-        _shot(page, "14-results.png")
+    _selective_runs(ctx.runs)
+    _comparison(ctx.runs)
+    runs.write_label(ctx.runs / "test", EVIL)
+    page.get_by_role("tab", name="Results").click()
+    page.wait_for_function("() => (document.querySelector('#results-table') || {}).innerText?.includes('val · ')")
+    _headers_in_view(page, "results-table", ["run", "ECE", "accuracy", "Trust", "AURC", "AUROC"])
+    _shot(page, "14-results.png")
 
-        page.get_by_role("tab", name="Selective prediction").click()
-        page.wait_for_function("() => /AURC/.test(document.querySelector('#selective-table').innerText)")
-        _headers_in_view(page, "selective-table", ["run", "AUROC", "AURC", "acc @ 50%", "acc @ 80%", "accuracy"])
-        _shot(page, "15-selective.png")
+    page.get_by_role("tab", name="Selective prediction").click()
+    page.wait_for_function("() => /AURC/.test(document.querySelector('#selective-table').innerText)")
+    _headers_in_view(page, "selective-table", ["run", "AUROC", "AURC", "acc @ 50%", "acc @ 80%", "accuracy"])
+    _shot(page, "15-selective.png")
 
-        page.get_by_role("tab", name="Compare models").click()
-        _pick(page, "compare-history", "[Nn]orway")
-        page.wait_for_function("() => document.querySelector('#compare-answers').innerText.includes('scratch')")
-        _headers_in_view(page, "compare-answers", ["model", "prediction", "confidence", "correct", "answer",
-                                                   "option probabilities"])
-        assert page.locator("#compare-answers").get_by_text(re.compile(r"^\(blank: its 48 generated tokens")).count()
-        _shot(page, "16-compare.png")
+    page.get_by_role("tab", name="Compare models").click()
+    _pick(page, "compare-history", "[Nn]orway")
+    page.wait_for_function("() => document.querySelector('#compare-answers').innerText.includes('scratch')")
+    _headers_in_view(page, "compare-answers", ["model", "prediction", "confidence", "correct", "answer",
+                                               "option probabilities"])
+    assert page.locator("#compare-answers").get_by_text(re.compile(r"^\(blank: its 48 generated tokens")).count()
+    _shot(page, "16-compare.png")
 
-        page.get_by_role("tab", name="Reliability").click()
-        plot = page.locator(".js-plotly-plot >> visible=true").first
-        plot.get_by_text(EVIL).first.wait_for()  # the label as typed, in the title
-        assert page.locator('.js-plotly-plot a[href*="evil.example"]').count() == 0
+    page.get_by_role("tab", name="Reliability").click()
+    plot = page.locator(".js-plotly-plot >> visible=true").first
+    plot.get_by_text(EVIL).first.wait_for()  # the label as typed, in the title
+    assert page.locator('.js-plotly-plot a[href*="evil.example"]').count() == 0
 
-        page.get_by_role("tab", name="Recalibration").click()
-        _pick(page, "recal-fit", "^val · ")
-        _pick(page, "recal-apply", "^&lt;a|^<a")
-        page.locator("#recal-run").click()
-        page.locator("#recal-message").get_by_text(re.compile("applied to")).wait_for()
-        page.locator("#recal-save").click()
-        page.locator("#recal-saved").get_by_text(re.compile("Saved as calibrators/")).wait_for()
-        assert _in_view(page, "#recal-saved") and _in_view(page, "#recal-save")
-        browser.close()
+    page.get_by_role("tab", name="Recalibration").click()
+    _pick(page, "recal-fit", "^val · ")
+    _pick(page, "recal-apply", "^&lt;a|^<a")
+    page.locator("#recal-run").click()
+    page.locator("#recal-message").get_by_text(re.compile("applied to")).wait_for()
+    page.locator("#recal-save").click()
+    page.locator("#recal-saved").get_by_text(re.compile("Saved as calibrators/")).wait_for()
+    assert _in_view(page, "#recal-saved") and _in_view(page, "#recal-save")

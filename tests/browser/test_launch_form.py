@@ -16,39 +16,33 @@ IN_VIEW_JS = """(id) => { const r = document.getElementById(id).getBoundingClien
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_the_evaluate_form_shows_clms_dataset_and_brings_show_config_into_view(served_bare):
+def test_the_evaluate_form_shows_clms_dataset_and_brings_show_config_into_view(served_bare, new_page):
     """In Chromium: picking task clm shows text / test in the form (only Show config said so), and the
     YAML that Show config prints below a form taller than the window is brought into view."""
-    from tests.browser.helpers import box, open_page, pick
+    from tests.browser.helpers import box, pick
 
     _, url = served_bare
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser, page = open_page(p, height=800)
-        try:
-            page.goto(url)
-            page.get_by_role("tab", name="evaluate", exact=True).click()
-            pick(page, "evaluate-task", "^clm$")
-            page.wait_for_function("() => document.querySelector('#evaluate-dataset input').value === 'text'")
-            assert box(page, "evaluate-split").input_value() == "test"
-            page.locator("#launch-bar-evaluate").get_by_role("button", name="Show config").click()
-            page.locator("#launch-config-evaluate").get_by_text("task: clm").wait_for()
-            page.wait_for_function(IN_VIEW_JS, arg="launch-config-evaluate")
-        finally:
-            browser.close()
+    page = new_page(height=800)
+    page.goto(url)
+    page.get_by_role("tab", name="evaluate", exact=True).click()
+    pick(page, "evaluate-task", "^clm$")
+    page.wait_for_function("() => document.querySelector('#evaluate-dataset input').value === 'text'")
+    assert box(page, "evaluate-split").input_value() == "test"
+    page.locator("#launch-bar-evaluate").get_by_role("button", name="Show config").click()
+    page.locator("#launch-config-evaluate").get_by_text("task: clm").wait_for()
+    page.wait_for_function(IN_VIEW_JS, arg="launch-config-evaluate")
 
 
 @pytest.mark.slow
-def test_a_user_picks_an_lm_eval_task_on_the_launch_form_and_queues_it(tmp_path):
+def test_a_user_picks_an_lm_eval_task_on_the_launch_form_and_queues_it(tmp_path, new_page):
     """Scoring left at letter from an earlier try; the picker opened (lm-eval's list arrives), searched,
     a shipped task picked: scoring, template and data files follow, and Submit queues it as picked."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    from tests.browser.helpers import box, fill, open_page, pick, serving, shot
+    from tests.browser.helpers import box, fill, pick, serving, shot
     from ui.context import LabContext
 
     ctx = LabContext(tmp_path / "runs")
-    with serving(ctx) as url, sync_api.sync_playwright() as p:  # no scheduler: the job stays queued
-        browser, page = open_page(p)
+    with serving(ctx) as url:  # no scheduler: the job stays queued
+        page = new_page()
         page.goto(url)
         pick(page, "evaluate-scoring", "^letter$")
         box(page, "evaluate-dataset").click()
@@ -65,7 +59,6 @@ def test_a_user_picks_an_lm_eval_task_on_the_launch_form_and_queues_it(tmp_path)
         page.locator("#submit-evaluate").click()
         page.locator("#launch-message-evaluate").get_by_text(re.compile("queued")).wait_for()
         shot(page, "harness_launch_queued.png")
-        browser.close()
     config = ctx.store.list()[0].config_dict
     assert (config["dataset"], config["scoring"], config["template"], config["num_fewshot"], config["data_files"]) \
         == ("lm-eval:bundled_boolq", "cloze", LM_EVAL, 2, [])

@@ -79,25 +79,18 @@ def lifecycle_app(tmp_path):
 
 
 @pytest.mark.slow
-def test_clicking_a_marker_on_the_life_cycle_plot_opens_its_run_in_reliability(lifecycle_app):
-    from tests.browser.helpers import open_page
-
-    sync_api = pytest.importorskip("playwright.sync_api")
+def test_clicking_a_marker_on_the_life_cycle_plot_opens_its_run_in_reliability(lifecycle_app, new_page):
     ctx, url = lifecycle_app
-    with sync_api.sync_playwright() as p:
-        browser, page = open_page(p, height=1000, width=1440)
-        try:
-            page.goto(url)
-            page.get_by_role("tab", name="Life cycle").click()
-            markers = page.locator("#lifecycle-plot .subplot.xy .scatterlayer .trace .points path")
-            page.wait_for_function("() => document.querySelectorAll("
-                                   "'#lifecycle-plot .subplot.xy .scatterlayer .trace .points path').length >= 3")
-            middle = markers.nth(1).bounding_box()
-            x, y = middle["x"] + middle["width"] / 2, middle["y"] + middle["height"] / 2
-            page.mouse.move(x, y)
-            page.mouse.click(x, y)
-            page.get_by_role("tab", name="Reliability", selected=True).wait_for()
-            page.locator("#reliability-runs").get_by_text(re.compile(r"^00003 · cells/m1_t0-mcq")).wait_for()
-            shot(page, "newcomer-lifecycle-click.png")
-        finally:
-            browser.close()
+    page = new_page(height=1000, width=1440)
+    page.goto(url)
+    page.get_by_role("tab", name="Life cycle").click()
+    markers = page.locator("#lifecycle-plot .subplot.xy .scatterlayer .trace .points path")
+    page.wait_for_function("() => document.querySelectorAll("
+                           "'#lifecycle-plot .subplot.xy .scatterlayer .trace .points path').length >= 3")
+    middle = markers.nth(1).bounding_box()
+    x, y = middle["x"] + middle["width"] / 2, middle["y"] + middle["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    page.get_by_role("tab", name="Reliability", selected=True).wait_for()
+    page.locator("#reliability-runs").get_by_text(re.compile(r"^00003 · cells/m1_t0-mcq")).wait_for()
+    shot(page, "newcomer-lifecycle-click.png")
