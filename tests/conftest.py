@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # Parallel workers (`pytest -n N`: make test-parallel, test-fast, test-min) share two cores: one
+    # Parallel workers (`pytest -n N`: make test, test-fast, test-min) share two cores: one
     # torch thread each, and in the jobs, servers and ranks they start (the variable is inherited), is faster than
     # each oversubscribing them.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
