@@ -241,4 +241,4 @@ def new_page(chromium):
 def newcomer(served_bare, bundled, new_page, monkeypatch):
     """A browser on the app as a user's machine runs it: nothing but the package, no hub."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    yield new_page(height=1000), served_bare
+    return new_page(height=1000), served_bare
