@@ -91,13 +91,13 @@ def full_index(include: Optional[str] = None) -> Any:
 def manager(name: str, include: Optional[str]) -> Any:
     """lm-eval's ``TaskManager`` that knows ``name``: the lab's and the include folder's tasks alone where they hold
     it, else with lm-eval's ~15,000 installed ones (:func:`lab.data.task_index.cached_index`: ~13 s to build once,
-    0.4 s to read back). Raises a :class:`DataError` with the closest names when no index has it."""
+    0.5 s to read back). Raises a :class:`DataError` with the closest names when no index has it."""
     folders = _folders(include)
     stamp = _stamp(folders)
     small = cached_index(folders, False, stamp)
     if name in small.all_tasks:
         return small
-    full = full_index(include)
+    full = cached_index(folders, True, stamp)
     if name in full.all_tasks:
         return full
     close = difflib.get_close_matches(name, full.all_tasks, n=3)

@@ -1,7 +1,7 @@
 """lm-eval's index of its ~14,700 installed tasks, kept in the lab's cache: building it reads every
 task YAML (6.5 s on an idle core, 13 s or more beside other work) in each process that meets a task
 not shipped with the lab (a job on ``lm-eval:mmlu``, the Launch form's picker after a restart);
-reading it back takes about 0.4 s."""
+reading it back takes about 0.5 s."""
 from __future__ import annotations
 
 import functools
