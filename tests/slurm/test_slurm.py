@@ -7,6 +7,7 @@ Debian's Slurm and munge, so only throwaway machines such as CI set it).
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -152,7 +153,9 @@ def test_a_slurm_job_cancelled_while_running_ends_cancelled_with_no_process_left
 def test_a_slurm_job_past_its_time_limit_fails_with_timeout_and_a_restart_sees_it(slurm, tmp_path, slower_model_dir,
                                                                                   no_stray_output):
     """Submitted by one scheduler, which then stops (the server restarts); another, new one
-    follows the job to its end: Slurm's TIMEOUT, in words."""
+    follows the job to its end: Slurm's TIMEOUT, in words. Once it trains, the job hangs (stopped,
+    as a rank stuck in a collective would be): Slurm must end it all the same, and its minute past
+    the limit costs the other tests no CPU."""
     from jobs.scheduler import Scheduler
     from jobs.store import JobStore
 
@@ -160,11 +163,16 @@ def test_a_slurm_job_past_its_time_limit_fails_with_timeout_and_a_restart_sees_i
     # 500 epochs of 8 steps at 46 ms a step: three minutes, three times the limit.
     job = store.submit({"kind": "finetune", "model": str(slower_model_dir), "dataset": "obqa", "data_files": ["bundled"],
                         "epochs": 500, "val_split": None, "device": "cpu"}, executor="slurm", slurm={"minutes": 1})
-    first, deadline = Scheduler(store, gpus=[]), time.time() + 60
-    while time.time() < deadline and store.get(job.id).status != "running":
+    first, deadline, run_dir = Scheduler(store, gpus=[]), time.time() + 120, Path(job.run_dir)
+    while time.time() < deadline and not any(e["stage"] == "train" for e in read_events(run_dir / "events.jsonl")[0]):
         first.tick()
         time.sleep(0.5)
+    assert store.get(job.id).status == "running"
     del first
+    hung = lab_processes(run_dir)
+    assert hung
+    for process in hung:
+        process.send_signal(signal.SIGSTOP)
     run_scheduler(store, [job.id], timeout=240)
     ended = store.get(job.id)
     assert ended.status == "failed" and ended.error.startswith("timeout: the job ran past its Slurm time limit"), \
