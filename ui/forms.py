@@ -10,7 +10,9 @@ refusal is a message naming the field, never a traceback.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import math
 import re
 import threading
@@ -75,10 +77,17 @@ def _widget(kind: Any) -> tuple[str, tuple, bool]:
     return {bool: "bool", int: "int", float: "float"}.get(kind, "text"), (), optional
 
 
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    """A config class's resolved field types: resolving them is most of what :func:`fields` costs, and
+    building the app asks for a kind's fields dozens of times."""
+    return typing.get_type_hints(cls)
+
+
 def fields(kind: str) -> list[Field]:
     """The form fields of a job kind, key fields first."""
     cls = kinds.get(kind).config
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -233,16 +242,45 @@ def config_yaml(config: dict[str, Any]) -> str:
     return dump_yaml(config)
 
 
-def presets(kind: str) -> dict[str, dict[str, Any]]:
-    """The example configs of a kind (``examples/*.yaml``), by file name: offline quick, paper recipe."""
-    found = {"defaults": {}}
+def _example_stamp() -> tuple[tuple[str, int, int], ...]:
+    """What the example files are now (name, size, time): an edited, added or removed one changes it."""
+    stamp = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
         try:
-            data = load_yaml(path.read_bytes(), path.name)
-        except (OSError, ConfigError):
+            stat = path.stat()
+        except OSError:
             continue
+        stamp.append((path.name, stat.st_size, stat.st_mtime_ns))
+    return tuple(stamp)
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed_examples(stamp: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, str, Any], ...]:
+    """Each readable example's name, text and parsed YAML, read once for a ``stamp``. Building the app
+    asks for every kind's presets twice: parsing the 34 files each time (608 parses in pure Python)
+    was most of the 2 s of CPU a build took, and every test that serves the app builds it."""
+    parsed = []
+    for name, _, _ in stamp:
+        path = EXAMPLES / name
+        try:
+            text = path.read_text(encoding="utf-8")
+            parsed.append((path.stem, text, load_yaml(text, name)))
+        except (OSError, UnicodeDecodeError, ConfigError):
+            continue
+    return tuple(parsed)
+
+
+def _examples() -> tuple[tuple[str, str, Any], ...]:
+    return _parsed_examples(_example_stamp())
+
+
+def presets(kind: str) -> dict[str, dict[str, Any]]:
+    """The example configs of a kind (``examples/*.yaml``), by file name: offline quick, paper recipe.
+    Copies: a caller may change what it gets without changing the next caller's."""
+    found = {"defaults": {}}
+    for stem, _, data in _examples():
         if isinstance(data, dict) and data.get("kind") == kind:
-            found[path.stem] = {k: v for k, v in data.items() if k != "kind"}
+            found[stem] = copy.deepcopy({k: v for k, v in data.items() if k != "kind"})
     return found
 
 
@@ -270,16 +308,7 @@ def preset_choices(names: Iterable[str]) -> list[tuple[str, str]]:
 def pipelines() -> dict[str, str]:
     """The example pipeline files (``examples/*.yaml`` with ``pipeline:``), by file name: their text,
     comments included, which the Launch page shows to edit before queueing every stage."""
-    found = {}
-    for path in sorted(EXAMPLES.glob("*.yaml")):
-        try:
-            text = path.read_text(encoding="utf-8")
-            data = load_yaml(text, path.name)
-        except (OSError, ConfigError):
-            continue
-        if is_pipeline(data):
-            found[path.stem] = text
-    return found
+    return {stem: text for stem, text, data in _examples() if is_pipeline(data)}
 
 
 def preset_values(kind: str, preset: Optional[str]) -> list[Any]:
