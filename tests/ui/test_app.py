@@ -46,6 +46,25 @@ def test_presets_come_from_the_examples():
 
 
 @pytest.mark.unit
+def test_presets_follow_an_edited_example_and_hand_out_copies(tmp_path, monkeypatch):
+    """The examples are parsed once per state of their folder: an edited, added or removed file is read
+    again, a broken one is left out, and what a caller changes in a preset is not the next caller's."""
+    monkeypatch.setattr(forms, "EXAMPLES", tmp_path)
+    quick = tmp_path / "mine-quick.yaml"
+    quick.write_text("kind: evaluate\nlimit: 8\ndata_files: [bundled]\n")
+    first = forms.presets("evaluate")
+    assert first["mine-quick"] == {"limit": 8, "data_files": ["bundled"]}
+    first["mine-quick"]["data_files"].append("elsewhere")
+    assert forms.presets("evaluate")["mine-quick"]["data_files"] == ["bundled"]
+    quick.write_text("kind: evaluate\nlimit: 16\ndata_files: [bundled]\n")  # one byte more: another stamp
+    assert forms.presets("evaluate")["mine-quick"]["limit"] == 16
+    (tmp_path / "broken.yaml").write_text("kind: [evaluate\n")
+    assert forms.presets("evaluate") == {"defaults": {}, "mine-quick": {"limit": 16, "data_files": ["bundled"]}}
+    quick.unlink()
+    assert forms.presets("evaluate") == {"defaults": {}}
+
+
+@pytest.mark.unit
 def test_form_errors_name_the_field():
     names = [f.name for f in forms.fields("evaluate")]
     values = forms.preset_values("evaluate", None)
