@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from sklearn.metrics import brier_score_loss, log_loss
-from torchmetrics.functional.classification import multiclass_calibration_error
 
 from lab.calibration import metrics as M
 from tests.helpers import imported_by
@@ -30,6 +29,10 @@ def conf_correct(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def torchmetrics_ce(probs: np.ndarray, labels: np.ndarray, n_bins: int, norm: str) -> float:
+    """torchmetrics' ECE or MCE. Imported here, not with the module: its text metrics bring transformers'
+    BERT with it (2.2 s), which every test process paid while collecting the suite."""
+    from torchmetrics.functional.classification import multiclass_calibration_error
+
     return multiclass_calibration_error(
         torch.from_numpy(probs), torch.from_numpy(labels),
         num_classes=probs.shape[1], n_bins=n_bins, norm=norm,
