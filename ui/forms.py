@@ -243,14 +243,15 @@ def config_yaml(config: dict[str, Any]) -> str:
 
 
 def _example_stamp() -> tuple[tuple[str, int, int], ...]:
-    """What the example files are now (name, size, time): an edited, added or removed one changes it."""
+    """What the example files are now (name, size, time): an edited, added or removed one changes it.
+    Names are whole paths, so that another folder never shares a stamp."""
     stamp = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
         try:
             stat = path.stat()
         except OSError:
             continue
-        stamp.append((path.name, stat.st_size, stat.st_mtime_ns))
+        stamp.append((str(path), stat.st_size, stat.st_mtime_ns))
     return tuple(stamp)
 
 
@@ -261,10 +262,10 @@ def _parsed_examples(stamp: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str
     was most of the 2 s of CPU a build took, and every test that serves the app builds it."""
     parsed = []
     for name, _, _ in stamp:
-        path = EXAMPLES / name
+        path = Path(name)
         try:
             text = path.read_text(encoding="utf-8")
-            parsed.append((path.stem, text, load_yaml(text, name)))
+            parsed.append((path.stem, text, load_yaml(text, path.name)))
         except (OSError, UnicodeDecodeError, ConfigError):
             continue
     return tuple(parsed)
