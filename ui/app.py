@@ -59,8 +59,9 @@ def mount_with_app(timers: list[gr.Timer]) -> None:
     for timer in timers:
         timer.unrender()
         timer.render()
-    app = timers[0].parent
-    app.children = timers + [child for child in app.children if child not in timers]
+    if timers:
+        app = timers[0].parent
+        app.children = timers + [child for child in app.children if child not in timers]
 
 
 def element(block: gr.blocks.Block, elem_id: str) -> Any:
