@@ -125,12 +125,18 @@ def _offered(page, elem_id: str, option: str) -> None:
 TITLE_JS = """() => {
     const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.offsetParent !== null);
     const plot = plots.find(p => (p.querySelector('.gtitle') || {}).textContent);
+    if (!plot) return null;  // between two draws: a wait polls again, where a throw would end it
     const title = plot.querySelector('.gtitle');
     const counts = [...plot.querySelectorAll('.annotation')].filter(a => a.textContent === 'per bin');
     const box = title.getBoundingClientRect();
     return {text: title.textContent, right: box.right, edge: plot.getBoundingClientRect().right,
             bottom: box.bottom, counts: Math.min(...counts.map(a => a.getBoundingClientRect().top))};
 }"""
+
+
+def _drawn_title(page) -> dict:
+    """TITLE_JS's figures once a title is drawn: plotly redraws the diagram, and a read between two draws finds none."""
+    return page.wait_for_function(f"() => ({TITLE_JS})()").json_value()
 
 
 @pytest.mark.slow
@@ -144,8 +150,8 @@ def test_the_temperature_lab_titles_the_t_drawn_whole_and_redraws_a_slider_move(
     page.locator("#ece-value").wait_for()
     page.locator("#temperature-best-ece").click()
     page.locator("#sweep-widened").get_by_text("stopped at the bound T = 100").wait_for()
-    page.wait_for_function(f"() => ({TITLE_JS})().text.startsWith('T = 100 · ')")
-    title = page.evaluate(TITLE_JS)
+    page.wait_for_function(f"() => ({TITLE_JS})()?.text.startsWith('T = 100 · ')")
+    title = _drawn_title(page)
     assert title["right"] <= title["edge"] and title["bottom"] <= title["counts"], title  # whole, clear of the counts
     page.locator(".js-plotly-plot >> visible=true").first.scroll_into_view_if_needed()
     _shot(page, "issue30-temperature.png")
@@ -154,14 +160,14 @@ def test_the_temperature_lab_titles_the_t_drawn_whole_and_redraws_a_slider_move(
     slider.focus()
     took = []
     for _ in range(MOVES):
-        before = page.evaluate(TITLE_JS)["text"]
+        before = _drawn_title(page)["text"]
         start = time.perf_counter()
         slider.press("ArrowLeft")
-        page.wait_for_function(f"b => ({TITLE_JS})().text !== b", arg=before)
+        page.wait_for_function(f"b => {{ const t = ({TITLE_JS})(); return t !== null && t.text !== b; }}", arg=before)
         took.append(time.perf_counter() - start)
     print(f"slider move → diagram redrawn: median {statistics.median(took):.2f} s, "
           f"from {min(took):.2f} to {max(took):.2f} s over {MOVES} moves (500 questions)")
-    assert page.evaluate(TITLE_JS)["text"].startswith(f"T = {10 ** (2 - MOVES / 1000):.4g} · ")
+    assert _drawn_title(page)["text"].startswith(f"T = {10 ** (2 - MOVES / 1000):.4g} · ")
 
 
 @pytest.mark.slow
