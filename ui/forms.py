@@ -243,8 +243,8 @@ def config_yaml(config: dict[str, Any]) -> str:
 
 
 def _example_stamp() -> tuple[tuple[str, int, int], ...]:
-    """What the example files are now (name, size, time): an edited, added or removed one changes it.
-    Names are whole paths, so that another folder never shares a stamp."""
+    """What the example files are now (whole path, size, time): an edited, added or removed one changes it,
+    and another folder never shares a stamp."""
     stamp = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
         try:
@@ -261,8 +261,8 @@ def _parsed_examples(stamp: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str
     asks for every kind's presets twice: parsing the 34 files each time (608 parses in pure Python)
     was most of the 2 s of CPU a build took, and every test that serves the app builds it."""
     parsed = []
-    for name, _, _ in stamp:
-        path = Path(name)
+    for file, _, _ in stamp:
+        path = Path(file)
         try:
             text = path.read_text(encoding="utf-8")
             parsed.append((path.stem, text, load_yaml(text, path.name)))
