@@ -49,19 +49,10 @@ def mount_with_app(timers: list[gr.Timer]) -> None:
     component not yet mounted, after the mount took the queue). The update that starts a page's
     timers is sent on that same select: under load, Reliability's picker timer never started and
     the page never listed a run that finished (1 run in 15 beside a loaded suite, no tick sent in
-    100 s). Mounted with the app, a timer is there before any tab is selected; it draws nothing.
-
-    They go first in the app's tree. Each status update of each event makes gradio's frontend look up,
-    depth first from the root, every component that any event so far has touched, and switching
-    pages touches all the timers: placed last, each lookup walked all 778 nodes, the Launch page's
-    539 among them. First, an open Reliability or Case studies page costs Chromium 0.80× the CPU
-    (bench/poll_cost.py)."""
+    100 s). Mounted with the app, a timer is there before any tab is selected; it draws nothing."""
     for timer in timers:
         timer.unrender()
         timer.render()
-    if timers:
-        app = timers[0].parent
-        app.children = timers + [child for child in app.children if child not in timers]
 
 
 def element(block: gr.blocks.Block, elem_id: str) -> Any:
