@@ -47,16 +47,18 @@ class _Item:
 
 
 def test_units_start_longest_first_and_keep_their_tests_in_order():
-    """A slow browser test before the Slurm folder's two slow tests, before a module of 30 quick tests with a module
-    fixture, before a quick test alone; the Slurm tests in their own order."""
+    """The Slurm folder's two slow tests (they wait on Slurm) before a slow browser test, before a slow test alone,
+    before a module of 30 quick tests with a module fixture, before a quick test alone; the Slurm tests in their own
+    order."""
     module = "tests/calibration/test_token_temperature.py"  # builds a fixture once (scope="module")
     quick = [_Item(f"{module}::test_{i}", "unit") for i in range(30)]
     items = [_Item("tests/ui/test_app.py::test_alone", "unit"), *quick,
              _Item("tests/slurm/test_b.py::test_x", "slurm", "slow"),
              _Item("tests/slurm/test_a.py::test_y", "slurm", "slow"),
-             _Item("tests/browser/test_pages.py::test_z", "browser", "slow")]
-    assert 2 * EXPECTED_S["slow"] < EXPECTED_S["browser"] and 30 * EXPECTED_S["other"] < 2 * EXPECTED_S["slow"]
+             _Item("tests/browser/test_pages.py::test_z", "browser", "slow"),
+             _Item("tests/kinds/test_first.py::test_slow", "model", "slow")]
+    assert EXPECTED_S["browser"] < 2 * EXPECTED_S["slurm"] and 30 * EXPECTED_S["other"] < EXPECTED_S["slow"]
     ordered = [item.nodeid for item in longest_first(items)]
-    assert ordered == ["tests/browser/test_pages.py::test_z", "tests/slurm/test_b.py::test_x",
-                       "tests/slurm/test_a.py::test_y", *[item.nodeid for item in quick],
-                       "tests/ui/test_app.py::test_alone"]
+    assert ordered == ["tests/slurm/test_b.py::test_x", "tests/slurm/test_a.py::test_y",
+                       "tests/browser/test_pages.py::test_z", "tests/kinds/test_first.py::test_slow",
+                       *[item.nodeid for item in quick], "tests/ui/test_app.py::test_alone"]
