@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from lab.core.config import ConfigError, spec_of, unwrap_optional
-from lab.core.yamlio import dump_yaml, load_yaml
+from lab.core.yamlio import dump_yaml, load_yaml, read_yaml_file
 from lab.data import DATASETS, dataset_names, harness
 from lab.data.templates import LM_EVAL
 from lab.jobkit import kinds
@@ -242,37 +242,9 @@ def config_yaml(config: dict[str, Any]) -> str:
     return dump_yaml(config)
 
 
-def _example_stamp() -> tuple[tuple[str, int, int], ...]:
-    """What the example files are now (whole path, size, time): an edited, added or removed one changes it,
-    and another folder never shares a stamp."""
-    stamp = []
-    for path in sorted(EXAMPLES.glob("*.yaml")):
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        stamp.append((str(path), stat.st_size, stat.st_mtime_ns))
-    return tuple(stamp)
-
-
-@functools.lru_cache(maxsize=1)
-def _parsed_examples(stamp: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, str, Any], ...]:
-    """Each readable example's name, text and parsed YAML, read once for a ``stamp``. Building the app
-    asks for every kind's presets twice: parsing the 34 files each time (608 parses in pure Python)
-    was most of the 2 s of CPU a build took, and every test that serves the app builds it."""
-    parsed = []
-    for file, _, _ in stamp:
-        path = Path(file)
-        try:
-            text = path.read_text(encoding="utf-8")
-            parsed.append((path.stem, text, load_yaml(text, path.name)))
-        except (OSError, UnicodeDecodeError, ConfigError):
-            continue
-    return tuple(parsed)
-
-
 def _examples() -> tuple[tuple[str, str, Any], ...]:
-    return _parsed_examples(_example_stamp())
+    """Each readable example's name, text and parsed YAML (each parsed once per version of its file)."""
+    return tuple((path.stem, *read) for path in sorted(EXAMPLES.glob("*.yaml")) if (read := read_yaml_file(path)))
 
 
 def presets(kind: str) -> dict[str, dict[str, Any]]:
@@ -291,10 +263,8 @@ def preset_time(name: str) -> Optional[str]:
     bound it: a loaded machine's wall time is longer than an idle one's, and on two idle cores a run
     that keeps a core busy takes no longer than its CPU time (which load inflates, never shrinks).
     None where the example states no measurement."""
-    try:
-        found = MEASURED.search((EXAMPLES / f"{name}.yaml").read_text(encoding="utf-8"))
-    except OSError:
-        return None
+    read = read_yaml_file(EXAMPLES / f"{name}.yaml")
+    found = MEASURED.search(read[0]) if read else None
     if not found:
         return None
     wall, cpu = (60 * int(found[key]) + int(found[f"{key}_s"]) for key in ("wall", "cpu"))

@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -23,6 +23,19 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def files_stamp(paths: Iterable[str | Path]) -> tuple[tuple[str, int, int], ...]:
+    """What ``paths`` are now, in their order: each one's whole path, size and modification time (a file gone
+    meanwhile is left out). A cache keyed by it sees an edited, added or removed file, and no other folder's."""
+    stamp = []
+    for path in paths:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        stamp.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return tuple(stamp)
 
 
 def cache_dir() -> Path:

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import yaml
 
 from lab.core.errors import DataError, RowProblem
+from lab.core.files import files_stamp
 
 from . import samples
 from .hub_copy import hub_unavailable
@@ -79,7 +80,7 @@ def _folders(include: Optional[str]) -> tuple[str, ...]:
 
 def _stamp(folders: Sequence[str]) -> tuple:
     """Changes when a YAML in ``folders`` does (an index cached across submissions must see an edit)."""
-    return tuple((str(p), p.stat().st_mtime_ns) for f in folders for p in sorted(Path(f).rglob("*.yaml")))
+    return files_stamp(p for f in folders for p in sorted(Path(f).rglob("*.yaml")))
 
 
 def full_index(include: Optional[str] = None) -> Any:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lab.core.files import cache_dir, make_folder_once
+from lab.core.files import cache_dir, files_stamp, make_folder_once
 
 INDEX_DIR, INDEX_FILE = "lm-eval-index", "index.pickle"  # under the lab's cache (lab.core.files.cache_dir)
 KEEP = {True: 4, False: 32}  # indexes kept with lm-eval's tasks (~16 MB each) and without (a few kB each)
@@ -27,13 +27,9 @@ def _installed_stamp(defaults: bool) -> tuple:
     import lm_eval.tasks
 
     tasks = Path(lm_eval.tasks.__file__).parent
-    files = []
-    for folder, _, names in os.walk(tasks) if defaults else ():
-        for name in names:
-            if name.endswith((".yaml", ".yml", ".py")):
-                stat = os.stat(os.path.join(folder, name))
-                files.append((os.path.join(folder, name), stat.st_size, stat.st_mtime_ns))
-    return getattr(lm_eval, "__version__", "?"), str(tasks), tuple(sorted(files))
+    files = [os.path.join(folder, name) for folder, _, names in (os.walk(tasks) if defaults else ())
+             for name in names if name.endswith((".yaml", ".yml", ".py"))]
+    return getattr(lm_eval, "__version__", "?"), str(tasks), files_stamp(sorted(files))
 
 
 @functools.lru_cache(maxsize=8)

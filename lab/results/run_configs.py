@@ -1,9 +1,8 @@
-"""A run folder's ``config.yaml`` read back (parsed once per version of the file), and the base model an
+"""A run folder's ``config.yaml`` read back, and the base model an
 adapter was trained on, as the config of the job that made it names it.
 """
 from __future__ import annotations
 
-import functools
 import os
 from pathlib import Path
 from typing import Any, Optional
@@ -11,31 +10,17 @@ from typing import Any, Optional
 from lab.core.layout import CONFIG_FILE
 from lab.core.reads import inside
 from lab.core.trained import started_from
-from lab.core.yamlio import load_yaml
+from lab.core.yamlio import read_yaml_file
 
 BASE_MODEL_KEYS = ("model", "student", "teacher")  # where a job's config names the model it trained
 
 
 def read_config(directory: Path) -> Optional[dict[str, Any]]:
-    """A run folder's ``config.yaml`` as a mapping (shared between callers: read it, never change it); None
-    when absent, unreadable or no mapping."""
-    path = Path(directory) / CONFIG_FILE
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return _parsed_config(path, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed_config(path: Path, mtime_ns: int, size: int) -> Optional[dict[str, Any]]:
-    """A config.yaml parsed once per version: the pickers walk the runs folder every few seconds, and
-    YAML took 14 ms a file on a loaded 2-core CPU (80 adapters: 1.1 s of every walk)."""
-    try:
-        data = load_yaml(path.read_bytes(), str(path))
-    except (OSError, ValueError):  # gone meanwhile, unreadable, or not YAML (ConfigError is a ValueError)
-        return None
-    return data if isinstance(data, dict) else None
+    """A run folder's ``config.yaml`` as a mapping, parsed once per version of the file
+    (:func:`lab.core.yamlio.read_yaml_file`; shared between callers: read it, never change it); None when absent,
+    unreadable or no mapping."""
+    read = read_yaml_file(Path(directory) / CONFIG_FILE)
+    return read[1] if read and isinstance(read[1], dict) else None
 
 
 def adapter_base(root: Path, adapter: Path) -> str:

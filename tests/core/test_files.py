@@ -1,11 +1,13 @@
-"""lab.core.files: a folder made once, however many processes ask for it first at the same time."""
+"""lab.core.files: a folder made once, however many processes ask for it first at the same time; the stamp a cache of
+files is keyed by."""
+import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from lab.core.files import make_folder_once
+from lab.core.files import files_stamp, make_folder_once
 
 pytestmark = pytest.mark.unit
 
@@ -40,3 +42,22 @@ def test_a_failed_first_use_leaves_nothing_and_the_next_makes_it(tmp_path):
     assert not (tmp_path / "model").exists()
     made = make_folder_once(tmp_path / "model", lambda folder: (folder / "config.json").write_text("{}"))
     assert (made / "config.json").is_file() and not (made / "half").exists()
+
+
+def test_a_files_stamp_changes_with_an_edit_an_added_or_a_removed_file_and_skips_one_gone(tmp_path):
+    """What the presets' cache and lm-eval's index are keyed by: an edit that keeps the time (a copy with its times)
+    still changes the size; the same names in another folder are another stamp."""
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("x: 1")
+    b.write_text("y: 2")
+    os.utime(a, ns=(10**18, 10**18))
+    first = files_stamp([a, b, tmp_path / "gone.yaml"])
+    assert first == ((str(a), 4, 10**18), (str(b), 4, b.stat().st_mtime_ns))
+    a.write_text("x: 10")
+    os.utime(a, ns=(10**18, 10**18))
+    assert files_stamp([a, b]) != first and files_stamp([a, b])[0] == (str(a), 5, 10**18)
+    assert files_stamp([a]) != files_stamp([a, b]) and files_stamp([b, a]) == files_stamp([a, b])[::-1]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.yaml").write_text("x: 10")
+    assert files_stamp([other / "a.yaml"])[0][0] != files_stamp([a])[0][0]
