@@ -1,5 +1,5 @@
-"""A run folder's ``config.yaml`` read back, and the base model an
-adapter was trained on, as the config of the job that made it names it.
+"""A run folder's ``config.yaml`` read back, and the base model an adapter was trained on, as the config of the job
+that made it names it.
 """
 from __future__ import annotations
 

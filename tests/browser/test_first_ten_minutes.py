@@ -311,9 +311,8 @@ def _comparison(root: Path) -> None:
 @pytest.mark.slow
 def test_what_a_1440_px_screen_shows(served_bare, new_page):
     """At 1440 × 900: a refusal beside Submit and on its field, which is brought into view, both gone once the field
-    is typed in again; a typed
-    dataset name kept and refused; the headline columns of Results, Selective prediction and Compare
-    in view with no header broken mid-word; a run label's markup shown as text on a plot; the
+    is typed in again; a typed dataset name kept and refused; the headline columns of Results, Selective prediction
+    and Compare in view with no header broken mid-word; a run label's markup shown as text on a plot; the
     calibrator's "Saved as" beside its button."""
     from lab.results import runs
     ctx, url = served_bare

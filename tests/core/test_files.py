@@ -45,8 +45,8 @@ def test_a_failed_first_use_leaves_nothing_and_the_next_makes_it(tmp_path):
 
 
 def test_a_files_stamp_changes_with_an_edit_an_added_or_a_removed_file_and_skips_one_gone(tmp_path):
-    """What the presets' cache and lm-eval's index are keyed by: an edit that keeps the time (a copy with its times)
-    still changes the size; the same names in another folder are another stamp."""
+    """What lm-eval's index and the include folders' tasks are keyed by: an edit that keeps the time (a copy with its
+    times) still changes the size; the same names in another folder are another stamp."""
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text("x: 1")
     b.write_text("y: 2")
