@@ -57,8 +57,9 @@ $(VENV_MIN)/.min-installed: requirements-min.txt scripts/install_torch.sh
 run: setup
 	$(PY) app.py --host $(HOST) --port $(PORT) $(if $(wildcard ../shared/data),--allow-path ../shared/data)
 
-# The whole suite (what CI runs) on parallel workers, with the 15 slowest tests named at its end: 11 to 13 minutes on
-# two cores (README, Tests); `.venv/bin/python -m pytest` runs it in one process, in 31 minutes.
+# The whole suite (what CI runs) on parallel workers, with the 15 slowest tests named at its end: 7 to 13 minutes on
+# two cores, as the machine's load varies (README, Tests); `.venv/bin/python -m pytest` runs it in one process, in 31
+# minutes.
 test: setup-test
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --durations=15
 
