@@ -25,6 +25,7 @@ import gradio as gr
 import pandas as pd
 
 from lab.core import stored
+from lab.core.files import files_stamp
 from lab.core.layout import SERIES_CSV, SERIES_FILE
 from lab.results import runs, series, stages
 from lab.results.reports import csv_text, pct
@@ -156,14 +157,7 @@ def version(ctx: LabContext, directory: Optional[Path]) -> Optional[str]:
     """What changes when the drawing must: the series' files rewritten, or its job ending."""
     if directory is None:
         return None
-    stamps = []
-    for name in (SERIES_FILE, SERIES_CSV):
-        try:
-            stat = (directory / name).stat()
-            stamps.append(f"{stat.st_mtime_ns}:{stat.st_size}")
-        except OSError:
-            stamps.append("-")
-    return " ".join([*stamps, str(running(ctx, directory))])
+    return json.dumps([files_stamp(directory / name for name in (SERIES_FILE, SERIES_CSV)), running(ctx, directory)])
 
 
 def _slug(name: str) -> str:
