@@ -6,9 +6,10 @@ Starts each checkout's ``app.py`` (``--app``, default this one; e.g. a ``git wor
 commit beside it, for before/after in the same run) on a fresh runs directory, and opens its page
 ``--loads`` times, each in a fresh headless Chromium (Playwright): the seconds from ``goto`` until a
 click on the Selective prediction tab is taken, and Chromium's main-thread busy time and script time
-(CDP ``Performance.getMetrics``) over the same span. It also counts the events the page runs as it
-loads (a gradio ``load`` event with a server function: each one's status updates redraw every
-component's status in the browser). Medians, and each checkout's ratio to the first one.
+(CDP ``Performance.getMetrics``) over the same span. It also counts the app's events (as it opens, the page walks
+every event for every component) and those the page runs as it loads (a gradio ``load`` event with a server function:
+each one's status updates redraw every component's status in the browser). Medians, and each checkout's ratio to the
+first one.
 """
 from __future__ import annotations
 
@@ -24,18 +25,20 @@ from bench._app import CHROMIUM, served
 from bench._harness import REPO, RESULTS, Timer, Transcript, parser, write_result
 
 
-def _load_events(url: str) -> int:
-    """Events with a server function that the page runs as it loads, from the app's config."""
+def _events(url: str) -> tuple[int, int]:
+    """The app's events (the page walks every one for every component as it opens), and those with a server
+    function that the page runs as it loads, from the app's config."""
     config = json.loads(urllib.request.urlopen(f"{url}config", timeout=30).read())
-    return sum(1 for dep in config["dependencies"]
-               if dep.get("backend_fn") and any(event == "load" for _, event in dep["targets"]))
+    loads = sum(1 for dep in config["dependencies"]
+                if dep.get("backend_fn") and any(event == "load" for _, event in dep["targets"]))
+    return len(config["dependencies"]), loads
 
 
 def measure(app_dir: Path, loads: int) -> dict[str, list[float] | int]:
     """Seconds to the first click answered, Chromium's task and script seconds, for each of ``loads`` openings."""
     result: dict[str, list[float] | int] = {"answered": [], "task": [], "script": []}
     with served(app_dir, Path(tempfile.mkdtemp(prefix="page-load-"))) as (url, _):
-        result["load events"] = _load_events(url)
+        result["events"], result["load events"] = _events(url)
         with sync_playwright() as p:
             for _ in range(loads):
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
@@ -67,8 +70,8 @@ def main() -> None:
         answered = statistics.median(found["answered"])
         first = first or answered
         each = ", ".join(f"{s:.2f}" for s in found["answered"])
-        report.print(f"  {app.resolve()}: {found['load events']} load events; first click answered after "
-                     f"{answered:.2f} s ({each}; {answered / first:.2f}× the first checkout); Chromium's main "
+        report.print(f"  {app.resolve()}: {found['events']} events, {found['load events']} run as it loads; first "
+                     f"click answered after {answered:.2f} s ({each}; {answered / first:.2f}× the first checkout); Chromium's main "
                      f"thread busy {statistics.median(found['task']):.2f} s, script "
                      f"{statistics.median(found['script']):.2f} s")
     write_result(args.out, report.lines)

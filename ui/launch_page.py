@@ -311,8 +311,8 @@ def _kind_tab(ctx: LabContext, kind: str) -> None:
     preset.change(functools.partial(choose_preset, ctx, kind), inputs=preset, outputs=[*components, message])
     # What the user types or picks (a preset filling the form says its own note): one event for the whole form, not
     # one a field. As it opens, the page walks every event for every component; with one a field the app had 413
-    # events (173 now), and the page answered its first click after 2.15 s, not 1.68 s (median of 8 openings, both
-    # trees in one run: bench/results/page_load_events_cpu.txt; 1.82 s against 1.66 s in another run).
+    # events (173 now), and the page answered its first click after 2.12 s, not 1.60 s (median of 8 openings, both
+    # trees in one run: bench/results/page_load_events_cpu.txt).
     gr.on([component.input for component in components], functools.partial(clear_refusal, kind), inputs=message,
           outputs=[message, *marked], show_progress="hidden", trigger_mode="always_last")
     _follow_task(kind, components)
